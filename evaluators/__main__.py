@@ -1,0 +1,109 @@
+"""Command line of the evaluator sandbox.
+
+The host runs this as a subprocess in a separate, offline sandbox and only reads
+back the JSON it writes, so the exit status carries one bit of meaning the host
+relies on: 0 means "a result file was written" (however bad the submission),
+2 means "the evaluator's own inputs are unusable" and the benchmark, not the
+agent, needs fixing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from . import get_evaluator
+from .schema import SCHEMA_VERSION, EvalSpec, EvaluatorInputError
+from .segmentation import sitk
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_automedbench.evaluators",
+        description="Check and score an agent's submission against hidden references.",
+    )
+    parser.add_argument(
+        "--spec", type=Path, required=True, help="EvalSpec JSON written by the host"
+    )
+    parser.add_argument("--submission", type=Path, required=True, help="agent's submission folder")
+    parser.add_argument(
+        "--references", type=Path, help="reference folder (not needed with --format-only)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="where to write the result JSON")
+    parser.add_argument(
+        "--format-only",
+        action="store_true",
+        help="only check the submission's format and write a FormatReport",
+    )
+    return parser
+
+
+def load_spec(path: Path) -> EvalSpec:
+    """Read a spec, checking the schema version first so skew gets a message that says so."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvaluatorInputError(f"spec {path} is unreadable: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise EvaluatorInputError(f"spec {path} is not a JSON object")
+    version = raw.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise EvaluatorInputError(
+            f"spec {path} has schema_version {version!r}; this evaluator reads {SCHEMA_VERSION}"
+        )
+    try:
+        return EvalSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise EvaluatorInputError(f"spec {path} is invalid:\n{exc}") from exc
+
+
+def _write_json(model: BaseModel, out: Path) -> None:
+    # Write-then-rename so the host never reads a half-written result.
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(model.model_dump_json(indent=2))
+            os.replace(tmp, out)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise EvaluatorInputError(f"cannot write result {out}: {exc}") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    # ITK prints header warnings (e.g. qform/sform disagreement in an agent's file)
+    # straight to stderr; the host reads stderr only for exit-2 diagnostics.
+    sitk.ProcessObject.SetGlobalWarningDisplay(False)
+    try:
+        spec = load_spec(args.spec)
+        evaluator = get_evaluator(spec)
+        if args.format_only:
+            report = evaluator.check_format(args.submission, args.references)
+            _write_json(report, args.out)
+        else:
+            if args.references is None:
+                raise EvaluatorInputError("--references is required unless --format-only is given")
+            result = evaluator.score(args.submission, args.references)
+            _write_json(result, args.out)
+    except EvaluatorInputError as exc:
+        print(f"automedbench evaluator: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""JSON contract between the host and the offline evaluator sandbox.
+
+The host and the evaluator run in different processes (and usually different
+containers), so everything they exchange travels as JSON validated by these
+models.  ``extra="forbid"`` everywhere makes a typo or a version skew on either
+side fail loudly instead of being silently ignored, and ``SCHEMA_VERSION`` lets
+the evaluator refuse a spec written for a different contract.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+Track = Literal["segmentation", "enhancement", "vqa", "report", "detection"]
+
+
+class EvaluatorInputError(Exception):
+    """An input the host controls (spec, references, output path) is unusable.
+
+    Kept apart from agent-caused problems: those are scored (as 0), whereas this
+    means the benchmark itself is broken and the run must stop with exit status 2.
+    """
+
+
+class SegmentationRegion(BaseModel):
+    """A scored structure; a label *set*, so composite regions (kidney = 1 or 2) need no relabel."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    labels: list[int] = Field(min_length=1)
+    kind: Literal["organ", "lesion", "tissue"]
+
+
+class SegmentationSpec(BaseModel):
+    """How a segmentation task is laid out on disk and what its label values mean."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output_filename: str = "mask.nii.gz"
+    reference_filename: str = "label.nii.gz"
+    labels: dict[str, int]
+    regions: list[SegmentationRegion] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SegmentationSpec:
+        # A region naming a label the agent is not allowed to write could never
+        # score above 0; catching it here turns a silent benchmark bug into exit 2.
+        values = list(self.labels.values())
+        if any(v <= 0 for v in values):
+            raise ValueError("labels must be positive (0 is the implicit background)")
+        if len(set(values)) != len(values):
+            raise ValueError("label values must be unique")
+        names = [r.name for r in self.regions]
+        if len(set(names)) != len(names):
+            raise ValueError("region names must be unique")
+        allowed = set(values)
+        for region in self.regions:
+            unknown = sorted(set(region.labels) - allowed)
+            if unknown:
+                raise ValueError(f"region {region.name!r} uses labels {unknown} not in labels")
+        for filename in (self.output_filename, self.reference_filename):
+            if not filename or filename.startswith("/") or ".." in filename.split("/"):
+                raise ValueError(f"filename {filename!r} must be a relative path inside a case")
+        return self
+
+
+class EvalSpec(BaseModel):
+    """Everything the evaluator needs to know about one task; written by the host."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    task_id: str
+    track: Track
+    case_ids: list[str]
+    segmentation: SegmentationSpec | None = None
+
+    @model_validator(mode="after")
+    def _safe_case_ids(self) -> EvalSpec:
+        # Case ids become folder names under the submission; one with a separator
+        # or ".." would let a misconfigured spec point the evaluator outside it.
+        if len(set(self.case_ids)) != len(self.case_ids):
+            raise ValueError("case_ids must be unique")
+        for case_id in self.case_ids:
+            if case_id in ("", ".", "..") or "/" in case_id or "\\" in case_id:
+                raise ValueError(f"case id {case_id!r} is not a plain folder name")
+        return self
+
+
+class CaseResult(BaseModel):
+    """Outcome for one expected case; problems are phrased for the agent to act on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    case_id: str
+    status: Literal["ok", "missing", "invalid"]
+    problems: list[str] = Field(default_factory=list)
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+
+
+class FormatReport(BaseModel):
+    """The pre-submission check; also embedded in every EvaluationResult."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    valid: bool
+    n_expected: int
+    n_present: int
+    n_valid: int
+    problems: list[str]
+
+
+class EvaluationResult(BaseModel):
+    """What the host turns into a TASK score; complete enough to audit every case."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    task_id: str
+    track: str
+    evaluator_version: str
+    task_score: float
+    metrics: dict[str, float]
+    completion_rate: float
+    format: FormatReport
+    cases: list[CaseResult]
+    elapsed_s: float

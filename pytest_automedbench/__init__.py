@@ -1,0 +1,1 @@
+"""AutoMedBench: a pytest plugin that grades LLM coding agents on medical-AI research."""

@@ -1,0 +1,1 @@
+"""Agents: the registry, the host-side tool loop, tools, trajectories and scripted policies."""

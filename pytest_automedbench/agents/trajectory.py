@@ -1,0 +1,74 @@
+"""The trajectory: every event of a cell, appended as it happens.
+
+Written on the host, outside the agent's reach, one JSON object per line and
+flushed to disk per event, so a killed cell keeps everything up to its last
+step. ``conversation.json`` is the final, whole-conversation view.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+TRAJECTORY_SCHEMA_VERSION = 1
+
+
+class TrajectoryWriter:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+        self._t0 = time.monotonic()
+        self._seq = 0
+        self.events: list[dict[str, Any]] = []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {
+            "v": TRAJECTORY_SCHEMA_VERSION,
+            "seq": self._seq,
+            "t": round(self.elapsed(), 3),
+            "kind": kind,
+            **fields,
+        }
+        self._seq += 1
+        self.events.append(event)
+        self._file.write(json.dumps(event, default=str) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return event
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+def read_trajectory(path: Path) -> list[dict[str, Any]]:
+    """Read a trajectory, tolerating a torn last line from a killed writer."""
+    events: list[dict[str, Any]] = []
+    if not path.exists():
+        return events
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return events
+
+
+def write_conversation(path: Path, messages: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    payload = {"schema_version": TRAJECTORY_SCHEMA_VERSION, **meta, "messages": messages}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+    tmp.replace(path)
+
+
+def conversation_from_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as the model saw it, rebuilt from the trajectory (so it exists
+    even when the loop itself crashed)."""
+    return [e["message"] for e in events if "message" in e]

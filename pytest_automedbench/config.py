@@ -1,0 +1,128 @@
+"""The run configuration: command-line options over ``[tool.automedbench]`` over defaults.
+
+Every option exists in both places under the same name (dashes become
+underscores in pyproject), so a CI job can pin settings in the repository and a
+researcher can still override them on the command line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+TIER_CHOICES: tuple[str, ...] = ("lite", "standard", "pro", "all")
+SANDBOX_CHOICES: tuple[str, ...] = ("auto", "local", "docker")
+DEFAULT_OUT = Path("automedbench-results")
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the setting, its source and the valid values."""
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agents: tuple[str, ...] = ("reference",)
+    tier: Literal["lite", "standard", "pro", "all"] = "all"
+    runs: int | None = Field(default=None, ge=1)
+    sandbox: Literal["auto", "local", "docker"] = "auto"
+    judge: str = "rules"
+    data_root: Path | None = None
+    amb_out: Path = DEFAULT_OUT
+
+    @field_validator("judge")
+    @classmethod
+    def _judge_syntax(cls, value: str) -> str:
+        if value == "rules":
+            return value
+        if value.startswith("llm:") and len(value) > len("llm:"):
+            return value
+        raise ValueError(f"judge {value!r} is not 'rules' or 'llm:<litellm model>'")
+
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        return ("lite", "standard", "pro") if self.tier == "all" else (self.tier,)
+
+    def scoring_hash(self) -> str:
+        """Hash of the settings that change scores, so ledger records stay comparable."""
+        payload = {"judge": self.judge, "sandbox": self.sandbox, "data_root": str(self.data_root)}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+    def describe(self) -> list[str]:
+        runs = str(self.runs) if self.runs is not None else "task default (1 for scripted agents)"
+        return [
+            f"agents: {', '.join(self.agents)}",
+            f"tier: {self.tier}  runs: {runs}  sandbox: {self.sandbox}  judge: {self.judge}",
+            f"data-root: {self.data_root or '(synthetic data)'}  results: {self.amb_out}",
+        ]
+
+
+#: pyproject key -> RunConfig field
+_PYPROJECT_KEYS: dict[str, str] = {
+    "agent": "agents",
+    "tier": "tier",
+    "runs": "runs",
+    "sandbox": "sandbox",
+    "judge": "judge",
+    "data_root": "data_root",
+    "amb_out": "amb_out",
+}
+
+
+def read_pyproject_section(path: Path) -> dict[str, Any]:
+    """The ``[tool.automedbench]`` table of a pyproject file, minus sub-tables (agents, slurm)."""
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    section = data.get("tool", {}).get("automedbench", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [tool.automedbench] must be a table")
+    return {k: v for k, v in section.items() if not isinstance(v, dict)}
+
+
+def build_config(
+    cli: dict[str, Any], pyproject: dict[str, Any], pyproject_path: Path | None, base_dir: Path
+) -> RunConfig:
+    """Merge CLI values (None = not given) over pyproject values; relative paths are
+    resolved against ``base_dir`` (the pytest rootdir) so workers agree on them."""
+    merged: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    where = str(pyproject_path) if pyproject_path else "pyproject.toml"
+    for key, value in pyproject.items():
+        if key not in _PYPROJECT_KEYS:
+            raise ConfigError(
+                f"{where}: unknown key {key!r} in [tool.automedbench]; "
+                f"valid keys: {', '.join(sorted(_PYPROJECT_KEYS))}"
+            )
+        merged[_PYPROJECT_KEYS[key]] = value
+        source[_PYPROJECT_KEYS[key]] = f"{where} [tool.automedbench] {key}"
+    for field, value in cli.items():
+        if value is not None:
+            merged[field] = value
+            source[field] = f"--{field.rstrip('s').replace('_', '-')}"
+    if isinstance(merged.get("agents"), str):
+        merged["agents"] = [merged["agents"]]
+    if "agents" in merged:
+        merged["agents"] = tuple(dict.fromkeys(merged["agents"]))  # de-duplicate, keep order
+    for key in ("data_root", "amb_out"):
+        if merged.get(key) is not None:
+            path = Path(merged[key]).expanduser()
+            merged[key] = path if path.is_absolute() else base_dir / path
+    merged.setdefault("amb_out", base_dir / DEFAULT_OUT)
+    try:
+        return RunConfig.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        origin = source.get(field, field)
+        choices = {"tier": TIER_CHOICES, "sandbox": SANDBOX_CHOICES}.get(field)
+        hint = f"; valid values: {', '.join(choices)}" if choices else ""
+        raise ConfigError(f"{origin}: {err['msg']} (got {err.get('input')!r}){hint}") from exc

@@ -1,0 +1,228 @@
+"""pytest hooks for AutoMedBench: options, markers, cell collection, fixtures, summary.
+
+Thin on purpose: every decision lives in a plain module (config, tasks, runner,
+outcome, report) with its own tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import pytest
+
+from pytest_automedbench.agents.registry import UnknownAgentError, get_agent
+from pytest_automedbench.config import (
+    SANDBOX_CHOICES,
+    TIER_CHOICES,
+    ConfigError,
+    build_config,
+    read_pyproject_section,
+)
+from pytest_automedbench.outcome import CellInfrastructureError
+from pytest_automedbench.report.terminal import summary_lines
+from pytest_automedbench.results import CellKey, CellResult
+from pytest_automedbench.runner import CellPlan, run_cell
+from pytest_automedbench.sandbox import SandboxError, resolve_backend
+from pytest_automedbench.session import (
+    AutoMedBenchSession,
+    DataUnavailable,
+    new_run_id,
+)
+from pytest_automedbench.tasks import MODALITIES, TIERS, TRACKS, TaskSpec, discover_tasks
+
+SESSION_KEY = pytest.StashKey[AutoMedBenchSession]()
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The ``cell`` parameter: which agent runs which task, tier and repeat."""
+
+    key: CellKey
+    task: TaskSpec
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("automedbench", "AutoMedBench benchmark cells")
+    group.addoption(
+        "--agent",
+        action="append",
+        dest="amb_agent",
+        default=None,
+        metavar="NAME",
+        help="agent to benchmark (repeatable); default: reference (scripted, offline)",
+    )
+    group.addoption(
+        "--tier",
+        dest="amb_tier",
+        choices=TIER_CHOICES,
+        default=None,
+        help="brief tier to run (default: all)",
+    )
+    group.addoption(
+        "--runs",
+        dest="amb_runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="repeats per cell (default: the task's, 1 for scripted agents)",
+    )
+    group.addoption(
+        "--sandbox",
+        dest="amb_sandbox",
+        choices=SANDBOX_CHOICES,
+        default=None,
+        help="agent sandbox backend (default: auto)",
+    )
+    group.addoption(
+        "--judge",
+        dest="amb_judge",
+        default=None,
+        metavar="rules|llm:<model>",
+        help="S1-S3 judge (default: rules)",
+    )
+    group.addoption(
+        "--data-root",
+        dest="amb_data_root",
+        default=None,
+        metavar="DIR",
+        help="prepared real datasets, one folder per task (default: synthetic data)",
+    )
+    group.addoption(
+        "--amb-out",
+        dest="amb_out",
+        default=None,
+        metavar="DIR",
+        help="results: ledger, trajectories, workspaces (default: automedbench-results)",
+    )
+
+
+def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
+    pyproject = config.rootpath / "pyproject.toml"
+    cli = {
+        "agents": config.getoption("amb_agent"),
+        "tier": config.getoption("amb_tier"),
+        "runs": config.getoption("amb_runs"),
+        "sandbox": config.getoption("amb_sandbox"),
+        "judge": config.getoption("amb_judge"),
+        "data_root": config.getoption("amb_data_root"),
+        "amb_out": config.getoption("amb_out"),
+    }
+    try:
+        run_config = build_config(
+            cli, read_pyproject_section(pyproject), pyproject, config.rootpath
+        )
+        for agent in run_config.agents:
+            get_agent(agent)
+        resolve_backend(run_config.sandbox)
+    except (ConfigError, UnknownAgentError, SandboxError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if run_config.judge != "rules":
+        raise pytest.UsageError(
+            f"--judge {run_config.judge}: the LLM judge is not available in this release; "
+            "use --judge rules"
+        )
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    run_id = workerinput["amb_run_id"] if workerinput else new_run_id()
+    return AutoMedBenchSession(config=run_config, run_id=run_id)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for track in TRACKS:
+        config.addinivalue_line("markers", f"{track}: AutoMedBench {track} track cells")
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: AutoMedBench {tier.upper()} tier cells")
+    for modality in MODALITIES:
+        config.addinivalue_line("markers", f"{modality}: AutoMedBench cells on {modality} data")
+    config.stash[SESSION_KEY] = _resolve_config(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller: every worker shares the controller's run id."""
+    node.workerinput["amb_run_id"] = node.config.stash[SESSION_KEY].run_id
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash[SESSION_KEY]
+    return [f"automedbench: run {session.run_id}"] + [
+        f"automedbench: {line}" for line in session.config.describe()
+    ]
+
+
+def _runs_for(session: AutoMedBenchSession, agent: str, task: TaskSpec) -> int:
+    if session.config.runs is not None:
+        return session.config.runs
+    return 1 if get_agent(agent).scripted else task.default_runs
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "cell" not in metafunc.fixturenames:
+        return
+    session = metafunc.config.stash[SESSION_KEY]
+    suite_dir = Path(str(metafunc.definition.fspath)).parent
+    tasks = discover_tasks(suite_dir)
+    agents = session.config.agents
+    params = []
+    for agent in agents:
+        for task in tasks:
+            for tier in session.config.tiers:
+                for run in range(_runs_for(session, agent, task)):
+                    key = CellKey(agent=agent, task=task.id, tier=tier, run=run)
+                    cell_id = key.cell_id if len(agents) == 1 else f"{agent}-{key.cell_id}"
+                    marks = [
+                        getattr(pytest.mark, task.track),
+                        getattr(pytest.mark, tier),
+                        getattr(pytest.mark, task.modality),
+                    ]
+                    params.append(pytest.param(Cell(key, task), id=cell_id, marks=marks))
+    metafunc.parametrize("cell", params)
+
+
+@pytest.fixture(scope="session")
+def amb_session(request: pytest.FixtureRequest) -> AutoMedBenchSession:
+    return request.config.stash[SESSION_KEY]
+
+
+@pytest.fixture
+def cell_result(cell: Cell, amb_session: AutoMedBenchSession) -> Iterator[CellResult]:
+    """Run the cell (in setup, so a harness fault is a pytest ERROR) and record it."""
+    try:
+        staged = amb_session.staged(cell.task)
+    except DataUnavailable as exc:
+        pytest.skip(str(exc))
+    plan = CellPlan(
+        key=cell.key,
+        task=cell.task,
+        staged=staged,
+        config=amb_session.config,
+        run_id=amb_session.run_id,
+        cell_dir=amb_session.cell_dir(cell.key),
+    )
+    result = run_cell(plan)
+    amb_session.ledger.append(result)
+    if result.status == "infra_error":
+        raise CellInfrastructureError(
+            f"infrastructure error: {result.error}; trajectory kept in {result.cell_dir}"
+        )
+    yield result
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    results = session.ledger.records(session.run_id)
+    if not results:
+        return
+    terminalreporter.section("AutoMedBench summary")
+    for line in summary_lines(results):
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"ledger: {session.ledger.path}  run: {session.run_id}")

@@ -1,0 +1,65 @@
+"""The result of one cell: what the ledger stores, the test asserts and reports show."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pytest_automedbench.scoring.models import StageScores
+
+RESULT_SCHEMA_VERSION = 1
+
+CellStatus = Literal["scored", "infra_error"]
+
+
+class CellKey(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: str
+    task: str
+    tier: str
+    run: int
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.task}-{self.tier}-r{self.run}"
+
+
+class CellResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = RESULT_SCHEMA_VERSION
+    run_id: str
+    agent: str
+    model: str
+    task: str
+    track: str
+    tier: str
+    run: int
+    config_hash: str
+    status: CellStatus
+    termination: str | None = None
+    error: str | None = None
+    stages: StageScores | None = None
+    agentic: float | None = None
+    task_score: float | None = None
+    overall: float | None = None
+    rating: str | None = None
+    resolved: bool = False
+    task_metrics: dict[str, float] = Field(default_factory=dict)
+    format_valid: bool | None = None
+    completion_rate: float | None = None
+    format_problems: list[str] = Field(default_factory=list)
+    turns: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    cell_dir: str
+    versions: dict[str, str] = Field(default_factory=dict)
+    finished_at: str
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey(agent=self.agent, task=self.task, tier=self.tier, run=self.run)

@@ -1,0 +1,266 @@
+"""One cell, end to end: sandbox, agent loop, evaluator, stage scores, result.
+
+Everything a cell produces lives in its own folder under the results directory:
+``workspace/`` (the agent's), ``trajectory.jsonl`` and ``conversation.json``
+(the host's record), ``precheck/`` and ``evaluator/`` (the evaluator's inputs and
+verdicts) and ``result.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pytest_automedbench.agents.base import Limits
+from pytest_automedbench.agents.loop import run_agent
+from pytest_automedbench.agents.registry import get_agent
+from pytest_automedbench.agents.scripted import AgentContext
+from pytest_automedbench.agents.tools import Toolbox
+from pytest_automedbench.agents.trajectory import (
+    TrajectoryWriter,
+    conversation_from_events,
+    write_conversation,
+)
+from pytest_automedbench.config import RunConfig
+from pytest_automedbench.evaluation import check_format, evaluate
+from pytest_automedbench.evaluators.schema import EvalSpec
+from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.results import CellKey, CellResult
+from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox
+from pytest_automedbench.scoring import score_stages
+from pytest_automedbench.scoring.overall import agentic_score, is_resolved, overall_score, rate
+from pytest_automedbench.scoring.rules import JudgeContext
+from pytest_automedbench.tasks import TaskSpec
+
+SYSTEM_PROMPT = """You are an autonomous medical-AI research engineer working in a sandbox.
+You act only through tools: `execute` runs bash or Python in your workspace, `submit_results`
+hands in your outputs (a format pre-check tells you what is wrong, if anything).
+Work through the stages in order: S1 plan, S2 set up and inspect the data, S3 validate on a
+small pilot before scaling up, S4 run inference on every case, S5 check and submit.
+Reference labels are not available to you; do not look for them."""
+
+KICKOFF = {
+    "lite": "Begin. The method has been chosen for you; follow S1 through S5.",
+    "standard": "Begin. Choose among the candidate families, then follow S1 through S5.",
+    "pro": "Begin. Follow S1 through S5.",
+}
+
+#: Folders the output observer does not descend into (environments, caches).
+_OBSERVE_SKIP = {".cache", ".tmp", "env", "venv", ".venv", "site-packages", "node_modules"}
+_OBSERVE_MAX_ENTRIES = 20_000
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    key: CellKey
+    task: TaskSpec
+    staged: StagedData
+    config: RunConfig
+    run_id: str
+    cell_dir: Path
+
+
+def harness_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("pytest-automedbench", "pytest", "numpy", "SimpleITK", "pydantic"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "absent"
+    return versions
+
+
+def eval_spec(task: TaskSpec, staged: StagedData) -> EvalSpec:
+    return EvalSpec(
+        task_id=task.id,
+        track=task.track,
+        case_ids=staged.case_ids,
+        segmentation=task.evaluation.segmentation,
+    )
+
+
+def _observer(workspace: Path, submission: Path, output_filename: str) -> dict[str, Any]:
+    outputs = 0
+    seen = 0
+    for _root, dirs, files in os.walk(workspace, followlinks=False):
+        dirs[:] = [d for d in dirs if d not in _OBSERVE_SKIP]
+        seen += len(dirs) + len(files)
+        outputs += files.count(output_filename)
+        if seen > _OBSERVE_MAX_ENTRIES:
+            break
+    submitted_cases = (
+        sum(1 for d in submission.iterdir() if (d / output_filename).is_file())
+        if submission.is_dir()
+        else 0
+    )
+    return {"output_files": outputs, "submission_cases": submitted_cases}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
+    return {
+        "run_id": plan.run_id,
+        "agent": plan.key.agent,
+        "model": model,
+        "task": plan.task.id,
+        "track": plan.task.track,
+        "tier": plan.key.tier,
+        "run": plan.key.run,
+        "config_hash": plan.config.scoring_hash(),
+        "cell_dir": str(plan.cell_dir),
+        "versions": harness_versions(),
+    }
+
+
+def run_cell(plan: CellPlan) -> CellResult:
+    """Run one cell. Infrastructure faults come back as ``status='infra_error'``
+    with the trajectory kept; interrupts (timeouts, Ctrl-C) are recorded, then re-raised."""
+    plan.cell_dir.mkdir(parents=True, exist_ok=True)
+    entry = get_agent(plan.key.agent)
+    trajectory = TrajectoryWriter(plan.cell_dir / "trajectory.jsonl")
+    model = f"scripted:{entry.name}" if entry.scripted else entry.name
+    try:
+        return _run(plan, trajectory)
+    except Exception as exc:  # an agent cannot raise here: anything is a harness fault
+        trajectory.emit("crash", error=repr(exc), traceback=traceback.format_exc())
+        return CellResult(
+            status="infra_error",
+            error=f"{type(exc).__name__}: {exc}",
+            finished_at=_now(),
+            **_base_fields(plan, model),
+        )
+    except BaseException as exc:
+        trajectory.emit("interrupted", error=repr(exc))
+        raise
+    finally:
+        trajectory.close()
+
+
+def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
+    task, staged, key = plan.task, plan.staged, plan.key
+    entry = get_agent(key.agent)
+    workspace = plan.cell_dir / "workspace"
+    sandbox: Sandbox = create_sandbox(
+        plan.config.sandbox, SandboxSpec(public_dir=staged.public_dir, workspace_dir=workspace)
+    )
+    spec = eval_spec(task, staged)
+    output_filename = task.output_filename
+    submission_host = workspace / "submission"
+    with sandbox:
+        ws = sandbox.workspace_path
+        ctx = AgentContext(
+            task_id=task.id,
+            tier=key.tier,
+            public_dir=sandbox.public_path,
+            workspace=ws,
+            submission_dir=f"{ws}/submission",
+            plan_dir=f"{ws}/plan",
+            input_filename=task.data.input_filename,
+            output_filename=output_filename,
+        )
+        policy = entry.factory(ctx)
+        brief = task.tiers[key.tier].render(
+            public_dir=ctx.public_dir,
+            workspace=ctx.workspace,
+            submission_dir=ctx.submission_dir,
+            plan_dir=ctx.plan_dir,
+            case_count=len(staged.case_ids),
+            time_limit_min=task.time_limit_s // 60,
+        )
+        kickoff = f"{brief}\n\n{KICKOFF[key.tier]}"
+        trajectory.emit(
+            "start",
+            run_id=plan.run_id,
+            agent=key.agent,
+            model=policy.model,
+            task=task.id,
+            tier=key.tier,
+            run=key.run,
+            sandbox=type(sandbox).__name__,
+            data_source=staged.source,
+            cases=len(staged.case_ids),
+        )
+        limits = Limits(wall_clock_s=float(task.time_limit_s))
+        toolbox = Toolbox(
+            sandbox=sandbox,
+            precheck=lambda: check_format(
+                spec, submission_host, staged.private_dir, plan.cell_dir / "precheck"
+            ),
+            observe=lambda: _observer(workspace, submission_host, output_filename),
+            remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
+        )
+        try:
+            outcome = run_agent(policy, SYSTEM_PROMPT, kickoff, toolbox, limits, trajectory)
+        finally:
+            write_conversation(
+                plan.cell_dir / "conversation.json",
+                conversation_from_events(trajectory.events),
+                {
+                    "agent": key.agent,
+                    "model": policy.model,
+                    "task": task.id,
+                    "tier": key.tier,
+                    "run": key.run,
+                },
+            )
+    evaluation = evaluate(spec, submission_host, staged.private_dir, plan.cell_dir / "evaluator")
+    trajectory.emit(
+        "evaluation",
+        task_score=evaluation.task_score,
+        metrics=evaluation.metrics,
+        format_valid=evaluation.format.valid,
+    )
+    judge_ctx = JudgeContext(
+        tier=key.tier,
+        plan_dir=workspace / "plan",
+        method_keywords=task.method_keywords,
+        n_cases=len(staged.case_ids),
+        public_path=ctx.public_dir,
+        submission_path=ctx.submission_dir,
+        input_filename=task.data.input_filename,
+        output_filename=output_filename,
+    )
+    stages = score_stages(
+        judge_ctx, trajectory.events, evaluation.format, outcome.submitted, plan.config.judge
+    )
+    agentic = agentic_score(stages)
+    overall = overall_score(agentic, evaluation.task_score)
+    rating = rate(
+        task=evaluation.task_score,
+        agentic=agentic,
+        band_a=task.rating.a,
+        band_b=task.rating.b,
+        submission_valid=evaluation.format.valid,
+    )
+    result = CellResult(
+        status="scored",
+        termination=outcome.termination,
+        stages=stages,
+        agentic=agentic,
+        task_score=evaluation.task_score,
+        overall=overall,
+        rating=rating,
+        resolved=is_resolved(rating),
+        task_metrics=evaluation.metrics,
+        format_valid=evaluation.format.valid,
+        completion_rate=evaluation.completion_rate,
+        format_problems=evaluation.format.problems[:20],
+        turns=outcome.turns,
+        tokens_in=outcome.usage.tokens_in,
+        tokens_out=outcome.usage.tokens_out,
+        cost_usd=round(outcome.usage.cost_usd, 6),
+        wall_s=outcome.wall_s,
+        finished_at=_now(),
+        **_base_fields(plan, policy.model),
+    )
+    (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
+    return result

@@ -1,0 +1,178 @@
+"""Task catalogue: what a task is, as data, and how it is loaded from ``suites/``.
+
+A task folder holds ``task.yaml`` (metadata, data source, evaluation spec, rating
+bands) and one brief template per tier. Tiers differ only in the brief: data,
+metric, time limit and submission format are shared, so they live once, on the
+task.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pytest_automedbench.evaluators.schema import SegmentationSpec
+
+TRACKS: tuple[str, ...] = ("segmentation", "enhancement", "vqa", "report", "detection")
+TIERS: tuple[str, ...] = ("lite", "standard", "pro")
+MODALITIES: tuple[str, ...] = (
+    "ct",
+    "mri",
+    "xray",
+    "pathology",
+    "microscopy",
+    "dental",
+    "endoscopy",
+    "mixed",
+)
+
+Track = Literal["segmentation", "enhancement", "vqa", "report", "detection"]
+Tier = Literal["lite", "standard", "pro"]
+
+#: Placeholders a brief template may use; anything else is a typo caught at load time.
+BRIEF_FIELDS: frozenset[str] = frozenset(
+    {"public_dir", "workspace", "submission_dir", "plan_dir", "case_count", "time_limit_min"}
+)
+
+
+class TaskError(ValueError):
+    """A task folder is malformed; the message names the file and field."""
+
+
+class SyntheticSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    generator: str
+    n_cases: int = Field(ge=1)
+    seed: int = 0
+    version: str = "1"
+
+
+class DataSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_filename: str
+    synthetic: SyntheticSource
+    real_source: str = ""
+
+
+class RatingBands(BaseModel):
+    """TASK thresholds for ratings A and B (task-specific: a hard task gets lower bars)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    a: float = Field(ge=0.0, le=1.0)
+    b: float = Field(ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RatingBands:
+        if self.b > self.a:
+            raise ValueError(f"rating band b={self.b} must not exceed a={self.a}")
+        return self
+
+
+class EvaluationDecl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    segmentation: SegmentationSpec | None = None
+
+
+class TierSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Tier
+    brief_template: str
+
+    def render(self, **values: str | int) -> str:
+        return self.brief_template.format(**values)
+
+
+class TaskSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    track: Track
+    title: str
+    modality: str
+    target: str
+    time_limit_s: int = Field(gt=0)
+    default_runs: int = Field(ge=1)
+    method_keywords: list[str] = Field(min_length=1)
+    data: DataSpec
+    evaluation: EvaluationDecl
+    rating: RatingBands
+    tiers: dict[str, TierSpec]
+    folder: Path
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TaskSpec:
+        if self.modality not in MODALITIES:
+            raise ValueError(f"modality {self.modality!r} is not one of {', '.join(MODALITIES)}")
+        if self.track == "segmentation" and self.evaluation.segmentation is None:
+            raise ValueError("a segmentation task needs evaluation.segmentation")
+        missing = [t for t in TIERS if t not in self.tiers]
+        if missing:
+            raise ValueError(f"missing brief templates for tiers: {', '.join(missing)}")
+        return self
+
+    @property
+    def output_filename(self) -> str:
+        if self.evaluation.segmentation is not None:
+            return self.evaluation.segmentation.output_filename
+        raise NotImplementedError(f"track {self.track} has no output file declared yet")
+
+
+def _check_template(path: Path, text: str) -> None:
+    for _, field, _, _ in string.Formatter().parse(text):
+        if field is not None and field not in BRIEF_FIELDS:
+            raise TaskError(
+                f"{path}: unknown placeholder {{{field}}}; "
+                f"allowed: {', '.join(sorted(BRIEF_FIELDS))}"
+            )
+
+
+def load_task(folder: Path) -> TaskSpec:
+    """Load one task folder, naming the file and field on any error."""
+    yaml_path = folder / "task.yaml"
+    try:
+        raw = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise TaskError(f"{yaml_path}: cannot read task file: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise TaskError(f"{yaml_path}: expected a mapping at the top level")
+    tiers: dict[str, TierSpec] = {}
+    for tier in TIERS:
+        brief_path = folder / f"brief_{tier}.md"
+        if brief_path.exists():
+            text = brief_path.read_text(encoding="utf-8")
+            _check_template(brief_path, text)
+            tiers[tier] = TierSpec(name=tier, brief_template=text)  # type: ignore[arg-type]
+    if raw.get("id") != folder.name:
+        raise TaskError(f"{yaml_path}: field 'id' must equal the folder name {folder.name!r}")
+    try:
+        return TaskSpec.model_validate({**raw, "tiers": tiers, "folder": folder})
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise TaskError(f"{yaml_path}: {details}") from exc
+
+
+def discover_tasks(root: Path) -> list[TaskSpec]:
+    """Every task folder under ``root`` (recursively), sorted by id for a stable order."""
+    folders: Iterable[Path] = (p.parent for p in root.rglob("task.yaml"))
+    tasks = [load_task(folder) for folder in folders]
+    seen: dict[str, Path] = {}
+    for task in tasks:
+        if task.id in seen:
+            raise TaskError(
+                f"task id {task.id!r} is defined twice: {seen[task.id]} and {task.folder}"
+            )
+        seen[task.id] = task.folder
+    return sorted(tasks, key=lambda t: t.id)

@@ -1,0 +1,84 @@
+"""The sandbox interface every backend implements.
+
+The agent loop only ever talks to a :class:`Sandbox`: it never touches host paths
+directly, so swapping the local backend for a container changes nothing above it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (an infrastructure fault, never the agent's)."""
+
+
+class SandboxSpec(BaseModel):
+    """What a cell's agent sandbox is made of, in host paths."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    public_dir: Path
+    workspace_dir: Path
+    network: bool = True
+    memory_mb: int = 8192
+
+
+class ExecResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+
+class Sandbox(ABC):
+    """One agent sandbox: public inputs read-only, one writable workspace."""
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+
+    @property
+    @abstractmethod
+    def public_path(self) -> str:
+        """Where the public inputs appear inside the sandbox."""
+
+    @property
+    @abstractmethod
+    def workspace_path(self) -> str:
+        """Where the writable workspace appears inside the sandbox."""
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def exec(
+        self, language: Literal["bash", "python"], code: str, timeout_s: float
+    ) -> ExecResult: ...
+
+    @abstractmethod
+    def read_file(self, path: str) -> bytes: ...
+
+    @abstractmethod
+    def write_file(self, path: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def copy_out(self, path: str, dest: Path) -> list[str]:
+        """Copy a sandbox path to the host without following symbolic links; returns
+        the entries skipped because they were links or special files."""
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,153 @@
+"""The local backend: a per-cell workspace and processes on this host.
+
+This release gives a workspace, a scrubbed environment (no API keys, no host
+HOME), per-call timeouts that kill the whole process group, and an output cap.
+It does NOT isolate the file system: the namespace-based isolation
+(bubblewrap) is a separate, later layer behind the same interface.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+from pytest_automedbench.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+
+#: Bytes kept from each stream; the agent tool layer truncates further for the model.
+MAX_STREAM_BYTES = 1_000_000
+#: Environment variables passed through; everything else (API keys included) stays out.
+_PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+
+
+class LocalSandbox(Sandbox):
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        self._started = False
+
+    @property
+    def public_path(self) -> str:
+        return str(self.spec.public_dir)
+
+    @property
+    def workspace_path(self) -> str:
+        return str(self.spec.workspace_dir)
+
+    def start(self) -> None:
+        if not self.spec.public_dir.is_dir():
+            raise SandboxError(f"public inputs not found: {self.spec.public_dir}")
+        self.spec.workspace_dir.mkdir(parents=True, exist_ok=True)
+        (self.spec.workspace_dir / ".tmp").mkdir(exist_ok=True)
+        self._started = True
+
+    def _env(self) -> dict[str, str]:
+        env = {k: os.environ[k] for k in _PASSTHROUGH_ENV if k in os.environ}
+        workspace = str(self.spec.workspace_dir)
+        tmp = str(self.spec.workspace_dir / ".tmp")
+        env.update(
+            HOME=workspace,
+            TMPDIR=tmp,
+            XDG_CACHE_HOME=str(self.spec.workspace_dir / ".cache"),
+            MPLCONFIGDIR=tmp,
+            PYTHONUNBUFFERED="1",
+            PYTHONDONTWRITEBYTECODE="1",
+        )
+        # The interpreter running the harness is the one the agent gets: it has the
+        # scientific stack installed. Its folder goes first on PATH.
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+        return env
+
+    def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
+        if not self._started:
+            raise SandboxError("exec() before start()")
+        argv = ["bash", "-c", code] if language == "bash" else [sys.executable, "-c", code]
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=self.spec.workspace_dir,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start {argv[0]}: {exc}") from exc
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            out, err = proc.communicate()
+        return ExecResult(
+            exit_code=124 if timed_out else proc.returncode,
+            stdout=out[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
+            stderr=err[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
+            duration_s=round(time.monotonic() - start, 3),
+            timed_out=timed_out,
+        )
+
+    def _resolve(self, path: str) -> Path:
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            candidate = self.spec.workspace_dir / candidate
+        return candidate
+
+    def read_file(self, path: str) -> bytes:
+        return self._resolve(path).read_bytes()
+
+    def write_file(self, path: str, data: bytes) -> None:
+        target = self._resolve(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def copy_out(self, path: str, dest: Path) -> list[str]:
+        return copy_tree_no_links(self._resolve(path), dest)
+
+    def stop(self) -> None:
+        shutil.rmtree(self.spec.workspace_dir / ".tmp", ignore_errors=True)
+        self._started = False
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def copy_tree_no_links(src: Path, dest: Path) -> list[str]:
+    """Copy regular files and folders only; links and special files are skipped and
+    listed, so a submission can never smuggle a pointer to the references."""
+    skipped: list[str] = []
+    if not src.exists() and not src.is_symlink():
+        return skipped
+    if src.is_symlink() or not (src.is_dir() or src.is_file()):
+        return [str(src)]
+    if src.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest, follow_symlinks=False)
+        return skipped
+    dest.mkdir(parents=True, exist_ok=True)
+    for root, dirs, files in os.walk(src, followlinks=False):
+        rel = Path(root).relative_to(src)
+        for name in list(dirs):
+            full = Path(root) / name
+            if full.is_symlink():
+                skipped.append(str(rel / name))
+                dirs.remove(name)
+            else:
+                (dest / rel / name).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            full = Path(root) / name
+            if full.is_symlink() or not full.is_file():
+                skipped.append(str(rel / name))
+                continue
+            shutil.copyfile(full, dest / rel / name, follow_symlinks=False)
+    return skipped

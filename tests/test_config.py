@@ -1,0 +1,103 @@
+"""Option parsing and validation: CLI over pyproject over defaults, clear usage errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_automedbench.config import ConfigError, build_config, read_pyproject_section
+
+from .conftest import SUITES
+
+
+def test_defaults_are_the_embedded_offline_setup(tmp_path: Path) -> None:
+    config = build_config({}, {}, None, tmp_path)
+    assert config.agents == ("reference",)
+    assert config.tiers == ("lite", "standard", "pro")
+    assert config.sandbox == "auto"
+    assert config.judge == "rules"
+    assert config.amb_out == tmp_path / "automedbench-results"
+
+
+def test_cli_overrides_pyproject_and_paths_resolve_against_rootdir(tmp_path: Path) -> None:
+    pyproject = {"tier": "pro", "agent": "reference", "amb_out": "out", "runs": 3}
+    config = build_config({"tier": "lite", "runs": None}, pyproject, None, tmp_path)
+    assert config.tier == "lite"  # CLI wins
+    assert config.runs == 3  # pyproject fills what the CLI left unset
+    assert config.agents == ("reference",)
+    assert config.amb_out == tmp_path / "out"
+
+
+def test_repeated_agents_are_deduplicated_in_order(tmp_path: Path) -> None:
+    config = build_config({"agents": ["empty", "reference", "empty"]}, {}, None, tmp_path)
+    assert config.agents == ("empty", "reference")
+
+
+def test_bad_tier_in_pyproject_names_source_and_valid_values(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_config({}, {"tier": "expert"}, tmp_path / "pyproject.toml", tmp_path)
+    message = str(info.value)
+    assert "[tool.automedbench] tier" in message
+    assert "lite, standard, pro, all" in message
+
+
+def test_unknown_pyproject_key_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown key 'tiers'"):
+        build_config({}, {"tiers": "lite"}, None, tmp_path)
+
+
+def test_judge_syntax_is_checked(tmp_path: Path) -> None:
+    assert build_config({"judge": "llm:openai/gpt-4o"}, {}, None, tmp_path).judge.startswith("llm:")
+    with pytest.raises(ConfigError, match="judge"):
+        build_config({"judge": "gpt"}, {}, None, tmp_path)
+
+
+def test_scoring_hash_changes_with_the_judge(tmp_path: Path) -> None:
+    a = build_config({}, {}, None, tmp_path).scoring_hash()
+    b = build_config({"judge": "llm:x/y"}, {}, None, tmp_path).scoring_hash()
+    assert a != b
+
+
+def test_pyproject_section_skips_subtables(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[tool.automedbench]\ntier = "lite"\n[tool.automedbench.slurm]\np = 1\n')
+    assert read_pyproject_section(path) == {"tier": "lite"}
+
+
+def test_cli_bad_tier_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(SUITES), "--collect-only", "--tier=expert")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tier*invalid choice*'expert'*lite*standard*pro*all*"])
+
+
+def test_cli_unknown_agent_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(SUITES), "--collect-only", "--agent=gpt99")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown agent 'gpt99'; valid agents: *reference*"])
+
+
+def test_llm_judge_is_refused_until_it_exists(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(SUITES), "--collect-only", "--judge=llm:openai/gpt-4o")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*LLM judge is not available*"])
+
+
+def test_docker_sandbox_is_refused_until_it_exists(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(SUITES), "--collect-only", "--sandbox=docker")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*sandbox backend 'docker' is not available*"])
+
+
+def test_report_header_echoes_resolved_configuration(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    result = pytester.runpytest(
+        str(SUITES), "--collect-only", "--tier=lite", f"--amb-out={tmp_path}/res"
+    )
+    result.stdout.fnmatch_lines([
+        "automedbench: run *",
+        "automedbench: agents: reference",
+        "automedbench: tier: lite  runs: task default*sandbox: auto  judge: rules",
+        f"automedbench: data-root: (synthetic data)  results: {tmp_path}/res",
+    ])
