@@ -58,6 +58,8 @@ class SegmentationSpec(BaseModel):
         names = [r.name for r in self.regions]
         if len(set(names)) != len(names):
             raise ValueError("region names must be unique")
+        if "macro" in names:  # "<name>_dice" would collide with the headline macro_dice
+            raise ValueError("'macro' is reserved and cannot be a region name")
         allowed = set(values)
         for region in self.regions:
             unknown = sorted(set(region.labels) - allowed)

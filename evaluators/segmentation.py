@@ -70,7 +70,9 @@ IntArray = NDArray[np.integer[Any]]
 
 # Voxels are counted in chunks that stay in L2 cache: one bincount over a whole
 # 8M-voxel volume is memory-bound and slower than K boolean passes, while 64K-voxel
-# chunks of a uint8 ``ref * K + pred`` index are several times faster than either.
+# chunks of a uint8 ``ref * K + pred`` index are faster than either.  Chunks that
+# are background in both maps (most of a CT volume) skip bincount altogether:
+# bincount is slowest exactly there, incrementing one counter back to back.
 _CHUNK = 1 << 16
 
 
@@ -125,7 +127,10 @@ def confusion_matrix(
         index = buffer[: stop - start]
         np.multiply(ref_flat[start:stop], k, out=index, casting="unsafe")
         np.add(index, pred_flat[start:stop], out=index, casting="unsafe")
-        counts += np.bincount(index, minlength=n_bins)
+        if index.max() == 0:
+            counts[0] += index.size
+        else:
+            counts += np.bincount(index, minlength=n_bins)
     return counts.reshape(k, k)
 
 
@@ -138,7 +143,10 @@ def label_counts(labels: NDArray[Any], num_classes: int) -> NDArray[np.int64]:
     dtype = _index_dtype(k)
     for start in range(0, flat.size, _CHUNK):
         chunk = flat[start : start + _CHUNK].astype(dtype, copy=False)
-        counts += np.bincount(chunk, minlength=k)
+        if chunk.max() == 0:
+            counts[0] += chunk.size
+        else:
+            counts += np.bincount(chunk, minlength=k)
     return counts
 
 
@@ -218,9 +226,10 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _read_header(path: Path) -> Any:
+def _read_header(path: Path, nifti_only: bool) -> Any:
     reader = sitk.ImageFileReader()
-    reader.SetImageIO("NiftiImageIO")
+    if nifti_only:  # an agent's file that nibabel took for NIfTI must be read as NIfTI
+        reader.SetImageIO("NiftiImageIO")
     reader.SetFileName(str(path))
     reader.ReadImageInformation()
     return reader
@@ -488,7 +497,7 @@ class SegmentationEvaluator:
             raise EvaluatorInputError(f"reference {path} is missing")
         try:
             if not with_array:
-                reader = _read_header(path)
+                reader = _read_header(path, nifti_only=False)
                 size = tuple(int(s) for s in reader.GetSize())
                 return _Reference(
                     path,
@@ -591,7 +600,7 @@ class SegmentationEvaluator:
             )
         if ref is not None and len(shape) == 3:
             try:
-                reader = _read_header(current)
+                reader = _read_header(current, nifti_only=True)
                 problems += [f"{rel}: {p}" for p in _geometry_problems(reader, ref)]
             except Exception as exc:
                 problems.append(f"{rel}: geometry unreadable ({_short(exc)})")
@@ -600,8 +609,11 @@ class SegmentationEvaluator:
             # wrong-shaped or oversized file would cost time and memory for nothing.
             return _Prediction("invalid", problems)
 
-        data = np.asanyarray(nifti.dataobj)
-        # nibabel, unlike SimpleITK (which turns NaN into 0 on read), keeps NaN/Inf.
+        try:
+            data = np.asanyarray(nifti.dataobj)
+        except Exception as exc:
+            return _Prediction("invalid", [f"{rel}: voxel data unreadable ({_short(exc)})"])
+        # nibabel keeps NaN/Inf; SimpleITK silently reads them back as finite numbers.
         if data.dtype.kind == "f":
             finite = np.isfinite(data)
             if not finite.all():
@@ -622,5 +634,7 @@ class SegmentationEvaluator:
             problems += [f"{rel}: {p}" for p in _label_problems(data, self.allowed)]
         if problems:
             return _Prediction("invalid", problems)
-        labels = data if data.dtype.kind in "iu" else data.astype(np.intp)
-        return _Prediction("ok", [], labels)
+        # Integer-valued floats (agents often save float32 0/1/2) are fine once cast.
+        if data.dtype.kind not in "iu":
+            data = data.astype(_index_dtype(max(self.allowed) + 1))
+        return _Prediction("ok", [], data)

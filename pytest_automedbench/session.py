@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.fixtures import SYNTHETIC_GENERATORS
+from pytest_automedbench.fixtures import SYNTHETIC_GENERATOR_VERSIONS, SYNTHETIC_GENERATORS
 from pytest_automedbench.fixtures.staging import StagedData, load_prepared, stage_synthetic
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.results import CellKey
@@ -69,5 +69,5 @@ class AutoMedBenchSession:
             cache_root=self.data_cache,
             n_cases=source.n_cases,
             seed=source.seed,
-            generator_version=source.version,
+            generator_version=SYNTHETIC_GENERATOR_VERSIONS[source.generator],
         )

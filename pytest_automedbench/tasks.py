@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pytest_automedbench.evaluators.schema import SegmentationSpec
+from pytest_automedbench.fixtures import SYNTHETIC_GENERATORS
 
 TRACKS: tuple[str, ...] = ("segmentation", "enhancement", "vqa", "report", "detection")
 TIERS: tuple[str, ...] = ("lite", "standard", "pro")
@@ -50,7 +51,6 @@ class SyntheticSource(BaseModel):
     generator: str
     n_cases: int = Field(ge=1)
     seed: int = 0
-    version: str = "1"
 
 
 class DataSpec(BaseModel):
@@ -152,6 +152,12 @@ def load_task(folder: Path) -> TaskSpec:
             text = brief_path.read_text(encoding="utf-8")
             _check_template(brief_path, text)
             tiers[tier] = TierSpec(name=tier, brief_template=text)  # type: ignore[arg-type]
+    generator = (raw.get("data") or {}).get("synthetic", {}).get("generator")
+    if generator is not None and generator not in SYNTHETIC_GENERATORS:
+        raise TaskError(
+            f"{yaml_path}: data.synthetic.generator {generator!r} is unknown; "
+            f"known generators: {', '.join(sorted(SYNTHETIC_GENERATORS))}"
+        )
     if raw.get("id") != folder.name:
         raise TaskError(f"{yaml_path}: field 'id' must equal the folder name {folder.name!r}")
     try:

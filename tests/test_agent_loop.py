@@ -29,15 +29,20 @@ class RawPolicy:
         self._cost = cost
 
     def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> Reply:
-        message = self._messages.pop(0) if self._messages else {"role": "assistant",
-                                                                "content": "done?"}
+        message = (
+            self._messages.pop(0) if self._messages else {"role": "assistant", "content": "done?"}
+        )
         return Reply(message, Usage(tokens_in=100, tokens_out=10, cost_usd=self._cost))
 
 
 def call(name: str, arguments: str) -> Message:
-    return {"role": "assistant", "content": "",
-            "tool_calls": [{"id": "c1", "type": "function",
-                            "function": {"name": name, "arguments": arguments}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}
+        ],
+    }
 
 
 @pytest.fixture
@@ -45,13 +50,24 @@ def toolbox(tmp_path: Path) -> Toolbox:
     (tmp_path / "public").mkdir()
     box = LocalSandbox(SandboxSpec(public_dir=tmp_path / "public", workspace_dir=tmp_path / "ws"))
     box.start()
-    reports = iter([
-        FormatReport(valid=False, n_expected=2, n_present=1, n_valid=1,
-                     problems=["case_0002/mask.nii.gz: missing"]),
-        FormatReport(valid=True, n_expected=2, n_present=2, n_valid=2, problems=[]),
-    ])
-    return Toolbox(sandbox=box, precheck=lambda: next(reports), observe=lambda: {"n": 1},
-                   remaining_s=lambda: 60.0)
+    reports = iter(
+        [
+            FormatReport(
+                valid=False,
+                n_expected=2,
+                n_present=1,
+                n_valid=1,
+                problems=["case_0002/mask.nii.gz: missing"],
+            ),
+            FormatReport(valid=True, n_expected=2, n_present=2, n_valid=2, problems=[]),
+        ]
+    )
+    return Toolbox(
+        sandbox=box,
+        precheck=lambda: next(reports),
+        observe=lambda: {"n": 1},
+        remaining_s=lambda: 60.0,
+    )
 
 
 def run(policy: Any, toolbox: Toolbox, tmp_path: Path, **limits: Any) -> Any:
@@ -62,11 +78,14 @@ def run(policy: Any, toolbox: Toolbox, tmp_path: Path, **limits: Any) -> Any:
 
 
 def test_execute_then_rejected_then_accepted_submission(toolbox: Toolbox, tmp_path: Path) -> None:
-    policy = ScriptedPolicy("t", [
-        Step("run", "execute", {"language": "python", "code": "print(6*7)"}),
-        Step("submit", "submit_results", {}),
-        Step("submit again", "submit_results", {}),
-    ])
+    policy = ScriptedPolicy(
+        "t",
+        [
+            Step("run", "execute", {"language": "python", "code": "print(6*7)"}),
+            Step("submit", "submit_results", {}),
+            Step("submit again", "submit_results", {}),
+        ],
+    )
     outcome, events = run(policy, toolbox, tmp_path)
     assert outcome.termination == "submitted" and outcome.submitted
     results = [e for e in events if e["kind"] == "tool_result"]
@@ -82,11 +101,13 @@ def test_execute_then_rejected_then_accepted_submission(toolbox: Toolbox, tmp_pa
 def test_malformed_and_unknown_calls_are_answered_not_fatal(
     toolbox: Toolbox, tmp_path: Path
 ) -> None:
-    policy = RawPolicy([
-        call("execute", "{not json"),
-        call("execute", json.dumps({"language": "ruby", "code": "1"})),
-        call("delete_everything", "{}"),
-    ])
+    policy = RawPolicy(
+        [
+            call("execute", "{not json"),
+            call("execute", json.dumps({"language": "ruby", "code": "1"})),
+            call("delete_everything", "{}"),
+        ]
+    )
     outcome, events = run(policy, toolbox, tmp_path, max_turns=3)
     errors = [e["error"] for e in events if e["kind"] == "tool_result"]
     assert errors == ["malformed_arguments", "malformed_arguments", "unknown_tool"]
@@ -103,8 +124,9 @@ def test_replies_without_tool_calls_are_nudged_then_stopped(
 
 
 def test_cost_limit_is_recorded(toolbox: Toolbox, tmp_path: Path) -> None:
-    policy = RawPolicy([call("execute", json.dumps({"language": "bash", "code": "true"}))] * 10,
-                       cost=0.4)
+    policy = RawPolicy(
+        [call("execute", json.dumps({"language": "bash", "code": "true"}))] * 10, cost=0.4
+    )
     outcome, events = run(policy, toolbox, tmp_path, max_cost_usd=1.0)
     assert outcome.termination == "cost_limit"
     assert outcome.turns == 3

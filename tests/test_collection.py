@@ -16,9 +16,7 @@ TIER_IDS = [
 def _collected(pytester: pytest.Pytester, *args: str) -> list[str]:
     result = pytester.runpytest(str(SUITES), "--collect-only", "-q", *args)
     return [
-        line.split("[", 1)[1].rstrip("]")
-        for line in result.stdout.lines
-        if "::test_cell[" in line
+        line.split("[", 1)[1].rstrip("]") for line in result.stdout.lines if "::test_cell[" in line
     ]
 
 
@@ -50,7 +48,15 @@ def test_several_agents_prefix_the_agent(pytester: pytest.Pytester) -> None:
 
 def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(str(SUITES), "--markers")
-    for marker in ("segmentation", "enhancement", "vqa", "report", "detection",
-                   "lite", "standard", "pro", "ct"):
+    for marker in (
+        "segmentation",
+        "enhancement",
+        "vqa",
+        "report",
+        "detection",
+        "lite",
+        "standard",
+        "pro",
+        "ct",
+    ):
         result.stdout.fnmatch_lines([f"@pytest.mark.{marker}:*"])
-

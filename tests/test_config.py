@@ -95,9 +95,11 @@ def test_report_header_echoes_resolved_configuration(
     result = pytester.runpytest(
         str(SUITES), "--collect-only", "--tier=lite", f"--amb-out={tmp_path}/res"
     )
-    result.stdout.fnmatch_lines([
-        "automedbench: run *",
-        "automedbench: agents: reference",
-        "automedbench: tier: lite  runs: task default*sandbox: auto  judge: rules",
-        f"automedbench: data-root: (synthetic data)  results: {tmp_path}/res",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "automedbench: run *",
+            "automedbench: agents: reference",
+            "automedbench: tier: lite  runs: task default*sandbox: auto  judge: rules",
+            f"automedbench: data-root: (synthetic data)  results: {tmp_path}/res",
+        ]
+    )

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import SimpleITK as sitk
+
 from pytest_automedbench.evaluators.schema import (
     EvalSpec,
     EvaluationResult,

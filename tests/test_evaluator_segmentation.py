@@ -18,6 +18,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import SimpleITK as sitk
+
 from pytest_automedbench.evaluators import EVALUATORS, get_evaluator
 from pytest_automedbench.evaluators import segmentation as seg_module
 from pytest_automedbench.evaluators.schema import (
@@ -146,6 +147,10 @@ def test_chunked_counts_span_many_chunks_and_large_tables() -> None:
     for k in (3, 20, 300):  # uint8, uint16 and uint64 index paths
         ref = rng.integers(0, k, size=(n, 1, 1))
         pred = rng.integers(0, k, size=(n, 1, 1)).astype(np.uint16)
+        # All-background chunks (the bulk of a CT mask) take the skip path.
+        ref[: 2 << 16] = 0
+        pred[: 2 << 16] = 0
+        pred[(1 << 16) + 5] = 1  # ... but not a chunk with a single foreground voxel
         expected = np.zeros((k, k), dtype=np.int64)
         np.add.at(expected, (ref.ravel(), pred.ravel()), 1)
         assert np.array_equal(confusion_matrix(ref, pred, k), expected)
@@ -370,6 +375,13 @@ def _gzipped_garbage(lay: Layout) -> None:
     lay.mask_path("bad").write_bytes(gzip.compress(os.urandom(2048)))
 
 
+def _truncated(lay: Layout) -> None:
+    # A valid header followed by too few voxels: a crash mid-write by the agent.
+    lay.pred("bad", REF_ZYX)
+    raw = gzip.decompress(lay.mask_path("bad").read_bytes())
+    lay.mask_path("bad").write_bytes(gzip.compress(raw[:-40]))
+
+
 def _wrong_shape(lay: Layout) -> None:
     lay.pred("bad", np.zeros((4, 5, 7), dtype=np.uint8))
 
@@ -436,6 +448,7 @@ def _case_folder_symlink(lay: Layout) -> None:
 CORRUPTIONS: dict[str, tuple[Corruptor, list[str]]] = {
     "garbage": (_garbage, ["unreadable or not a NIfTI"]),
     "gzipped-garbage": (_gzipped_garbage, ["unreadable or not a NIfTI"]),
+    "truncated": (_truncated, ["voxel data unreadable"]),
     "wrong-shape": (_wrong_shape, ["shape (7, 5, 4)", "reference shape (6, 5, 4)"]),
     "wrong-spacing": (_wrong_spacing, ["spacing", "reference spacing"]),
     "wrong-origin": (_wrong_origin, ["origin", "reference origin"]),

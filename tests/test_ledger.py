@@ -18,9 +18,24 @@ def test_record_round_trip_has_the_documented_fields(tmp_path: Path) -> None:
     ledger.append(make_result(run_id="a"))
     ledger.append(make_result(run_id="b", tier="pro"))
     raw = json.loads((tmp_path / "ledger.jsonl").read_text().splitlines()[0])
-    for field in ("agent", "task", "tier", "run", "stages", "task_score", "overall", "rating",
-                  "tokens_in", "tokens_out", "cost_usd", "wall_s", "status", "versions",
-                  "schema_version", "config_hash"):
+    for field in (
+        "agent",
+        "task",
+        "tier",
+        "run",
+        "stages",
+        "task_score",
+        "overall",
+        "rating",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "wall_s",
+        "status",
+        "versions",
+        "schema_version",
+        "config_hash",
+    ):
         assert field in raw
     assert [r.tier for r in ledger.records()] == ["lite", "pro"]
     assert [r.run_id for r in ledger.records("b")] == ["b"]

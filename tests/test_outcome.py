@@ -17,16 +17,41 @@ from pytest_automedbench.scoring.models import ItemResult, StageScores
 
 def make_result(**overrides: object) -> CellResult:
     stage_scores = StageScores(
-        s1=1.0, s2=1.0, s3=0.0, s4=1.0, s5=1.0,
-        items=[ItemResult(stage="S3", id="s3_pilot", question="A pilot ran before the batch",
-                          score=0.0, evidence="the first outputs came from a batch")],
+        s1=1.0,
+        s2=1.0,
+        s3=0.0,
+        s4=1.0,
+        s5=1.0,
+        items=[
+            ItemResult(
+                stage="S3",
+                id="s3_pilot",
+                question="A pilot ran before the batch",
+                score=0.0,
+                evidence="the first outputs came from a batch",
+            )
+        ],
     )
     fields: dict[str, object] = dict(
-        run_id="r", agent="reference", model="scripted:reference", task="kidney-tumor-seg",
-        track="segmentation", tier="lite", run=0, config_hash="h", status="scored",
-        termination="submitted", stages=stage_scores, agentic=0.65, task_score=0.4,
-        overall=0.525, rating="C", resolved=False, task_metrics={"tumor_dice": 0.4},
-        cell_dir="/tmp/cell", finished_at="2026-01-01T00:00:00+00:00",
+        run_id="r",
+        agent="reference",
+        model="scripted:reference",
+        task="kidney-tumor-seg",
+        track="segmentation",
+        tier="lite",
+        run=0,
+        config_hash="h",
+        status="scored",
+        termination="submitted",
+        stages=stage_scores,
+        agentic=0.65,
+        task_score=0.4,
+        overall=0.525,
+        rating="C",
+        resolved=False,
+        task_metrics={"tumor_dice": 0.4},
+        cell_dir="/tmp/cell",
+        finished_at="2026-01-01T00:00:00+00:00",
     )
     fields.update(overrides)
     return CellResult.model_validate(fields)

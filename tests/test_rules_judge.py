@@ -18,9 +18,16 @@ PLAN = """# Plan
 
 
 def ctx(tmp_path: Path, tier: str = "lite", n_cases: int = 4) -> JudgeContext:
-    return JudgeContext(tier=tier, plan_dir=tmp_path / "plan", method_keywords=KEYWORDS,
-                        n_cases=n_cases, public_path="/data/public", submission_path="/ws/sub",
-                        input_filename="ct.nii.gz", output_filename="mask.nii.gz")
+    return JudgeContext(
+        tier=tier,
+        plan_dir=tmp_path / "plan",
+        method_keywords=KEYWORDS,
+        n_cases=n_cases,
+        public_path="/data/public",
+        submission_path="/ws/sub",
+        input_filename="ct.nii.gz",
+        output_filename="mask.nii.gz",
+    )
 
 
 def scores(items: list[Any]) -> dict[str, float]:
@@ -37,8 +44,13 @@ def write_plan(tmp_path: Path, text: str, diagram: bool = False) -> None:
 def test_s1_lite_plan(tmp_path: Path) -> None:
     write_plan(tmp_path, PLAN)
     got = scores(judge_s1(ctx(tmp_path)))
-    assert got == {"s1_plan_exists": 1, "s1_names_method": 1, "s1_pipeline": 1,
-                   "s1_candidates": 1, "s1_diagram": 1}
+    assert got == {
+        "s1_plan_exists": 1,
+        "s1_names_method": 1,
+        "s1_pipeline": 1,
+        "s1_candidates": 1,
+        "s1_diagram": 1,
+    }
 
 
 def test_s1_no_plan_scores_nothing_but_lite_autopasses(tmp_path: Path) -> None:
@@ -52,19 +64,27 @@ def test_s1_standard_needs_three_candidates_and_a_diagram(tmp_path: Path) -> Non
     write_plan(tmp_path, PLAN)
     got = scores(judge_s1(ctx(tmp_path, tier="standard")))
     assert got["s1_candidates"] == 0 and got["s1_diagram"] == 0
-    write_plan(tmp_path, PLAN + "\nCompared: nnU-Net, TotalSegmentator, thresholding.\n",
-               diagram=True)
+    write_plan(
+        tmp_path, PLAN + "\nCompared: nnU-Net, TotalSegmentator, thresholding.\n", diagram=True
+    )
     got = scores(judge_s1(ctx(tmp_path, tier="standard")))
     assert got["s1_candidates"] == 1 and got["s1_diagram"] == 1
 
 
 def tool(code: str, exit_code: int = 0, outputs: int = 0) -> dict[str, Any]:
-    return {"kind": "tool_result", "tool": "execute", "code": code, "exit_code": exit_code,
-            "observed": {"output_files": outputs}}
+    return {
+        "kind": "tool_result",
+        "tool": "execute",
+        "code": code,
+        "exit_code": exit_code,
+        "observed": {"output_files": outputs},
+    }
 
 
-SETUP = [tool("import numpy; print(numpy.__version__)"),
-         tool("import SimpleITK as s; s.ReadImage('/data/public/case_0001/ct.nii.gz')")]
+SETUP = [
+    tool("import numpy; print(numpy.__version__)"),
+    tool("import SimpleITK as s; s.ReadImage('/data/public/case_0001/ct.nii.gz')"),
+]
 
 
 def test_s2_setup_items(tmp_path: Path) -> None:
@@ -78,22 +98,39 @@ def test_s2_setup_items(tmp_path: Path) -> None:
     ("events", "expected"),
     [
         # pilot on one case, checked, then the batch
-        ([tool("run one", outputs=1), tool("check /ws/sub mask.nii.gz", outputs=1),
-          tool("run all", outputs=4)], {"s3_pilot": 1, "s3_pilot_checked": 1,
-                                        "s3_fixed_before_batch": 1}),
+        (
+            [
+                tool("run one", outputs=1),
+                tool("check /ws/sub mask.nii.gz", outputs=1),
+                tool("run all", outputs=4),
+            ],
+            {"s3_pilot": 1, "s3_pilot_checked": 1, "s3_fixed_before_batch": 1},
+        ),
         # straight to the batch
-        ([tool("run all", outputs=4)], {"s3_pilot": 0, "s3_pilot_checked": 0,
-                                        "s3_fixed_before_batch": 0}),
+        (
+            [tool("run all", outputs=4)],
+            {"s3_pilot": 0, "s3_pilot_checked": 0, "s3_fixed_before_batch": 0},
+        ),
         # pilot, no check
-        ([tool("run one", outputs=1), tool("run all", outputs=4)],
-         {"s3_pilot": 1, "s3_pilot_checked": 0, "s3_fixed_before_batch": 0}),
+        (
+            [tool("run one", outputs=1), tool("run all", outputs=4)],
+            {"s3_pilot": 1, "s3_pilot_checked": 0, "s3_fixed_before_batch": 0},
+        ),
         # pilot checked but the last call before the batch failed
-        ([tool("run one", outputs=1), tool("check mask.nii.gz", outputs=1),
-          tool("fix attempt", exit_code=1, outputs=1), tool("run all", outputs=4)],
-         {"s3_pilot": 1, "s3_pilot_checked": 1, "s3_fixed_before_batch": 0}),
+        (
+            [
+                tool("run one", outputs=1),
+                tool("check mask.nii.gz", outputs=1),
+                tool("fix attempt", exit_code=1, outputs=1),
+                tool("run all", outputs=4),
+            ],
+            {"s3_pilot": 1, "s3_pilot_checked": 1, "s3_fixed_before_batch": 0},
+        ),
         # a failing pilot does not count as the pilot
-        ([tool("run one", exit_code=1, outputs=1), tool("run all", outputs=4)],
-         {"s3_pilot": 0, "s3_pilot_checked": 0, "s3_fixed_before_batch": 0}),
+        (
+            [tool("run one", exit_code=1, outputs=1), tool("run all", outputs=4)],
+            {"s3_pilot": 0, "s3_pilot_checked": 0, "s3_fixed_before_batch": 0},
+        ),
     ],
 )
 def test_s3_pilot_detection(

@@ -52,16 +52,27 @@ def test_overall_is_the_even_mix() -> None:
     ],
 )
 def test_rating(task: float, agentic: float, valid: bool, violation: bool, rating: str) -> None:
-    got = rate(task=task, agentic=agentic, band_a=0.8, band_b=0.6, submission_valid=valid,
-               violation=violation)
+    got = rate(
+        task=task,
+        agentic=agentic,
+        band_a=0.8,
+        band_b=0.6,
+        submission_valid=valid,
+        violation=violation,
+    )
     assert got == rating
     assert is_resolved(got) == (rating in ("A", "B"))
 
 
 def report(n_expected: int, n_present: int, n_valid: int) -> FormatReport:
     valid = n_expected == n_present == n_valid
-    return FormatReport(valid=valid, n_expected=n_expected, n_present=n_present, n_valid=n_valid,
-                        problems=[] if valid else ["case_0002/mask.nii.gz: missing"])
+    return FormatReport(
+        valid=valid,
+        n_expected=n_expected,
+        n_present=n_present,
+        n_valid=n_valid,
+        problems=[] if valid else ["case_0002/mask.nii.gz: missing"],
+    )
 
 
 def test_s4_counts_presence_and_validity() -> None:

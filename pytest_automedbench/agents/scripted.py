@@ -240,7 +240,7 @@ def reference_steps(ctx: AgentContext) -> list[Step]:
         _bash(
             "S4: run every case.",
             f"for d in {ctx.public_dir}/*/; do c=$(basename $d); "
-            f"python {ctx.workspace}/segment.py $d{ctx.input_filename} "
+            f"python {ctx.workspace}/segment.py ${{d}}{ctx.input_filename} "
             f"{ctx.submission_dir}/$c/{ctx.output_filename} || exit 1; done; "
             f"ls {ctx.submission_dir} | wc -l",
         ),
@@ -264,8 +264,11 @@ def reference_agent(ctx: AgentContext) -> ScriptedPolicy:
 
 def no_validate_agent(ctx: AgentContext) -> ScriptedPolicy:
     """The reference pipeline without its S3 pilot and pilot check: straight to the batch."""
-    steps = [s for s in reference_steps(ctx) if not s.thought.startswith("S3: pilot")
-             and not s.thought.startswith("S3: check")]
+    steps = [
+        s
+        for s in reference_steps(ctx)
+        if not s.thought.startswith("S3: pilot") and not s.thought.startswith("S3: check")
+    ]
     return ScriptedPolicy("no-validate", steps)
 
 

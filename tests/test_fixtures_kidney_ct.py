@@ -1,0 +1,325 @@
+"""Tests for the synthetic KiTS19-like kidney CT generator.
+
+Beyond determinism and file validity, these pin down the properties the rest of
+the benchmark leans on: HU ranges that look like contrast-enhanced CT, labels in
+the KiTS19 convention, and a phantom that a classical threshold-and-fill method
+can solve, because the scripted reference agent uses exactly such a method.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import numpy.typing as npt
+import pytest
+import SimpleITK as sitk
+from scipy import ndimage
+
+from pytest_automedbench.fixtures import SYNTHETIC_GENERATOR_VERSIONS, SYNTHETIC_GENERATORS
+from pytest_automedbench.fixtures.kidney_ct import (
+    DEFAULT_SHAPE,
+    DEFAULT_SPACING,
+    GENERATOR_VERSION,
+    case_id,
+    generate_case,
+    generate_dataset,
+    tumor_free_indices,
+    write_case,
+)
+
+Int16Array = npt.NDArray[np.int16]
+UInt8Array = npt.NDArray[np.uint8]
+BoolArray = npt.NDArray[np.bool_]
+
+VOXEL_ML = DEFAULT_SPACING[0] * DEFAULT_SPACING[1] * DEFAULT_SPACING[2] / 1000.0
+REALISM_SEEDS = [0, 1, 2, 3, 11]
+BASELINE_SEEDS = [0, 1, 2, 3, 4, 5]
+
+
+def _arrays(seed: int, with_tumor: bool = True) -> tuple[Int16Array, UInt8Array]:
+    ct, label = generate_case(seed, with_tumor=with_tumor)
+    return sitk.GetArrayFromImage(ct), sitk.GetArrayFromImage(label)
+
+
+def _geometry(image: sitk.Image) -> tuple[object, ...]:
+    return (image.GetSize(), image.GetSpacing(), image.GetOrigin(), image.GetDirection())
+
+
+def _dice(a: BoolArray, b: BoolArray) -> float:
+    total = int(a.sum()) + int(b.sum())
+    return 1.0 if total == 0 else 2.0 * int(np.count_nonzero(a & b)) / total
+
+
+def classical_baseline(ct: Int16Array) -> tuple[BoolArray, BoolArray]:
+    """Threshold + largest components + closing/hole filling, as the reference agent does.
+
+    Kept in the test on purpose: the library must not ship a solution, but the
+    phantom must stay solvable by one.
+    """
+    smooth = ndimage.gaussian_filter(ct.astype(np.float32), sigma=(0.5, 1.0, 1.0))
+    enhancing = (smooth > 120) & (smooth < 300)  # parenchyma, not bone
+    enhancing = ndimage.binary_opening(enhancing, structure=np.ones((1, 3, 3), dtype=bool))
+    components, count = ndimage.label(enhancing)
+    sizes = ndimage.sum_labels(enhancing, components, index=np.arange(1, count + 1))
+    largest = np.argsort(sizes)[::-1][:2] + 1
+    kidneys = np.isin(components, largest)
+    hull = ndimage.binary_closing(kidneys, structure=np.ones((1, 5, 5), dtype=bool), iterations=2)
+    hull = np.stack([ndimage.binary_fill_holes(axial) for axial in hull])
+    hull = ndimage.binary_fill_holes(hull)
+    tumor = hull & (smooth >= 0) & (smooth <= 120)
+    tumor = ndimage.binary_opening(tumor, structure=ndimage.generate_binary_structure(3, 1))
+    return hull.astype(bool), tumor.astype(bool)
+
+
+# --- determinism ---------------------------------------------------------------------
+
+
+def test_same_seed_gives_identical_case() -> None:
+    ct_a, label_a = generate_case(42)
+    ct_b, label_b = generate_case(42)
+    assert sitk.GetArrayFromImage(ct_a).tobytes() == sitk.GetArrayFromImage(ct_b).tobytes()
+    assert sitk.GetArrayFromImage(label_a).tobytes() == sitk.GetArrayFromImage(label_b).tobytes()
+    assert _geometry(ct_a) == _geometry(ct_b) == _geometry(label_a) == _geometry(label_b)
+
+
+def test_different_seed_gives_different_case() -> None:
+    ct_a, label_a = _arrays(1)
+    ct_b, label_b = _arrays(2)
+    assert not np.array_equal(ct_a, ct_b)
+    assert not np.array_equal(label_a, label_b)
+
+
+def test_generation_does_not_touch_global_rng() -> None:
+    np.random.seed(123)
+    expected = np.random.random(4)
+    np.random.seed(123)
+    generate_case(5)
+    assert np.array_equal(np.random.random(4), expected)
+
+
+# --- geometry and files ------------------------------------------------------------------
+
+
+def test_geometry_follows_arguments() -> None:
+    shape, spacing = (96, 80, 40), (1.0, 1.1, 2.5)
+    ct, label = generate_case(3, shape=shape, spacing=spacing)
+    assert ct.GetSize() == shape
+    assert ct.GetSpacing() == pytest.approx(spacing)
+    assert ct.GetDirection() == pytest.approx((1, 0, 0, 0, 1, 0, 0, 0, 1))
+    # Centred field of view: the first and last voxel centres are symmetric about 0.
+    origin = np.asarray(ct.GetOrigin())
+    last = origin + (np.asarray(shape) - 1) * np.asarray(spacing)
+    assert origin == pytest.approx(-last)
+    assert _geometry(ct) == _geometry(label)
+    assert ct.GetPixelID() == sitk.sitkInt16
+    assert label.GetPixelID() == sitk.sitkUInt8
+
+
+def test_written_files_read_back_with_sitk_and_nibabel(tmp_path: Path) -> None:
+    public, private = tmp_path / "public" / "case_0001", tmp_path / "private" / "case_0001"
+    write_case(7, public, private)
+    ct_path, label_path = public / "ct.nii.gz", private / "label.nii.gz"
+    assert sorted(p.name for p in public.iterdir()) == ["ct.nii.gz"]
+    assert sorted(p.name for p in private.iterdir()) == ["label.nii.gz"]
+
+    expected_ct, expected_label = _arrays(7)
+    ct = sitk.ReadImage(str(ct_path))
+    label = sitk.ReadImage(str(label_path))
+    assert ct.GetPixelID() == sitk.sitkInt16
+    assert label.GetPixelID() == sitk.sitkUInt8
+    assert np.array_equal(sitk.GetArrayFromImage(ct), expected_ct)
+    assert np.array_equal(sitk.GetArrayFromImage(label), expected_label)
+    assert ct.GetSize() == label.GetSize() == DEFAULT_SHAPE
+    assert ct.GetSpacing() == pytest.approx(label.GetSpacing())
+    assert ct.GetSpacing() == pytest.approx(DEFAULT_SPACING)
+    assert ct.GetOrigin() == pytest.approx(label.GetOrigin())
+    assert ct.GetDirection() == pytest.approx(label.GetDirection())
+
+    nib_ct = nib.load(str(ct_path))
+    nib_label = nib.load(str(label_path))
+    assert isinstance(nib_ct, nib.Nifti1Image)
+    assert isinstance(nib_label, nib.Nifti1Image)
+    assert np.asarray(nib_ct.dataobj).dtype == np.int16
+    assert np.asarray(nib_label.dataobj).dtype == np.uint8
+    assert int(nib_ct.header["datatype"]) == 4  # NIFTI_TYPE_INT16 on disk
+    assert int(nib_label.header["datatype"]) == 2  # NIFTI_TYPE_UINT8 on disk
+    assert np.allclose(nib_ct.affine, nib_label.affine)
+    assert np.abs(np.diag(nib_ct.affine)[:3]) == pytest.approx(DEFAULT_SPACING)
+    assert nib_ct.header["pixdim"][1:4] == pytest.approx(DEFAULT_SPACING)
+    # nibabel indexes (x, y, z) where SimpleITK arrays are (z, y, x).
+    assert np.array_equal(np.asarray(nib_ct.dataobj).transpose(2, 1, 0), expected_ct)
+    assert np.array_equal(np.asarray(nib_label.dataobj).transpose(2, 1, 0), expected_label)
+
+
+def test_written_files_are_byte_reproducible(tmp_path: Path) -> None:
+    write_case(9, tmp_path / "a" / "pub", tmp_path / "a" / "priv")
+    write_case(9, tmp_path / "b" / "pub", tmp_path / "b" / "priv")
+    for rel in ("pub/ct.nii.gz", "priv/label.nii.gz"):
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+
+
+# --- realism ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", REALISM_SEEDS)
+def test_hounsfield_statistics_look_like_contrast_ct(seed: int) -> None:
+    ct, label = _arrays(seed)
+    assert set(np.unique(label).tolist()) <= {0, 1, 2}
+    kidney_mean = float(ct[label == 1].mean())
+    tumor_mean = float(ct[label == 2].mean())
+    assert 140 <= kidney_mean <= 210
+    assert 30 <= tumor_mean <= 100
+    assert kidney_mean - tumor_mean >= 60  # hypo-enhancing, clearly darker
+    corner = ct[:, :6, :6]
+    assert abs(float(corner.mean()) + 1000) < 15
+    assert float(corner.std()) < 25  # air is noise only
+    assert int(np.count_nonzero(ct > 300)) > 500  # bone present
+    assert int(ct.max()) > 400
+    # Body interior: fat rim and soft tissue both present.
+    assert int(np.count_nonzero((ct > -130) & (ct < -70))) > 2000
+    assert int(np.count_nonzero((ct > 30) & (ct < 70) & (label == 0))) > 50000
+
+
+@pytest.mark.parametrize("seed", REALISM_SEEDS)
+def test_anatomy_layout(seed: int) -> None:
+    ct, label = _arrays(seed)
+    nz, ny, nx = ct.shape
+    components, count = ndimage.label(label > 0)
+    assert count == 2, "expected exactly two kidneys"
+    volumes_ml = ndimage.sum_labels(label > 0, components, index=[1, 2]) * VOXEL_ML
+    assert all(20.0 <= v <= 250.0 for v in volumes_ml), volumes_ml
+    centres = ndimage.center_of_mass(label > 0, components, index=[1, 2])
+    xs = sorted(float(c[2]) for c in centres)
+    assert xs[0] < nx / 2 - 10 < nx / 2 + 10 < xs[1], "kidneys must flank the spine"
+    # Bone sits at the posterior midline (LPS: +y is posterior).
+    _, bone_y, bone_x = np.nonzero(ct > 350)
+    assert abs(float(bone_x.mean()) - (nx - 1) / 2) < 4
+    assert float(bone_y.mean()) > ny / 2
+    # The aorta (enhancing, unlabelled, anterior to the spine) is not part of any kidney.
+    enhancing_unlabelled = (ct > 150) & (ct < 250) & (label == 0)
+    midline = enhancing_unlabelled[:, : ny // 2 + 10, nx // 2 - 10 : nx // 2 + 10]
+    assert int(midline.sum()) > 20 * nz
+
+
+@pytest.mark.parametrize("seed", REALISM_SEEDS)
+def test_tumors_sit_inside_a_kidney(seed: int) -> None:
+    _, label = _arrays(seed)
+    tumor = label == 2
+    assert int(tumor.sum()) * VOXEL_ML > 1.0
+    components, count = ndimage.label(tumor)
+    assert 1 <= count <= 2
+    # Enclosed slice by slice by kidney parenchyma (at most a third may stick out).
+    kidney_hull = np.stack([ndimage.binary_fill_holes(axial) for axial in label == 1])
+    for index in range(1, count + 1):
+        blob = components == index
+        inside = int(np.count_nonzero(blob & kidney_hull)) / int(blob.sum())
+        assert inside >= 2 / 3
+        centre = tuple(round(c) for c in ndimage.center_of_mass(blob))
+        assert kidney_hull[centre]
+        radius_mm = (3 * int(blob.sum()) * VOXEL_ML * 1000 / (4 * np.pi)) ** (1 / 3)
+        assert 5.0 <= radius_mm <= 25.0
+
+
+def test_tumor_free_case_has_no_tumor_but_both_kidneys() -> None:
+    ct, label = _arrays(4, with_tumor=False)
+    assert not np.any(label == 2)
+    _, count = ndimage.label(label == 1)
+    assert count == 2
+    assert 140 <= float(ct[label == 1].mean()) <= 210
+
+
+# --- solvable by the classical method the reference agent uses ---------------------------------
+
+
+@pytest.mark.parametrize("seed", BASELINE_SEEDS)
+def test_classical_baseline_solves_tumor_cases(seed: int) -> None:
+    ct, label = _arrays(seed)
+    hull, tumor = classical_baseline(ct)
+    assert _dice(hull, label > 0) > 0.85
+    assert _dice(tumor, label == 2) > 0.6
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_classical_baseline_finds_no_tumor_in_tumor_free_case(seed: int) -> None:
+    ct, label = _arrays(seed, with_tumor=False)
+    hull, tumor = classical_baseline(ct)
+    assert _dice(hull, label > 0) > 0.85
+    # The darker renal sinus must not read as tumour.
+    assert int(tumor.sum()) * VOXEL_ML < 0.5
+
+
+def test_default_case_generates_quickly() -> None:
+    best = float("inf")
+    for seed in range(3):
+        start = time.perf_counter()
+        generate_case(seed)
+        best = min(best, time.perf_counter() - start)
+    assert best < 1.0
+
+
+# --- datasets --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n_cases", "expected"),
+    [(0, 0), (1, 0), (2, 0), (3, 1), (5, 1), (6, 1), (11, 1), (12, 2), (13, 2), (60, 10)],
+)
+def test_one_tumor_free_case_in_six(n_cases: int, expected: int) -> None:
+    for seed in range(5):
+        chosen = tumor_free_indices(n_cases, seed)
+        assert len(chosen) == expected
+        assert all(0 <= i < n_cases for i in chosen)
+        assert chosen == tumor_free_indices(n_cases, seed)
+
+
+def test_tumor_free_cases_spread_over_the_ids() -> None:
+    chosen = sorted(tumor_free_indices(60, 0))
+    # One per stratum of six, so no two negatives share a block of six ids.
+    assert [i // 6 for i in chosen] == list(range(10))
+
+
+def test_generate_dataset_layout_and_negatives(tmp_path: Path) -> None:
+    public, private = tmp_path / "public", tmp_path / "private"
+    ids = generate_dataset(public, private, n_cases=7, seed=3)
+    assert ids == [f"case_{i:04d}" for i in range(1, 8)]
+    assert ids == [case_id(i) for i in range(7)]
+    assert sorted(p.name for p in public.iterdir()) == ids
+    assert sorted(p.name for p in private.iterdir()) == ids
+    without_tumor = []
+    for cid in ids:
+        assert (public / cid / "ct.nii.gz").is_file()
+        assert not (public / cid / "label.nii.gz").exists()
+        label = sitk.GetArrayFromImage(sitk.ReadImage(str(private / cid / "label.nii.gz")))
+        if not np.any(label == 2):
+            without_tumor.append(cid)
+    assert len(without_tumor) == 1
+    assert without_tumor == [case_id(i) for i in sorted(tumor_free_indices(7, 3))]
+
+
+def test_generate_dataset_is_deterministic(tmp_path: Path) -> None:
+    first = generate_dataset(tmp_path / "a" / "pub", tmp_path / "a" / "priv", n_cases=3, seed=5)
+    second = generate_dataset(tmp_path / "b" / "pub", tmp_path / "b" / "priv", n_cases=3, seed=5)
+    other = generate_dataset(tmp_path / "c" / "pub", tmp_path / "c" / "priv", n_cases=3, seed=6)
+    assert first == second == other
+    for cid in first:
+        a = (tmp_path / "a" / "pub" / cid / "ct.nii.gz").read_bytes()
+        assert a == (tmp_path / "b" / "pub" / cid / "ct.nii.gz").read_bytes()
+        assert a != (tmp_path / "c" / "pub" / cid / "ct.nii.gz").read_bytes()
+        label = (tmp_path / "a" / "priv" / cid / "label.nii.gz").read_bytes()
+        assert label == (tmp_path / "b" / "priv" / cid / "label.nii.gz").read_bytes()
+    # Cases within one dataset differ from each other.
+    cases = {(tmp_path / "a" / "pub" / cid / "ct.nii.gz").read_bytes() for cid in first}
+    assert len(cases) == len(first)
+
+
+def test_generate_dataset_rejects_bad_counts(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="n_cases"):
+        generate_dataset(tmp_path / "p", tmp_path / "q", n_cases=-1, seed=0)
+
+
+def test_registry_exposes_the_generator() -> None:
+    assert SYNTHETIC_GENERATORS["kidney-ct"] is generate_dataset
+    assert SYNTHETIC_GENERATOR_VERSIONS["kidney-ct"] == GENERATOR_VERSION

@@ -1,0 +1,304 @@
+"""Tests for once-per-session, lock-protected staging of a task's data split."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import stat
+import time
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
+import pytest
+
+from pytest_automedbench.fixtures import SYNTHETIC_GENERATOR_VERSIONS, SYNTHETIC_GENERATORS
+from pytest_automedbench.fixtures.staging import (
+    MANIFEST_NAME,
+    CaseGenerator,
+    StagedData,
+    StagingError,
+    load_prepared,
+    stage_synthetic,
+    synthetic_dirname,
+    verify,
+)
+
+TASK = "kidney-tumor-seg"
+
+
+class CountingGenerator:
+    """A tiny CaseGenerator that records every call in a counter file.
+
+    Lives at module level so that spawned worker processes can unpickle it.
+    """
+
+    def __init__(self, counter: Path, delay: float = 0.0) -> None:
+        self.counter = counter
+        self.delay = delay
+
+    def __call__(self, public_dir: Path, private_dir: Path, n_cases: int, seed: int) -> list[str]:
+        with self.counter.open("a", encoding="utf-8") as handle:
+            handle.write(f"{os.getpid()}\n")
+        ids = [f"case_{i + 1:04d}" for i in range(n_cases)]
+        for index, cid in enumerate(ids):
+            (public_dir / cid).mkdir()
+            (private_dir / cid).mkdir()
+            (public_dir / cid / "image.txt").write_text(f"image {seed} {index}\n")
+            (private_dir / cid / "label.txt").write_text(f"label {seed} {index}\n")
+        # Widen the window in which a second process could wrongly start too.
+        time.sleep(self.delay)
+        return ids
+
+
+class FailingGenerator:
+    def __call__(self, public_dir: Path, private_dir: Path, n_cases: int, seed: int) -> list[str]:
+        (public_dir / "case_0001").mkdir()
+        (public_dir / "case_0001" / "half.txt").write_text("half written")
+        raise RuntimeError("generator exploded")
+
+
+def _calls(counter: Path) -> int:
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
+def _stage(cache: Path, generator: CaseGenerator, n_cases: int = 3, seed: int = 1) -> StagedData:
+    return stage_synthetic(
+        TASK, "counting", generator, cache, n_cases=n_cases, seed=seed, generator_version="1"
+    )
+
+
+def _staging_worker(cache: str, counter: str, out: str, barrier: Barrier) -> None:
+    barrier.wait()
+    staged = _stage(Path(cache), CountingGenerator(Path(counter), delay=0.5))
+    Path(out).write_text(staged.model_dump_json())
+
+
+# --- stage_synthetic ----------------------------------------------------------------
+
+
+def test_stages_layout_and_manifest(tmp_path: Path) -> None:
+    counter = tmp_path / "calls"
+    staged = _stage(tmp_path / "cache", CountingGenerator(counter))
+    root = tmp_path / "cache" / TASK / synthetic_dirname("counting", 1, 3, "1")
+    assert root.name == "synthetic-counting-s1-n3-v1"
+    assert staged.root == root
+    assert staged.public_dir == root / "public"
+    assert staged.private_dir == root / "private"
+    assert staged.case_ids == ["case_0001", "case_0002", "case_0003"]
+    assert staged.source == "synthetic:counting"
+    assert staged.task_id == TASK
+    assert staged.seed == 1
+    assert staged.schema_version == 1
+    assert set(staged.files) == {
+        f"{half}/case_000{i}/{name}"
+        for i in (1, 2, 3)
+        for half, name in (("public", "image.txt"), ("private", "label.txt"))
+    }
+    assert all(len(digest) == 64 for digest in staged.files.values())
+    on_disk = StagedData.model_validate_json((root / MANIFEST_NAME).read_text())
+    assert on_disk == staged
+    verify(staged)
+
+
+def test_second_call_reuses_cache_without_regenerating(tmp_path: Path) -> None:
+    counter = tmp_path / "calls"
+    first = _stage(tmp_path / "cache", CountingGenerator(counter))
+    second = _stage(tmp_path / "cache", CountingGenerator(counter))
+    assert _calls(counter) == 1
+    assert second == first
+    # A different seed or size is a different dataset.
+    _stage(tmp_path / "cache", CountingGenerator(counter), seed=2)
+    _stage(tmp_path / "cache", CountingGenerator(counter), n_cases=2)
+    assert _calls(counter) == 3
+
+
+def test_concurrent_processes_generate_exactly_once(tmp_path: Path) -> None:
+    cache, counter = tmp_path / "cache", tmp_path / "calls"
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(3)
+    outs = [tmp_path / f"out-{i}.json" for i in range(3)]
+    procs = [
+        ctx.Process(target=_staging_worker, args=(str(cache), str(counter), str(out), barrier))
+        for out in outs
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+        assert proc.exitcode == 0
+    assert _calls(counter) == 1
+    manifests = [json.loads(out.read_text()) for out in outs]
+    assert manifests[0] == manifests[1] == manifests[2]
+    task_dir = cache / TASK
+    assert not [p for p in task_dir.iterdir() if ".tmp-" in p.name]
+
+
+def test_failing_generator_leaves_nothing_staged(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with pytest.raises(RuntimeError, match="generator exploded"):
+        _stage(cache, FailingGenerator())
+    task_dir = cache / TASK
+    leftovers = [p.name for p in task_dir.iterdir() if not p.name.endswith(".lock")]
+    assert leftovers == []
+    # The failure is not cached: the next attempt generates for real.
+    counter = tmp_path / "calls"
+    staged = _stage(cache, CountingGenerator(counter))
+    assert _calls(counter) == 1
+    verify(staged)
+
+
+def test_leftovers_of_a_killed_run_are_cleaned_up(tmp_path: Path) -> None:
+    task_dir = tmp_path / "cache" / TASK
+    stale = task_dir / f".{synthetic_dirname('counting', 1, 3, '1')}.tmp-dead"
+    (stale / "public" / "case_0001").mkdir(parents=True)
+    (stale / "public" / "case_0001" / "x.txt").write_text("partial")
+    (stale / "public" / "case_0001").chmod(0o555)
+    staged = _stage(tmp_path / "cache", CountingGenerator(tmp_path / "calls"))
+    assert not stale.exists()
+    verify(staged)
+
+
+def test_staged_files_are_read_only(tmp_path: Path) -> None:
+    staged = _stage(tmp_path / "cache", CountingGenerator(tmp_path / "calls"))
+    for directory in (staged.public_dir, staged.private_dir):
+        for dirpath, _dirnames, filenames in os.walk(directory):
+            assert stat.S_IMODE(os.stat(dirpath).st_mode) == 0o555
+            for name in filenames:
+                assert stat.S_IMODE(os.stat(Path(dirpath) / name).st_mode) == 0o444
+    assert stat.S_IMODE(staged.root.stat().st_mode) == 0o555
+    assert stat.S_IMODE((staged.root / MANIFEST_NAME).stat().st_mode) == 0o444
+
+
+def test_generator_that_misreports_cases_is_rejected(tmp_path: Path) -> None:
+    class Liar(CountingGenerator):
+        def __call__(
+            self, public_dir: Path, private_dir: Path, n_cases: int, seed: int
+        ) -> list[str]:
+            return [*super().__call__(public_dir, private_dir, n_cases, seed), "case_9999"]
+
+    with pytest.raises(StagingError, match="case_9999"):
+        _stage(tmp_path / "cache", Liar(tmp_path / "calls"))
+    assert not (tmp_path / "cache" / TASK / synthetic_dirname("counting", 1, 3, "1")).exists()
+
+
+def test_unsafe_names_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(StagingError, match="task id"):
+        stage_synthetic(
+            "../escape", "counting", CountingGenerator(tmp_path / "c"), tmp_path, 1, 0, "1"
+        )
+    with pytest.raises(StagingError, match="generator version"):
+        stage_synthetic(TASK, "counting", CountingGenerator(tmp_path / "c"), tmp_path, 1, 0, "1/2")
+
+
+def test_cache_survives_being_moved(tmp_path: Path) -> None:
+    counter = tmp_path / "calls"
+    _stage(tmp_path / "old", CountingGenerator(counter))
+    (tmp_path / "old").rename(tmp_path / "new")
+    staged = _stage(tmp_path / "new", CountingGenerator(counter))
+    assert _calls(counter) == 1
+    assert staged.root.parent == tmp_path / "new" / TASK
+    verify(staged)
+
+
+def test_real_kidney_generator_stages_and_verifies(tmp_path: Path) -> None:
+    staged = stage_synthetic(
+        TASK,
+        "kidney-ct",
+        SYNTHETIC_GENERATORS["kidney-ct"],
+        tmp_path,
+        n_cases=2,
+        seed=0,
+        generator_version=SYNTHETIC_GENERATOR_VERSIONS["kidney-ct"],
+    )
+    assert staged.case_ids == ["case_0001", "case_0002"]
+    assert staged.source == "synthetic:kidney-ct"
+    assert sorted(staged.files) == [
+        "private/case_0001/label.nii.gz",
+        "private/case_0002/label.nii.gz",
+        "public/case_0001/ct.nii.gz",
+        "public/case_0002/ct.nii.gz",
+    ]
+    verify(staged)
+
+
+# --- verify -------------------------------------------------------------------------
+
+
+def test_verify_detects_modified_file(tmp_path: Path) -> None:
+    staged = _stage(tmp_path / "cache", CountingGenerator(tmp_path / "calls"))
+    target = staged.private_dir / "case_0002" / "label.txt"
+    target.chmod(0o644)
+    target.write_text("tampered\n")
+    with pytest.raises(StagingError, match=r"case_0002/label\.txt"):
+        verify(staged)
+
+
+def test_verify_detects_missing_and_extra_files(tmp_path: Path) -> None:
+    staged = _stage(tmp_path / "cache", CountingGenerator(tmp_path / "calls"))
+    case_dir = staged.public_dir / "case_0001"
+    case_dir.chmod(0o755)
+    (case_dir / "leak.txt").write_text("a copied label")
+    with pytest.raises(StagingError, match=r"leak\.txt"):
+        verify(staged)
+    (case_dir / "leak.txt").unlink()
+    (case_dir / "image.txt").unlink()
+    with pytest.raises(StagingError, match=r"case_0001/image\.txt"):
+        verify(staged)
+
+
+# --- load_prepared ------------------------------------------------------------------
+
+
+def _prepared(root: Path, public: list[str], private: list[str]) -> Path:
+    for half, cases in (("public", public), ("private", private)):
+        (root / half).mkdir(parents=True, exist_ok=True)
+        for cid in cases:
+            (root / half / cid).mkdir()
+            (root / half / cid / "data.bin").write_bytes(b"\0")
+    return root
+
+
+def test_load_prepared_accepts_matching_split(tmp_path: Path) -> None:
+    root = _prepared(tmp_path / "data", ["b", "a"], ["a", "b"])
+    (root / "public" / ".hidden").mkdir()
+    staged = load_prepared(TASK, root)
+    assert staged.case_ids == ["a", "b"]
+    assert staged.files == {}
+    assert staged.seed is None
+    assert staged.source == f"local:{root}"
+    assert staged.public_dir == root / "public"
+    verify(staged)
+
+
+def test_load_prepared_names_case_missing_from_private(tmp_path: Path) -> None:
+    root = _prepared(tmp_path / "data", ["a", "b", "c"], ["a", "c"])
+    with pytest.raises(StagingError) as info:
+        load_prepared(TASK, root)
+    message = str(info.value)
+    assert "'b'" in message
+    assert str(root / "private") in message
+
+
+def test_load_prepared_names_case_missing_from_public(tmp_path: Path) -> None:
+    root = _prepared(tmp_path / "data", ["a"], ["a", "zz"])
+    with pytest.raises(StagingError, match="'zz'") as info:
+        load_prepared(TASK, root)
+    assert str(root / "public") in str(info.value)
+
+
+def test_load_prepared_requires_both_halves(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    (root / "public" / "a").mkdir(parents=True)
+    with pytest.raises(StagingError, match="private"):
+        load_prepared(TASK, root)
+    with pytest.raises(StagingError, match="does not exist"):
+        load_prepared(TASK, tmp_path / "nowhere")
+    assert issubclass(StagingError, ValueError)
+
+
+def test_load_prepared_rejects_empty_case_folder(tmp_path: Path) -> None:
+    root = _prepared(tmp_path / "data", ["a"], [])
+    (root / "private" / "a").mkdir()
+    with pytest.raises(StagingError, match="'a'"):
+        load_prepared(TASK, root)
