@@ -27,7 +27,7 @@ from pytest_automedbench.config import (
 from pytest_automedbench.outcome import CellInfrastructureError
 from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellKey, CellResult
-from pytest_automedbench.runner import CellPlan, run_cell
+from pytest_automedbench.runner import CellPlan, infra_result, run_cell
 from pytest_automedbench.sandbox import SandboxError, resolve_backend
 from pytest_automedbench.session import (
     AutoMedBenchSession,
@@ -204,7 +204,11 @@ def cell_result(cell: Cell, amb_session: AutoMedBenchSession) -> Iterator[CellRe
         run_id=amb_session.run_id,
         cell_dir=amb_session.cell_dir(cell.key),
     )
-    result = run_cell(plan)
+    try:
+        result = run_cell(plan)
+    except BaseException as exc:  # killed (timeout, Ctrl-C): record it, then let it through
+        amb_session.ledger.append(infra_result(plan, f"interrupted: {exc!r}", "interrupted"))
+        raise
     amb_session.ledger.append(result)
     if result.status == "infra_error":
         raise CellInfrastructureError(

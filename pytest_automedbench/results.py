@@ -38,6 +38,7 @@ class CellResult(BaseModel):
     tier: str
     run: int
     config_hash: str
+    data_source: str
     status: CellStatus
     termination: str | None = None
     error: str | None = None

@@ -116,28 +116,36 @@ def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
         "tier": plan.key.tier,
         "run": plan.key.run,
         "config_hash": plan.config.scoring_hash(),
+        "data_source": plan.staged.source,
         "cell_dir": str(plan.cell_dir),
         "versions": harness_versions(),
     }
 
 
+def infra_result(plan: CellPlan, error: str, termination: str | None = None) -> CellResult:
+    """The record of a cell the harness could not finish (never the agent's fault)."""
+    entry = get_agent(plan.key.agent)
+    model = f"scripted:{entry.name}" if entry.scripted else entry.name
+    return CellResult(
+        status="infra_error",
+        termination=termination,
+        error=error,
+        finished_at=_now(),
+        **_base_fields(plan, model),
+    )
+
+
 def run_cell(plan: CellPlan) -> CellResult:
     """Run one cell. Infrastructure faults come back as ``status='infra_error'``
-    with the trajectory kept; interrupts (timeouts, Ctrl-C) are recorded, then re-raised."""
+    with the trajectory kept; interrupts (timeouts, Ctrl-C) are written to the
+    trajectory and re-raised, and the caller records them."""
     plan.cell_dir.mkdir(parents=True, exist_ok=True)
-    entry = get_agent(plan.key.agent)
     trajectory = TrajectoryWriter(plan.cell_dir / "trajectory.jsonl")
-    model = f"scripted:{entry.name}" if entry.scripted else entry.name
     try:
         return _run(plan, trajectory)
     except Exception as exc:  # an agent cannot raise here: anything is a harness fault
         trajectory.emit("crash", error=repr(exc), traceback=traceback.format_exc())
-        return CellResult(
-            status="infra_error",
-            error=f"{type(exc).__name__}: {exc}",
-            finished_at=_now(),
-            **_base_fields(plan, model),
-        )
+        return infra_result(plan, f"{type(exc).__name__}: {exc}")
     except BaseException as exc:
         trajectory.emit("interrupted", error=repr(exc))
         raise
@@ -262,5 +270,6 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         finished_at=_now(),
         **_base_fields(plan, policy.model),
     )
+    result.versions["evaluator"] = evaluation.evaluator_version
     (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
     return result

@@ -87,6 +87,10 @@ class LocalSandbox(Sandbox):
             timed_out = True
             _kill_group(proc)
             out, err = proc.communicate()
+        except BaseException:  # the cell itself is being killed: take the children along
+            _kill_group(proc)
+            proc.wait()
+            raise
         return ExecResult(
             exit_code=124 if timed_out else proc.returncode,
             stdout=out[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),

@@ -121,6 +121,25 @@ def test_a_harness_fault_is_an_error_and_keeps_the_trajectory(
     assert sum(e["kind"] == "tool_result" for e in events) >= 5
 
 
+def test_a_killed_cell_is_recorded_with_its_trajectory(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    # Stage the data with a quick agent first, so the timeout falls inside the cell.
+    run_suites(pytester, tmp_path, "--tier=lite", "--agent=empty")
+    # pytest-timeout interrupts the cell mid-run (the reference agent needs longer).
+    result = run_suites(pytester, tmp_path, "--tier=lite", "--timeout=4")
+    result.assert_outcomes(errors=1)
+    record = ledger(tmp_path)[-1]
+    assert record["status"] == "infra_error" and record["termination"] == "interrupted"
+    assert "Timeout" in record["error"]
+    events = [
+        json.loads(x)
+        for x in (Path(record["cell_dir"]) / "trajectory.jsonl").read_text().splitlines()
+    ]
+    assert events[-1]["kind"] == "interrupted"
+    assert any(e["kind"] == "tool_result" for e in events)
+
+
 def test_missing_real_data_is_a_skip(pytester: pytest.Pytester, tmp_path: Path) -> None:
     result = run_suites(
         pytester, tmp_path / "out", "--tier=lite", f"--data-root={tmp_path / 'nothing'}", "-rs"

@@ -41,6 +41,7 @@ def make_result(**overrides: object) -> CellResult:
         tier="lite",
         run=0,
         config_hash="h",
+        data_source="synthetic:kidney-ct",
         status="scored",
         termination="submitted",
         stages=stage_scores,

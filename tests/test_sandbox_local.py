@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -79,3 +80,27 @@ def test_backend_resolution() -> None:
     assert resolve_backend("local") == "local"
     with pytest.raises(SandboxError, match="docker"):
         resolve_backend("docker")
+
+
+class _Killed(BaseException):
+    pass
+
+
+def test_an_interrupted_call_takes_its_children_along(
+    sandbox: LocalSandbox, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ws" / "grandchild_alive"
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Killed()
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(_Killed):
+            sandbox.exec("bash", f"(sleep 2; touch {marker}) & sleep 30", timeout_s=60)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    time.sleep(2.5)
+    assert not marker.exists(), "the sandboxed process outlived the interrupted cell"

@@ -1,0 +1,108 @@
+"""One cell through the runner, without pytest around it: scores, crashes, interrupts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_automedbench.agents import registry
+from pytest_automedbench.agents.base import Message, Reply
+from pytest_automedbench.agents.scripted import AgentContext, reference_agent
+from pytest_automedbench.config import RunConfig
+from pytest_automedbench.fixtures import SYNTHETIC_GENERATORS
+from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.results import CellKey
+from pytest_automedbench.runner import CellPlan, run_cell
+from pytest_automedbench.tasks import load_task
+
+from .conftest import SUITES
+
+TASK = load_task(SUITES / "segmentation" / "kidney-tumor-seg")
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
+    return stage_synthetic(
+        task_id=TASK.id,
+        generator_name="kidney-ct",
+        generator=SYNTHETIC_GENERATORS["kidney-ct"],
+        cache_root=tmp_path_factory.mktemp("data"),
+        n_cases=3,
+        seed=5,
+        generator_version="t",
+    )
+
+
+class Exploding:
+    """Plays the reference agent, then raises on a chosen turn."""
+
+    scripted = True
+    name = "exploding"
+    model = "scripted:exploding"
+
+    def __init__(self, ctx: AgentContext, error: BaseException, turn: int) -> None:
+        self._inner = reference_agent(ctx)
+        self._error = error
+        self._turn = turn
+        self._turns = 0
+
+    def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> Reply:
+        self._turns += 1
+        if self._turns == self._turn:
+            raise self._error
+        return self._inner.respond(messages, tools)
+
+
+def plan_for(agent: str, staged: StagedData, tmp_path: Path) -> CellPlan:
+    return CellPlan(
+        key=CellKey(agent=agent, task=TASK.id, tier="lite", run=0),
+        task=TASK,
+        staged=staged,
+        config=RunConfig(amb_out=tmp_path),
+        run_id="test",
+        cell_dir=tmp_path / "cell",
+    )
+
+
+def register(monkeypatch: pytest.MonkeyPatch, error: BaseException, turn: int) -> None:
+    entry = registry.AgentEntry("exploding", "test", True, lambda ctx: Exploding(ctx, error, turn))
+    monkeypatch.setitem(registry.AGENTS, "exploding", entry)
+
+
+def events(tmp_path: Path) -> list[dict[str, Any]]:
+    text = (tmp_path / "cell" / "trajectory.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_reference_cell_is_scored(staged: StagedData, tmp_path: Path) -> None:
+    result = run_cell(plan_for("reference", staged, tmp_path))
+    assert result.status == "scored" and result.resolved, result
+    assert result.data_source.startswith("synthetic:kidney-ct")
+    assert result.versions["evaluator"].startswith("segmentation-")
+    saved = json.loads((tmp_path / "cell" / "result.json").read_text())
+    assert saved["overall"] == result.overall
+
+
+def test_a_crash_is_an_infra_error_and_keeps_the_trajectory(
+    staged: StagedData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(monkeypatch, RuntimeError("provider exploded"), turn=4)
+    result = run_cell(plan_for("exploding", staged, tmp_path))
+    assert result.status == "infra_error"
+    assert result.error == "RuntimeError: provider exploded"
+    kinds = [e["kind"] for e in events(tmp_path)]
+    assert kinds[-1] == "crash"
+    assert kinds.count("tool_result") == 3  # the three calls made before the crash
+    assert (tmp_path / "cell" / "conversation.json").is_file()
+
+
+def test_an_interrupt_is_written_down_and_re_raised(
+    staged: StagedData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(monkeypatch, KeyboardInterrupt(), turn=2)
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(plan_for("exploding", staged, tmp_path))
+    assert events(tmp_path)[-1]["kind"] == "interrupted"
