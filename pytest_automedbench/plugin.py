@@ -24,6 +24,7 @@ from pytest_automedbench.config import (
     build_config,
     read_pyproject_section,
 )
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.outcome import CellInfrastructureError
 from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellKey, CellResult
@@ -190,12 +191,20 @@ def amb_session(request: pytest.FixtureRequest) -> AutoMedBenchSession:
 
 
 @pytest.fixture
-def cell_result(cell: Cell, amb_session: AutoMedBenchSession) -> Iterator[CellResult]:
-    """Run the cell (in setup, so a harness fault is a pytest ERROR) and record it."""
+def staged_task(cell: Cell, amb_session: AutoMedBenchSession) -> StagedData:
+    """The cell's task data (public/private split), staged once per session."""
     try:
-        staged = amb_session.staged(cell.task)
+        return amb_session.staged(cell.task)
     except DataUnavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture
+def cell_result(
+    cell: Cell, staged_task: StagedData, amb_session: AutoMedBenchSession
+) -> Iterator[CellResult]:
+    """Run the cell (in setup, so a harness fault is a pytest ERROR) and record it."""
+    staged = staged_task
     plan = CellPlan(
         key=cell.key,
         task=cell.task,
