@@ -41,7 +41,8 @@ class SegmentationSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    output_filename: str = "mask.nii.gz"
+    # Where a case's mask sits in the submission: flat ``outputs/<case>.nii.gz`` by default.
+    output_pattern: str = "{case}.nii.gz"
     reference_filename: str = "label.nii.gz"
     labels: dict[str, int]
     regions: list[SegmentationRegion] = Field(min_length=1)
@@ -65,10 +66,18 @@ class SegmentationSpec(BaseModel):
             unknown = sorted(set(region.labels) - allowed)
             if unknown:
                 raise ValueError(f"region {region.name!r} uses labels {unknown} not in labels")
-        for filename in (self.output_filename, self.reference_filename):
+        if self.output_pattern.count("{case}") != 1 or any(
+            c in self.output_pattern.replace("{case}", "") for c in "{}"
+        ):
+            raise ValueError(f"output_pattern {self.output_pattern!r} must hold {{case}} once")
+        for filename in (self.output_pattern, self.reference_filename):
             if not filename or filename.startswith("/") or ".." in filename.split("/"):
-                raise ValueError(f"filename {filename!r} must be a relative path inside a case")
+                raise ValueError(f"path {filename!r} must be relative, without '..'")
         return self
+
+    def output_path(self, case_id: str) -> str:
+        """The submission-relative path of a case's mask."""
+        return self.output_pattern.replace("{case}", case_id)
 
 
 class EvalSpec(BaseModel):

@@ -449,9 +449,14 @@ class SegmentationEvaluator:
             return [f"submission directory {submission} is a symbolic link; it is not followed"]
         if not stat.S_ISDIR(st.st_mode):
             return [f"submission path {submission} is not a directory"]
-        known = set(self.spec.case_ids)
-        mask_parts = Path(self.seg.output_filename).parts
-        mask_prefixes = {Path(*mask_parts[: i + 1]) for i in range(len(mask_parts))}
+        # The first path component of each case's mask, and below it the parts that
+        # lead to the mask (a symlink there is the case's problem, reported once).
+        tops: dict[str, set[Path]] = {}
+        for case_id in self.spec.case_ids:
+            parts = Path(self.seg.output_path(case_id)).parts
+            tops.setdefault(parts[0], set()).update(
+                Path(*parts[1 : i + 1]) for i in range(1, len(parts))
+            )
         try:
             entries = sorted(os.scandir(submission), key=lambda e: e.name)
         except OSError as exc:
@@ -459,15 +464,15 @@ class SegmentationEvaluator:
         for entry in entries:
             name = entry.name
             if entry.is_symlink():
-                if name not in known:
+                if name not in tops:
                     problems.append(f"{name}: symbolic link in the submission; it is not followed")
+            elif name in tops:
+                if entry.is_dir(follow_symlinks=False):
+                    problems += self._scan_case_dir(Path(entry.path), name, tops[name])
             elif entry.is_dir(follow_symlinks=False):
-                if name in known:
-                    problems += self._scan_case_dir(Path(entry.path), name, mask_prefixes)
-                else:
-                    problems.append(f"{name}/: unknown case folder (not one of the expected cases)")
+                problems.append(f"{name}/: unknown folder (not one of the expected outputs)")
             else:
-                problems.append(f"{name}: stray file at the top level of the submission")
+                problems.append(f"{name}: stray file (not one of the expected outputs)")
         if len(problems) > MAX_SUBMISSION_PROBLEMS:
             extra = len(problems) - MAX_SUBMISSION_PROBLEMS
             problems = [*problems[:MAX_SUBMISSION_PROBLEMS], f"... and {extra} more problems"]
@@ -533,7 +538,7 @@ class SegmentationEvaluator:
     def _load_prediction(
         self, submission: Path, case_id: str, ref: _Reference | None
     ) -> _Prediction:
-        rel = f"{case_id}/{self.seg.output_filename}"
+        rel = self.seg.output_path(case_id)
         try:
             return self._load_prediction_unsafe(submission, case_id, rel, ref)
         except Exception as exc:  # hostile input must never crash the evaluator
@@ -544,7 +549,7 @@ class SegmentationEvaluator:
     ) -> _Prediction:
         # Walk the path one component at a time with lstat so no symlink is followed.
         current = submission
-        parts = [case_id, *Path(self.seg.output_filename).parts]
+        parts = list(Path(rel).parts)
         st: os.stat_result | None = None
         for depth, part in enumerate(parts):
             current = current / part

@@ -54,6 +54,8 @@ KICKOFF = {
 #: Folders the output observer does not descend into (environments, caches).
 _OBSERVE_SKIP = {".cache", ".tmp", "env", "venv", ".venv", "site-packages", "node_modules"}
 _OBSERVE_MAX_ENTRIES = 20_000
+#: The workspace folder the agent writes its deliverables into (the shared contract).
+OUTPUTS_DIRNAME = "outputs"
 
 
 @dataclass(frozen=True)
@@ -85,21 +87,20 @@ def eval_spec(task: TaskSpec, staged: StagedData) -> EvalSpec:
     )
 
 
-def _observer(workspace: Path, submission: Path, output_filename: str) -> dict[str, Any]:
-    outputs = 0
+def _observer(workspace: Path, outputs: Path, expected: list[str]) -> dict[str, Any]:
+    """What exists after a call: files named like an expected output anywhere in the
+    workspace (a pilot may write to a scratch folder), and expected outputs in place."""
+    names = {Path(rel).name for rel in expected}
+    found = 0
     seen = 0
     for _root, dirs, files in os.walk(workspace, followlinks=False):
         dirs[:] = [d for d in dirs if d not in _OBSERVE_SKIP]
         seen += len(dirs) + len(files)
-        outputs += files.count(output_filename)
+        found += sum(1 for f in files if f in names)
         if seen > _OBSERVE_MAX_ENTRIES:
             break
-    submitted_cases = (
-        sum(1 for d in submission.iterdir() if (d / output_filename).is_file())
-        if submission.is_dir()
-        else 0
-    )
-    return {"output_files": outputs, "submission_cases": submitted_cases}
+    in_place = sum(1 for rel in expected if (outputs / rel).is_file())
+    return {"output_files": found, "outputs_in_place": in_place}
 
 
 def _now() -> str:
@@ -161,8 +162,8 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         plan.config.sandbox, SandboxSpec(public_dir=staged.public_dir, workspace_dir=workspace)
     )
     spec = eval_spec(task, staged)
-    output_filename = task.output_filename
-    submission_host = workspace / "submission"
+    expected_outputs = [task.output_path(c) for c in staged.case_ids]
+    outputs_host = workspace / OUTPUTS_DIRNAME
     with sandbox:
         ws = sandbox.workspace_path
         ctx = AgentContext(
@@ -170,16 +171,16 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
             tier=key.tier,
             public_dir=sandbox.public_path,
             workspace=ws,
-            submission_dir=f"{ws}/submission",
+            outputs_dir=f"{ws}/{OUTPUTS_DIRNAME}",
             plan_dir=f"{ws}/plan",
             input_filename=task.data.input_filename,
-            output_filename=output_filename,
+            output_pattern=task.output_pattern,
         )
         policy = entry.factory(ctx)
         brief = task.tiers[key.tier].render(
             public_dir=ctx.public_dir,
             workspace=ctx.workspace,
-            submission_dir=ctx.submission_dir,
+            outputs_dir=ctx.outputs_dir,
             plan_dir=ctx.plan_dir,
             case_count=len(staged.case_ids),
             time_limit_min=task.time_limit_s // 60,
@@ -201,9 +202,9 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         toolbox = Toolbox(
             sandbox=sandbox,
             precheck=lambda: check_format(
-                spec, submission_host, staged.private_dir, plan.cell_dir / "precheck"
+                spec, outputs_host, staged.private_dir, plan.cell_dir / "precheck"
             ),
-            observe=lambda: _observer(workspace, submission_host, output_filename),
+            observe=lambda: _observer(workspace, outputs_host, expected_outputs),
             remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
         )
         try:
@@ -220,7 +221,7 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
                     "run": key.run,
                 },
             )
-    evaluation = evaluate(spec, submission_host, staged.private_dir, plan.cell_dir / "evaluator")
+    evaluation = evaluate(spec, outputs_host, staged.private_dir, plan.cell_dir / "evaluator")
     trajectory.emit(
         "evaluation",
         task_score=evaluation.task_score,
@@ -233,9 +234,9 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         method_keywords=task.method_keywords,
         n_cases=len(staged.case_ids),
         public_path=ctx.public_dir,
-        submission_path=ctx.submission_dir,
+        submission_path=ctx.outputs_dir,
         input_filename=task.data.input_filename,
-        output_filename=output_filename,
+        output_markers=(f"{OUTPUTS_DIRNAME}/",),
     )
     stages = score_stages(
         judge_ctx, trajectory.events, evaluation.format, outcome.submitted, plan.config.judge

@@ -37,7 +37,7 @@ Tier = Literal["lite", "standard", "pro"]
 
 #: Placeholders a brief template may use; anything else is a typo caught at load time.
 BRIEF_FIELDS: frozenset[str] = frozenset(
-    {"public_dir", "workspace", "submission_dir", "plan_dir", "case_count", "time_limit_min"}
+    {"public_dir", "workspace", "outputs_dir", "plan_dir", "case_count", "time_limit_min"}
 )
 
 
@@ -121,10 +121,14 @@ class TaskSpec(BaseModel):
         return self
 
     @property
-    def output_filename(self) -> str:
+    def output_pattern(self) -> str:
+        """Where a case's output goes, relative to the workspace's ``outputs/``."""
         if self.evaluation.segmentation is not None:
-            return self.evaluation.segmentation.output_filename
-        raise NotImplementedError(f"track {self.track} has no output file declared yet")
+            return self.evaluation.segmentation.output_pattern
+        raise TaskError(f"{self.folder}: track {self.track} declares no output layout")
+
+    def output_path(self, case_id: str) -> str:
+        return self.output_pattern.replace("{case}", case_id)
 
 
 def _check_template(path: Path, text: str) -> None:

@@ -87,7 +87,7 @@ def _score(task: dict[str, Path]) -> subprocess.CompletedProcess[str]:
 
 def test_perfect_submission_scores_one(task: dict[str, Path]) -> None:
     for seed, case_id in enumerate(CASES):
-        _write(task["sub"] / case_id / "mask.nii.gz", _label_map(seed))
+        _write(task["sub"] / f"{case_id}.nii.gz", _label_map(seed))
     proc = _score(task)
     assert proc.returncode == 0, proc.stderr
     result = EvaluationResult.model_validate_json(task["out"].read_text())
@@ -99,9 +99,8 @@ def test_perfect_submission_scores_one(task: dict[str, Path]) -> None:
 
 
 def test_terrible_submission_still_exits_zero(task: dict[str, Path]) -> None:
-    (task["sub"] / "case_00").mkdir()
-    (task["sub"] / "case_00" / "mask.nii.gz").write_bytes(b"\x00garbage")
-    (task["sub"] / "case_01").symlink_to(task["refs"] / "case_01", target_is_directory=True)
+    (task["sub"] / "case_00.nii.gz").write_bytes(b"\x00garbage")
+    (task["sub"] / "case_01.nii.gz").symlink_to(task["refs"] / "case_01" / "label.nii.gz")
     (task["sub"] / "README").write_text("stray")
     proc = _score(task)
     assert proc.returncode == 0, proc.stderr
@@ -113,7 +112,7 @@ def test_terrible_submission_still_exits_zero(task: dict[str, Path]) -> None:
 
 
 def test_format_only_writes_a_format_report_without_references(task: dict[str, Path]) -> None:
-    _write(task["sub"] / "case_00" / "mask.nii.gz", _label_map(0))
+    _write(task["sub"] / "case_00.nii.gz", _label_map(0))
     proc = run_cli(
         "--spec", task["spec"], "--submission", task["sub"], "--out", task["out"], "--format-only"
     )  # fmt: skip
@@ -123,7 +122,7 @@ def test_format_only_writes_a_format_report_without_references(task: dict[str, P
     report = FormatReport.model_validate(payload)
     assert report.valid is False
     assert (report.n_expected, report.n_present, report.n_valid) == (2, 1, 1)
-    assert any("case_01/mask.nii.gz" in p for p in report.problems)
+    assert any("case_01.nii.gz" in p for p in report.problems)
 
 
 def test_missing_references_dir_exits_2_naming_it(task: dict[str, Path], tmp_path: Path) -> None:

@@ -42,7 +42,10 @@ ORIGIN = (-120.5, 33.25, 410.0)
 DIRECTION = (0.0, 1.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.0, 1.0)
 
 
-def make_spec(case_ids: list[str], lesion: bool = True) -> EvalSpec:
+NESTED = "{case}/mask.nii.gz"  # a per-case folder layout, for the folder-specific checks
+
+
+def make_spec(case_ids: list[str], lesion: bool = True, pattern: str = "{case}.nii.gz") -> EvalSpec:
     regions = [SegmentationRegion(name="kidney", labels=[1, 2], kind="organ")]
     if lesion:
         regions.append(SegmentationRegion(name="tumor", labels=[2], kind="lesion"))
@@ -50,7 +53,9 @@ def make_spec(case_ids: list[str], lesion: bool = True) -> EvalSpec:
         task_id="kits-test",
         track="segmentation",
         case_ids=case_ids,
-        segmentation=SegmentationSpec(labels={"kidney": 1, "tumor": 2}, regions=regions),
+        segmentation=SegmentationSpec(
+            labels={"kidney": 1, "tumor": 2}, regions=regions, output_pattern=pattern
+        ),
     )
 
 
@@ -73,9 +78,11 @@ def write_like_reference(path: Path, reference: Path, array_xyz: np.ndarray) -> 
 
 
 class Layout:
-    """A task folder: references/<case>/label.nii.gz and submission/<case>/mask.nii.gz."""
+    """A task folder: references/<case>/label.nii.gz and submission/<case>.nii.gz
+    (or another ``pattern``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pattern: str = "{case}.nii.gz") -> None:
+        self.pattern = pattern
         self.refs = root / "references"
         self.sub = root / "submission"
         self.refs.mkdir()
@@ -85,10 +92,10 @@ class Layout:
         return write_sitk(self.refs / case_id / "label.nii.gz", array_zyx.astype(np.uint8))
 
     def pred(self, case_id: str, array_zyx: np.ndarray, dtype: Any = np.uint8) -> Path:
-        return write_sitk(self.sub / case_id / "mask.nii.gz", array_zyx.astype(dtype))
+        return write_sitk(self.mask_path(case_id), array_zyx.astype(dtype))
 
     def mask_path(self, case_id: str) -> Path:
-        return self.sub / case_id / "mask.nii.gz"
+        return self.sub / self.pattern.replace("{case}", case_id)
 
 
 def vol(values: list[int]) -> np.ndarray:
@@ -187,7 +194,7 @@ def test_known_values_lesion_exclusion_macro_and_missing_case(tmp_path: Path) ->
     assert by_id["b"].metrics["tumor_dice"] is None
     assert by_id["c"].status == "missing"
     assert by_id["c"].metrics == {"kidney_dice": 0.0, "tumor_dice": 0.0}
-    assert any("c/mask.nii.gz" in p and "missing" in p for p in by_id["c"].problems)
+    assert any("c.nii.gz" in p and "missing" in p for p in by_id["c"].problems)
 
     kidney = Fraction(6, 7) + Fraction(1, 2) + 0
     kidney /= 3
@@ -366,12 +373,12 @@ def _write_float_nib(lay: Layout, values: dict[tuple[int, int, int], float]) -> 
 
 
 def _garbage(lay: Layout) -> None:
-    lay.mask_path("bad").parent.mkdir(parents=True)
+    lay.mask_path("bad").parent.mkdir(parents=True, exist_ok=True)
     lay.mask_path("bad").write_bytes(b"this is not a NIfTI file at all" * 10)
 
 
 def _gzipped_garbage(lay: Layout) -> None:
-    lay.mask_path("bad").parent.mkdir(parents=True)
+    lay.mask_path("bad").parent.mkdir(parents=True, exist_ok=True)
     lay.mask_path("bad").write_bytes(gzip.compress(os.urandom(2048)))
 
 
@@ -424,12 +431,12 @@ def _negative(lay: Layout) -> None:
 
 
 def _four_d(lay: Layout) -> None:
-    lay.mask_path("bad").parent.mkdir(parents=True)
+    lay.mask_path("bad").parent.mkdir(parents=True, exist_ok=True)
     nib.save(nib.Nifti1Image(np.zeros((6, 5, 4, 2), np.uint8), np.eye(4)), lay.mask_path("bad"))
 
 
 def _two_d(lay: Layout) -> None:
-    lay.mask_path("bad").parent.mkdir(parents=True)
+    lay.mask_path("bad").parent.mkdir(parents=True, exist_ok=True)
     nib.save(nib.Nifti1Image(np.zeros((6, 5), np.uint8), np.eye(4)), lay.mask_path("bad"))
 
 
@@ -464,9 +471,9 @@ CORRUPTIONS: dict[str, tuple[Corruptor, list[str]]] = {
 }
 
 
-def _setup_two_cases(tmp_path: Path) -> Layout:
+def _setup_two_cases(tmp_path: Path, pattern: str = "{case}.nii.gz") -> Layout:
     """'good' is a perfect prediction, 'bad' will be corrupted: score drops from 1 to 0.5."""
-    lay = Layout(tmp_path)
+    lay = Layout(tmp_path, pattern)
     for case_id in ("bad", "good"):
         lay.ref(case_id, REF_ZYX)
     lay.pred("good", REF_ZYX)
@@ -486,7 +493,7 @@ def test_each_format_problem_invalidates_the_case(tmp_path: Path, name: str) -> 
     good = next(c for c in result.cases if c.case_id == "good")
     assert bad.status == "invalid", bad
     message = " | ".join(bad.problems)
-    assert "bad/mask.nii.gz" in message
+    assert "bad.nii.gz" in message
     for fragment in expected:
         assert fragment in message
     assert bad.metrics == {"kidney_dice": 0.0, "tumor_dice": 0.0}
@@ -494,7 +501,7 @@ def test_each_format_problem_invalidates_the_case(tmp_path: Path, name: str) -> 
     assert result.task_score == pytest.approx(0.5)
     assert result.format.valid is False
     assert result.format.n_valid == 1
-    assert any("bad/mask.nii.gz" in p for p in result.format.problems)
+    assert any("bad.nii.gz" in p for p in result.format.problems)
     # The same verdict without references, as far as it can be reached without them.
     report = evaluator.check_format(lay.sub, lay.refs)
     assert report.valid is False and report.n_valid == 1
@@ -508,12 +515,14 @@ def test_each_format_problem_invalidates_the_case(tmp_path: Path, name: str) -> 
     ],
 )
 def test_case_folder_problems(tmp_path: Path, name: str, expected: str) -> None:
-    lay = _setup_two_cases(tmp_path)
+    lay = _setup_two_cases(tmp_path, NESTED)
     {
         "file-instead-of-folder": _file_instead_of_case_folder,
         "case-folder-symlink": _case_folder_symlink,
     }[name](lay)
-    result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
+    result = SegmentationEvaluator(make_spec(["good", "bad"], pattern=NESTED)).score(
+        lay.sub, lay.refs
+    )
     bad = result.cases[0]
     assert bad.case_id == "bad" and bad.status == "invalid"
     assert any(p.startswith("bad") and expected in p for p in bad.problems), bad.problems
@@ -529,7 +538,7 @@ def test_nan_is_visible_to_us_although_simpleitk_hides_it(tmp_path: Path) -> Non
     assert np.isfinite(via_sitk).all()
     report = SegmentationEvaluator(make_spec(["good", "bad"])).check_format(lay.sub)
     assert report.valid is False
-    assert any("bad/mask.nii.gz" in p and "NaN" in p for p in report.problems)
+    assert any("bad.nii.gz" in p and "NaN" in p for p in report.problems)
 
 
 def spy_on_nibabel_load(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
@@ -549,14 +558,14 @@ def test_symlink_to_reference_is_rejected_and_not_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lay = _setup_two_cases(tmp_path)
-    lay.mask_path("bad").parent.mkdir()
+    lay.mask_path("bad").parent.mkdir(parents=True, exist_ok=True)
     lay.mask_path("bad").symlink_to(lay.refs / "bad" / "label.nii.gz")
     loaded = spy_on_nibabel_load(monkeypatch)
     result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
 
     bad = result.cases[0]
     assert bad.case_id == "bad" and bad.status == "invalid"
-    assert any("bad/mask.nii.gz" in p and "symbolic link" in p for p in bad.problems)
+    assert any("bad.nii.gz" in p and "symbolic link" in p for p in bad.problems)
     assert bad.metrics == {"kidney_dice": 0.0, "tumor_dice": 0.0}  # following it would give 1.0
     assert lay.mask_path("bad") not in loaded
     assert lay.mask_path("good") in loaded
@@ -568,21 +577,21 @@ def test_oversized_file_is_rejected_without_reading(
 ) -> None:
     lay = _setup_two_cases(tmp_path)
     limit = 20 * REF_ZYX.size * 8
-    lay.mask_path("bad").parent.mkdir()
+    lay.mask_path("bad").parent.mkdir(parents=True, exist_ok=True)
     with open(lay.mask_path("bad"), "wb") as fh:
         fh.truncate(limit + 1)  # sparse: large on paper, cheap on disk
     loaded = spy_on_nibabel_load(monkeypatch)
     result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
     bad = result.cases[0]
     assert bad.status == "invalid"
-    assert any("bad/mask.nii.gz" in p and "not read" in p for p in bad.problems), bad.problems
+    assert any("bad.nii.gz" in p and "not read" in p for p in bad.problems), bad.problems
     assert lay.mask_path("bad") not in loaded
     assert result.task_score == pytest.approx(0.5)
 
 
 def test_file_just_under_the_size_limit_is_read(tmp_path: Path) -> None:
     lay = _setup_two_cases(tmp_path)
-    lay.mask_path("bad").parent.mkdir()
+    lay.mask_path("bad").parent.mkdir(parents=True, exist_ok=True)
     with open(lay.mask_path("bad"), "wb") as fh:
         fh.truncate(20 * REF_ZYX.size * 8)
     bad = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs).cases[0]
@@ -601,42 +610,66 @@ def test_unexpected_exception_becomes_a_problem_not_a_crash(
     monkeypatch.setattr(seg_module.np, "asanyarray", explode)
     result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
     assert all(c.status == "invalid" for c in result.cases)
-    assert any("bad/mask.nii.gz" in p and "MemoryError" in p for p in result.cases[0].problems)
+    assert any("bad.nii.gz" in p and "MemoryError" in p for p in result.cases[0].problems)
     assert result.task_score == 0.0
 
 
 def test_stray_file_and_unknown_folder_invalidate_the_submission_not_the_cases(
     tmp_path: Path,
 ) -> None:
-    lay = _setup_two_cases(tmp_path)
+    lay = _setup_two_cases(tmp_path, NESTED)
     lay.pred("bad", REF_ZYX)
     (lay.sub / "notes.txt").write_text("hello")
     (lay.sub / "case_99").mkdir()
     (lay.sub / "good" / "probabilities.npy").write_bytes(b"extra outputs inside a case are fine")
-    result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
+    spec = make_spec(["good", "bad"], pattern=NESTED)
+    result = SegmentationEvaluator(spec).score(lay.sub, lay.refs)
     assert all(c.status == "ok" for c in result.cases)
     assert result.task_score == 1.0
     assert result.format.valid is False
     assert result.format.n_valid == 2
     problems = " | ".join(result.format.problems)
     assert "notes.txt: stray file" in problems
-    assert "case_99/: unknown case folder" in problems
+    assert "case_99/: unknown folder" in problems
     assert "probabilities" not in problems
 
 
 def test_symlinks_anywhere_are_reported_and_not_followed(tmp_path: Path) -> None:
-    lay = _setup_two_cases(tmp_path)
+    lay = _setup_two_cases(tmp_path, NESTED)
     lay.pred("bad", REF_ZYX)
     outside = tmp_path / "outside"
     outside.mkdir()
     (lay.sub / "good" / "extra").symlink_to(outside, target_is_directory=True)
     (lay.sub / "top_link").symlink_to(lay.refs)
-    result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
+    spec = make_spec(["good", "bad"], pattern=NESTED)
+    result = SegmentationEvaluator(spec).score(lay.sub, lay.refs)
     problems = " | ".join(result.format.problems)
     assert "good/extra: symbolic link" in problems
     assert "top_link: symbolic link" in problems
     assert result.format.valid is False
     assert all(c.status == "ok" for c in result.cases)
+
+
+def test_flat_layout_names_stray_files_and_folders(tmp_path: Path) -> None:
+    lay = _setup_two_cases(tmp_path)
+    lay.pred("bad", REF_ZYX)
+    (lay.sub / "good.npy").write_bytes(b"not the expected file name")
+    (lay.sub / "bad").mkdir()
+    result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
+    assert result.task_score == 1.0 and result.format.valid is False
+    problems = " | ".join(result.format.problems)
+    assert "good.npy: stray file (not one of the expected outputs)" in problems
+    assert "bad/: unknown folder" in problems
+
+
+def test_output_pattern_must_name_the_case_once() -> None:
+    for pattern in ("mask.nii.gz", "{case}/{case}.nii.gz", "../{case}.nii.gz", "{cases}.nii.gz"):
+        with pytest.raises(ValueError):
+            SegmentationSpec(
+                labels={"a": 1},
+                regions=[SegmentationRegion(name="a", labels=[1], kind="organ")],
+                output_pattern=pattern,
+            )
 
 
 def test_missing_submission_directory_scores_zero(tmp_path: Path) -> None:
@@ -655,8 +688,8 @@ def test_format_only_without_references_checks_what_it_can(tmp_path: Path) -> No
     assert report.n_expected == 3 and report.n_present == 2 and report.n_valid == 1
     assert report.valid is False
     joined = " | ".join(report.problems)
-    assert "bad/mask.nii.gz: unknown label values [3, 7]" in joined
-    assert "absent/mask.nii.gz: missing file" in joined
+    assert "bad.nii.gz: unknown label values [3, 7]" in joined
+    assert "absent.nii.gz: missing file" in joined
 
 
 def test_valid_submission_passes_format_check(tmp_path: Path) -> None:

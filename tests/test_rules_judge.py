@@ -26,7 +26,7 @@ def ctx(tmp_path: Path, tier: str = "lite", n_cases: int = 4) -> JudgeContext:
         public_path="/data/public",
         submission_path="/ws/sub",
         input_filename="ct.nii.gz",
-        output_filename="mask.nii.gz",
+        output_markers=("outputs/",),
     )
 
 
@@ -120,7 +120,7 @@ def test_s2_setup_items(tmp_path: Path) -> None:
         (
             [
                 tool("run one", outputs=1),
-                tool("check mask.nii.gz", outputs=1),
+                tool("check outputs/case_0001.nii.gz", outputs=1),
                 tool("fix attempt", exit_code=1, outputs=1),
                 tool("run all", outputs=4),
             ],

@@ -18,16 +18,16 @@ def test_kidney_task_loads_with_three_tiers() -> None:
     task = load_task(KIDNEY)
     assert (task.id, task.track, task.modality) == ("kidney-tumor-seg", "segmentation", "ct")
     assert sorted(task.tiers) == ["lite", "pro", "standard"]
-    assert task.output_filename == "mask.nii.gz"
+    assert task.output_path("case_0007") == "case_0007.nii.gz"
     brief = task.tiers["lite"].render(
         public_dir="/in",
         workspace="/ws",
-        submission_dir="/ws/s",
+        outputs_dir="/ws/s",
         plan_dir="/ws/p",
         case_count=6,
         time_limit_min=60,
     )
-    assert "/in/<case_id>/ct.nii.gz" in brief and "/ws/s/<case_id>/mask.nii.gz" in brief
+    assert "/in/<case_id>/ct.nii.gz" in brief and "/ws/s/<case_id>.nii.gz" in brief
 
 
 def test_tiers_share_everything_but_the_brief() -> None:

@@ -22,10 +22,10 @@ class AgentContext:
     tier: str
     public_dir: str
     workspace: str
-    submission_dir: str
+    outputs_dir: str
     plan_dir: str
     input_filename: str
-    output_filename: str
+    output_pattern: str  # "{case}" stands for the case id, relative to outputs_dir
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,12 @@ kidneys, close and fill holes to get the kidney hull, and label hypo-enhancing v
 1. Check that numpy, scipy and SimpleITK import.
 2. Inspect one input: shape, spacing, HU range.
 3. Pilot on one case; check mask shape, geometry, labels {{0,1,2}} and plausible volumes.
-4. Run all cases into {submission}/<case>/{output}.
+4. Run all cases into {outputs}/<case>.nii.gz.
 5. Validate every mask, then submit.
 
 ## Expected outputs
-One {output} per case (uint8, 0 background, 1 kidney, 2 tumour), same geometry as the input.
+One <case>.nii.gz label map per case (uint8, 0 background, 1 kidney, 2 tumour),
+with the geometry of the input.
 
 ## Checks
 Shape and spacing equal to the input; labels within {{0,1,2}}; kidney volume 50-600 mL;
@@ -155,12 +156,12 @@ from pathlib import Path
 import numpy as np
 import SimpleITK as sitk
 
-public, submission, out_name, in_name = sys.argv[1:5]
+public, outputs, out_pattern, in_name = sys.argv[1:5]
 cases = sys.argv[5:] or sorted(p.name for p in Path(public).iterdir() if p.is_dir())
 bad = 0
 for case in cases:
     ct = sitk.ReadImage(str(Path(public) / case / in_name))
-    mask_path = Path(submission) / case / out_name
+    mask_path = Path(outputs) / out_pattern.replace("{case}", case)
     if not mask_path.exists():
         print(f"{case}: MISSING"); bad += 1; continue
     mask = sitk.ReadImage(str(mask_path))
@@ -190,7 +191,9 @@ sys.exit(1 if bad else 0)
 
 def reference_steps(ctx: AgentContext) -> list[Step]:
     """The competent pipeline: plan, set up, pilot and check, batch, check, submit."""
-    plan = _LITE_PLAN.format(submission=ctx.submission_dir, output=ctx.output_filename)
+    plan = _LITE_PLAN.format(outputs=ctx.outputs_dir)
+    out_case = ctx.output_pattern.replace("{case}", "$CASE")
+    out_c = ctx.output_pattern.replace("{case}", "$c")
     steps: list[Step] = []
     if ctx.tier == "lite":
         steps.append(_bash("S1: write the plan.", _heredoc(f"{ctx.plan_dir}/plan.md", plan)))
@@ -228,26 +231,26 @@ def reference_steps(ctx: AgentContext) -> list[Step]:
             "S3: pilot on the first case only.",
             f"CASE=$(ls {ctx.public_dir} | sort | head -n 1)\n"
             f"python {ctx.workspace}/segment.py {ctx.public_dir}/$CASE/{ctx.input_filename} "
-            f"{ctx.submission_dir}/$CASE/{ctx.output_filename} && echo pilot written for $CASE",
+            f"{ctx.outputs_dir}/{out_case} && echo pilot written for $CASE",
         ),
         _bash("S3: write the output checker.", _heredoc(f"{ctx.workspace}/check.py", _CHECK_PY)),
         _bash(
             "S3: check the pilot mask (shape, geometry, labels, volumes).",
             f"CASE=$(ls {ctx.public_dir} | sort | head -n 1)\n"
-            f"python {ctx.workspace}/check.py {ctx.public_dir} {ctx.submission_dir} "
-            f"{ctx.output_filename} {ctx.input_filename} $CASE",
+            f"python {ctx.workspace}/check.py {ctx.public_dir} {ctx.outputs_dir} "
+            f"'{ctx.output_pattern}' {ctx.input_filename} $CASE",
         ),
         _bash(
             "S4: run every case.",
             f"for d in {ctx.public_dir}/*/; do c=$(basename $d); "
             f"python {ctx.workspace}/segment.py ${{d}}{ctx.input_filename} "
-            f"{ctx.submission_dir}/$c/{ctx.output_filename} || exit 1; done; "
-            f"ls {ctx.submission_dir} | wc -l",
+            f"{ctx.outputs_dir}/{out_c} || exit 1; done; "
+            f"ls {ctx.outputs_dir} | wc -l",
         ),
         _bash(
             "S5: check every mask before submitting.",
-            f"python {ctx.workspace}/check.py {ctx.public_dir} {ctx.submission_dir} "
-            f"{ctx.output_filename} {ctx.input_filename}",
+            f"python {ctx.workspace}/check.py {ctx.public_dir} {ctx.outputs_dir} "
+            f"'{ctx.output_pattern}' {ctx.input_filename}",
         ),
         Step("S5: submit.", "submit_results", {}),
     ]

@@ -30,7 +30,8 @@ class JudgeContext:
     public_path: str
     submission_path: str
     input_filename: str
-    output_filename: str
+    #: Strings whose presence in a call's code means it touches the outputs.
+    output_markers: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ def judge_s3(ctx: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult
         for c in between
         if c.ok
         and c.outputs_after == pilot.outputs_after  # type: ignore[union-attr]
-        and (ctx.output_filename in c.code or ctx.submission_path in c.code)
+        and any(m in c.code for m in (ctx.submission_path, *ctx.output_markers))
     ]
     last_ok = bool(between) and between[-1].ok
     return [
