@@ -17,10 +17,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pytest_automedbench.agents.base import Limits
+from pytest_automedbench.agents.base import AgentContext, Limits
 from pytest_automedbench.agents.loop import run_agent
 from pytest_automedbench.agents.registry import get_agent
-from pytest_automedbench.agents.scripted import AgentContext
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
@@ -167,14 +166,12 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     with sandbox:
         ws = sandbox.workspace_path
         ctx = AgentContext(
-            task_id=task.id,
+            task=task,
             tier=key.tier,
             public_dir=sandbox.public_path,
             workspace=ws,
             outputs_dir=f"{ws}/{OUTPUTS_DIRNAME}",
             plan_dir=f"{ws}/plan",
-            input_filename=task.data.input_filename,
-            output_pattern=task.output_pattern,
         )
         policy = entry.factory(ctx)
         brief = task.tiers[key.tier].render(
@@ -235,7 +232,7 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         n_cases=len(staged.case_ids),
         public_path=ctx.public_dir,
         submission_path=ctx.outputs_dir,
-        input_filename=task.data.input_filename,
+        input_markers=tuple(task.data.inputs),
         output_markers=(f"{OUTPUTS_DIRNAME}/",),
     )
     stages = score_stages(

@@ -12,8 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.fixtures import SYNTHETIC_GENERATOR_VERSIONS, SYNTHETIC_GENERATORS
-from pytest_automedbench.fixtures.staging import StagedData, load_prepared, stage_synthetic
+from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.staging import (
+    StagedData,
+    load_prepared,
+    stage_real,
+    stage_synthetic,
+)
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.results import CellKey
 from pytest_automedbench.tasks import TaskSpec
@@ -53,21 +58,36 @@ class AutoMedBenchSession:
 
     def _stage(self, task: TaskSpec) -> StagedData:
         if self.config.data_root is not None:
-            root = self.config.data_root / task.id
-            if not (root / "public").is_dir() or not (root / "private").is_dir():
-                raise DataUnavailable(
-                    f"{task.id}: --data-root given but {root}/public and {root}/private are "
-                    f"missing ({task.data.real_source or 'no real source declared'})"
-                )
-            return load_prepared(task.id, root)
+            return self._stage_real(task, self.config.data_root)
         source = task.data.synthetic
-        generator = SYNTHETIC_GENERATORS[source.generator]
+        generator = get_generator(source.generator)
         return stage_synthetic(
             task_id=task.id,
-            generator_name=source.generator,
-            generator=generator,
+            generator_name=generator.name,
+            generator=generator.generate,
             cache_root=self.data_cache,
             n_cases=source.n_cases,
             seed=source.seed,
-            generator_version=SYNTHETIC_GENERATOR_VERSIONS[source.generator],
+            generator_version=generator.version,
         )
+
+    def _stage_real(self, task: TaskSpec, data_root: Path) -> StagedData:
+        """A prepared split under ``<data-root>/<task>/``, else the official layout under
+        ``<data-root>/<stager dirname>/`` converted once into the cache."""
+        prepared = data_root / task.id
+        if (prepared / "public").is_dir() and (prepared / "private").is_dir():
+            return load_prepared(task.id, prepared)
+        if task.data.real is None:
+            raise DataUnavailable(
+                f"{task.id}: no real dataset is declared for this task and {prepared} holds "
+                "no prepared public/ and private/ split"
+            )
+        stager = get_stager(task.data.real.stager)
+        source_root = data_root / stager.dirname
+        if not source_root.is_dir():
+            raise DataUnavailable(
+                f"{task.id}: {stager.source} not found: expected its official layout in "
+                f"{source_root} (or a prepared split in {prepared}/public and /private). "
+                f"Access: {stager.access}"
+            )
+        return stage_real(task.id, stager, source_root, self.data_cache)

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pytest_automedbench.evaluators.schema import SegmentationSpec
-from pytest_automedbench.fixtures import SYNTHETIC_GENERATORS
+from pytest_automedbench.fixtures.registry import RegistryError, get_generator, get_stager
 
 TRACKS: tuple[str, ...] = ("segmentation", "enhancement", "vqa", "report", "detection")
 TIERS: tuple[str, ...] = ("lite", "standard", "pro")
@@ -53,12 +53,27 @@ class SyntheticSource(BaseModel):
     seed: int = 0
 
 
+class RealSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stager: str
+
+
 class DataSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    input_filename: str
+    #: Files each public case folder holds, e.g. [ct.nii.gz] or the four BraTS sequences.
+    inputs: list[str] = Field(min_length=1)
     synthetic: SyntheticSource
-    real_source: str = ""
+    real: RealSource | None = None
+
+
+class ReferenceDecl(BaseModel):
+    """What the reference solution must reach on synthetic data (the golden band)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expected_task_min: float = Field(ge=0.0, le=1.0)
 
 
 class RatingBands(BaseModel):
@@ -106,6 +121,7 @@ class TaskSpec(BaseModel):
     data: DataSpec
     evaluation: EvaluationDecl
     rating: RatingBands
+    reference: ReferenceDecl
     tiers: dict[str, TierSpec]
     folder: Path
 
@@ -119,6 +135,11 @@ class TaskSpec(BaseModel):
         if missing:
             raise ValueError(f"missing brief templates for tiers: {', '.join(missing)}")
         return self
+
+    @property
+    def reference_dir(self) -> Path:
+        """The reference solution: solve.py (and plan.md / plan.mmd) for the scripted agent."""
+        return self.folder / "reference"
 
     @property
     def output_pattern(self) -> str:
@@ -156,12 +177,16 @@ def load_task(folder: Path) -> TaskSpec:
             text = brief_path.read_text(encoding="utf-8")
             _check_template(brief_path, text)
             tiers[tier] = TierSpec(name=tier, brief_template=text)  # type: ignore[arg-type]
-    generator = (raw.get("data") or {}).get("synthetic", {}).get("generator")
-    if generator is not None and generator not in SYNTHETIC_GENERATORS:
-        raise TaskError(
-            f"{yaml_path}: data.synthetic.generator {generator!r} is unknown; "
-            f"known generators: {', '.join(sorted(SYNTHETIC_GENERATORS))}"
-        )
+    data = raw.get("data") or {}
+    generator = (data.get("synthetic") or {}).get("generator")
+    stager = (data.get("real") or {}).get("stager")
+    try:
+        if generator is not None:
+            get_generator(generator)
+        if stager is not None:
+            get_stager(stager)
+    except RegistryError as exc:
+        raise TaskError(f"{yaml_path}: data: {exc}") from None
     if raw.get("id") != folder.name:
         raise TaskError(f"{yaml_path}: field 'id' must equal the folder name {folder.name!r}")
     try:

@@ -18,7 +18,6 @@ import pytest
 import SimpleITK as sitk
 from scipy import ndimage
 
-from pytest_automedbench.fixtures import SYNTHETIC_GENERATOR_VERSIONS, SYNTHETIC_GENERATORS
 from pytest_automedbench.fixtures.kidney_ct import (
     DEFAULT_SHAPE,
     DEFAULT_SPACING,
@@ -29,6 +28,7 @@ from pytest_automedbench.fixtures.kidney_ct import (
     tumor_free_indices,
     write_case,
 )
+from pytest_automedbench.fixtures.registry import get_generator
 
 Int16Array = npt.NDArray[np.int16]
 UInt8Array = npt.NDArray[np.uint8]
@@ -321,5 +321,5 @@ def test_generate_dataset_rejects_bad_counts(tmp_path: Path) -> None:
 
 
 def test_registry_exposes_the_generator() -> None:
-    assert SYNTHETIC_GENERATORS["kidney-ct"] is generate_dataset
-    assert SYNTHETIC_GENERATOR_VERSIONS["kidney-ct"] == GENERATOR_VERSION
+    assert get_generator("kidney-ct").generate is generate_dataset
+    assert get_generator("kidney-ct").version == GENERATOR_VERSION

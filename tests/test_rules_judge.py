@@ -25,7 +25,7 @@ def ctx(tmp_path: Path, tier: str = "lite", n_cases: int = 4) -> JudgeContext:
         n_cases=n_cases,
         public_path="/data/public",
         submission_path="/ws/sub",
-        input_filename="ct.nii.gz",
+        input_markers=("ct.nii.gz",),
         output_markers=("outputs/",),
     )
 

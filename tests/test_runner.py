@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.agents import registry
-from pytest_automedbench.agents.base import Message, Reply
-from pytest_automedbench.agents.scripted import AgentContext, reference_agent
+from pytest_automedbench.agents.base import AgentContext, Message, Reply
+from pytest_automedbench.agents.scripted import reference_agent
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.fixtures import SYNTHETIC_GENERATORS
+from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
 from pytest_automedbench.results import CellKey
 from pytest_automedbench.runner import CellPlan, run_cell
@@ -28,7 +28,7 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
     return stage_synthetic(
         task_id=TASK.id,
         generator_name="kidney-ct",
-        generator=SYNTHETIC_GENERATORS["kidney-ct"],
+        generator=get_generator("kidney-ct").generate,
         cache_root=tmp_path_factory.mktemp("data"),
         n_cases=3,
         seed=5,

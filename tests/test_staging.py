@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_automedbench.fixtures import SYNTHETIC_GENERATOR_VERSIONS, SYNTHETIC_GENERATORS
+from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import (
     MANIFEST_NAME,
     CaseGenerator,
@@ -205,11 +205,11 @@ def test_real_kidney_generator_stages_and_verifies(tmp_path: Path) -> None:
     staged = stage_synthetic(
         TASK,
         "kidney-ct",
-        SYNTHETIC_GENERATORS["kidney-ct"],
+        get_generator("kidney-ct").generate,
         tmp_path,
         n_cases=2,
         seed=0,
-        generator_version=SYNTHETIC_GENERATOR_VERSIONS["kidney-ct"],
+        generator_version=get_generator("kidney-ct").version,
     )
     assert staged.case_ids == ["case_0001", "case_0002"]
     assert staged.source == "synthetic:kidney-ct"

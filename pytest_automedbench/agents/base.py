@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from pytest_automedbench.tasks import TaskSpec
+
 Message = dict[str, Any]
 
 Termination = Literal[
@@ -20,6 +22,19 @@ Termination = Literal[
     "cost_limit",
     "no_action",
 ]
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """What an agent is told about its cell: the task, the tier and its paths as seen
+    inside the sandbox."""
+
+    task: TaskSpec
+    tier: str
+    public_dir: str
+    workspace: str
+    outputs_dir: str
+    plan_dir: str
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytest_automedbench.agents.base import Policy
+from pytest_automedbench.agents.base import AgentContext, Policy
 from pytest_automedbench.agents.scripted import (
-    AgentContext,
     empty_agent,
     no_validate_agent,
     reference_agent,

@@ -29,7 +29,8 @@ class JudgeContext:
     n_cases: int
     public_path: str
     submission_path: str
-    input_filename: str
+    #: Input file names; a call mentioning one (or the public path) reads the inputs.
+    input_markers: tuple[str, ...]
     #: Strings whose presence in a call's code means it touches the outputs.
     output_markers: tuple[str, ...]
 
@@ -138,7 +139,7 @@ def judge_s2(ctx: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult
     setup = calls[: _first_output_index(calls)]
     env_checks = [c for c in setup if c.ok and any(w in c.code for w in _SETUP_WORDS)]
     inspections = [
-        c for c in setup if c.ok and (ctx.public_path in c.code or ctx.input_filename in c.code)
+        c for c in setup if c.ok and any(m in c.code for m in (ctx.public_path, *ctx.input_markers))
     ]
     failures = [c for c in setup if not c.ok]
     return [
