@@ -1,2 +1,146 @@
-def main() -> int:
+"""The ``automedbench`` command: list the catalogue and stage task data by hand.
+
+Everything here calls the same modules the pytest plugin uses, so staged data
+and listings are exactly what the benchmark cells see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
+
+#: A checkout keeps the catalogue next to the package.
+_CHECKOUT_SUITES = Path(__file__).resolve().parent.parent / "suites"
+
+
+def default_suites() -> Path:
+    local = Path.cwd() / "suites"
+    return local if local.is_dir() else _CHECKOUT_SUITES
+
+
+def _load(suites: Path) -> list[TaskSpec]:
+    if not suites.is_dir():
+        raise TaskError(f"no task catalogue at {suites}; pass --suites DIR")
+    return discover_tasks(suites)
+
+
+def _find(tasks: list[TaskSpec], task_id: str) -> TaskSpec:
+    for task in tasks:
+        if task.id == task_id:
+            return task
+    raise TaskError(f"unknown task {task_id!r}; known tasks: {', '.join(t.id for t in tasks)}")
+
+
+def _real_status(task: TaskSpec, data_root: Path | None) -> str:
+    if task.data.real is None:
+        return "none declared"
+    stager = get_stager(task.data.real.stager)
+    if data_root is None:
+        return f"{stager.source} (not checked)"
+    found = (data_root / stager.dirname).is_dir() or (data_root / task.id / "public").is_dir()
+    return f"{stager.source} ({'present' if found else 'absent'})"
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    tasks = _load(args.suites)
+    rows = [
+        {
+            "task": t.id,
+            "track": t.track,
+            "modality": t.modality,
+            "cases": t.data.synthetic.n_cases,
+            "real": _real_status(t, args.data_root),
+        }
+        for t in tasks
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in rows[0]} if rows else {}
+    print("  ".join(k.ljust(w) for k, w in widths.items()))
+    for row in rows:
+        print("  ".join(str(row[k]).ljust(w) for k, w in widths.items()))
     return 0
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    task = _find(_load(args.suites), args.task)
+    out: Path = args.out
+    public, private = out / "public", out / "private"
+    for directory in (public, private):
+        if directory.exists() and any(directory.iterdir()):
+            raise TaskError(f"{directory} is not empty; choose another --out")
+        directory.mkdir(parents=True, exist_ok=True)
+    if args.data_root is not None:
+        if task.data.real is None:
+            raise TaskError(f"{task.id}: no real dataset stager is declared")
+        stager = get_stager(task.data.real.stager)
+        source_root = args.data_root / stager.dirname
+        if not source_root.is_dir():
+            raise TaskError(
+                f"{task.id}: expected {stager.source} in {source_root}; {stager.access}"
+            )
+        cases = stager.stage(source_root, public, private, args.cases)
+        source = f"real:{stager.name} from {source_root}"
+    else:
+        generator = get_generator(task.data.synthetic.generator)
+        seed = task.data.synthetic.seed if args.seed is None else args.seed
+        n_cases = task.data.synthetic.n_cases if args.cases is None else args.cases
+        cases = generator.generate(public, private, n_cases, seed)
+        source = f"synthetic:{generator.name} v{generator.version} seed {seed}"
+    print(f"{task.id}: {len(cases)} cases from {source} -> {public} and {private}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="automedbench", description=__doc__)
+    parser.add_argument(
+        "--suites",
+        type=Path,
+        default=None,
+        help="task catalogue folder (default: ./suites, else the checkout's)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    tasks = sub.add_parser("tasks", help="list the catalogue")
+    tasks.add_argument(
+        "--data-root",
+        type=Path,
+        default=None,
+        help="report whether each task's real dataset is present there",
+    )
+    tasks.add_argument("--json", action="store_true")
+    tasks.set_defaults(func=cmd_tasks)
+    stage = sub.add_parser("stage", help="write a task's public/ and private/ split")
+    stage.add_argument("task")
+    stage.add_argument("--out", type=Path, required=True)
+    stage.add_argument("--seed", type=int, default=None, help="synthetic seed (default: task's)")
+    stage.add_argument("--cases", type=int, default=None, help="number of cases (max for real)")
+    stage.add_argument(
+        "--data-root",
+        type=Path,
+        default=None,
+        help="stage the real dataset found here instead of synthetic data",
+    )
+    stage.set_defaults(func=cmd_stage)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.suites is None:
+        args.suites = default_suites()
+    try:
+        return int(args.func(args))
+    except (TaskError, ValueError, OSError) as exc:
+        print(f"automedbench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

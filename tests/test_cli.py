@@ -1,0 +1,52 @@
+"""The automedbench command: catalogue listing and staging by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import SimpleITK as sitk
+
+from pytest_automedbench.cli import main
+
+from .conftest import SUITES
+
+
+def test_tasks_lists_the_catalogue_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--suites", str(SUITES), "tasks", "--json"]) == 0
+    rows = {r["task"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["kidney-tumor-seg"]["track"] == "segmentation"
+    assert rows["kidney-tumor-seg"]["modality"] == "ct"
+
+
+def test_tasks_reports_real_data_presence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "kidney-tumor-seg" / "public").mkdir(parents=True)
+    assert main(["--suites", str(SUITES), "tasks", "--json", "--data-root", str(tmp_path)]) == 0
+    rows = {r["task"]: r for r in json.loads(capsys.readouterr().out)}
+    real = rows["kidney-tumor-seg"]["real"]
+    assert real == "none declared" or real.endswith("(present)")
+
+
+def test_stage_writes_a_synthetic_split_and_refuses_to_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "staged"
+    argv = ["--suites", str(SUITES), "stage", "kidney-tumor-seg", "--out", str(out)]
+    assert main([*argv, "--cases", "2", "--seed", "4"]) == 0
+    assert sorted(p.name for p in (out / "public").iterdir()) == ["case_0001", "case_0002"]
+    image = sitk.ReadImage(str(out / "public" / "case_0001" / "ct.nii.gz"))
+    label = sitk.ReadImage(str(out / "private" / "case_0001" / "label.nii.gz"))
+    assert image.GetSize() == label.GetSize()
+    assert main(argv) == 2
+    assert "is not empty" in capsys.readouterr().err
+
+
+def test_unknown_task_is_an_error_naming_the_known_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--suites", str(SUITES), "stage", "no-such-task", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert "unknown task 'no-such-task'; known tasks: " in capsys.readouterr().err
