@@ -1,4 +1,4 @@
-"""The ``automedbench`` command: list the catalogue and stage task data by hand.
+"""The ``automedbench`` command: list the catalogue, stage task data, re-score submissions.
 
 Everything here calls the same modules the pytest plugin uses, so staged data
 and listings are exactly what the benchmark cells see.
@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_automedbench.evaluation import EvaluatorError, evaluate
+from pytest_automedbench.evaluators.schema import EvalSpec
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
 
@@ -98,6 +101,42 @@ def cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Re-score a saved submission without re-running an agent."""
+    task = _find(_load(args.suites), args.task)
+    references: Path = args.references
+    if not references.is_dir():
+        raise TaskError(f"references folder {references} does not exist")
+    case_ids = sorted(p.name for p in references.iterdir() if p.is_dir())
+    spec = EvalSpec(
+        task_id=task.id,
+        track=task.track,
+        case_ids=case_ids,
+        segmentation=task.evaluation.segmentation,
+    )
+    with tempfile.TemporaryDirectory(prefix="amb-evaluate-") as workdir:
+        result = evaluate(spec, args.submission, references, Path(workdir))
+    if args.json:
+        print(result.model_dump_json(indent=1))
+        return 0
+    for case in result.cases:
+        metrics = ", ".join(
+            f"{k} {'n/a' if v is None else f'{v:.4f}'}" for k, v in sorted(case.metrics.items())
+        )
+        print(f"{case.case_id}: {case.status}  {metrics}")
+        for problem in case.problems:
+            print(f"    {problem}")
+    for problem in result.format.problems:
+        print(f"format: {problem}")
+    headline = ", ".join(f"{k} {v:.4f}" for k, v in sorted(result.metrics.items()))
+    print(
+        f"format valid: {result.format.valid} ({result.format.n_valid}/"
+        f"{result.format.n_expected} cases valid)"
+    )
+    print(f"TASK {result.task_score:.4f}  ({headline})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="automedbench", description=__doc__)
     parser.add_argument(
@@ -128,6 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="stage the real dataset found here instead of synthetic data",
     )
     stage.set_defaults(func=cmd_stage)
+    evaluate_cmd = sub.add_parser("evaluate", help="score a saved submission")
+    evaluate_cmd.add_argument("task")
+    evaluate_cmd.add_argument(
+        "--submission", type=Path, required=True, help="the outputs/ folder of a workspace"
+    )
+    evaluate_cmd.add_argument(
+        "--references", type=Path, required=True, help="the private/ folder of the staged data"
+    )
+    evaluate_cmd.add_argument(
+        "--json", action="store_true", help="print the evaluator's JSON (schema-versioned)"
+    )
+    evaluate_cmd.set_defaults(func=cmd_evaluate)
     return parser
 
 
@@ -137,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.suites = default_suites()
     try:
         return int(args.func(args))
-    except (TaskError, ValueError, OSError) as exc:
+    except (TaskError, EvaluatorError, ValueError, OSError) as exc:
         print(f"automedbench: error: {exc}", file=sys.stderr)
         return 2
 

@@ -50,3 +50,49 @@ def test_unknown_task_is_an_error_naming_the_known_ones(
     argv = ["--suites", str(SUITES), "stage", "no-such-task", "--out", str(tmp_path)]
     assert main(argv) == 2
     assert "unknown task 'no-such-task'; known tasks: " in capsys.readouterr().err
+
+
+def test_evaluate_rescores_a_saved_submission(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    staged = tmp_path / "staged"
+    assert (
+        main(
+            [
+                "--suites",
+                str(SUITES),
+                "stage",
+                "kidney-tumor-seg",
+                "--out",
+                str(staged),
+                "--cases",
+                "2",
+            ]
+        )
+        == 0
+    )
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    # A perfect case and a missing one: TASK is the mean with the missing case at 0.
+    reference = staged / "private" / "case_0001" / "label.nii.gz"
+    (outputs / "case_0001.nii.gz").write_bytes(reference.read_bytes())
+    capsys.readouterr()
+    argv = [
+        "--suites",
+        str(SUITES),
+        "evaluate",
+        "kidney-tumor-seg",
+        "--submission",
+        str(outputs),
+        "--references",
+        str(staged / "private"),
+    ]
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["schema_version"] == 1
+    assert [c["status"] for c in result["cases"]] == ["ok", "missing"]
+    assert result["cases"][0]["metrics"]["kidney_dice"] == 1.0
+    assert 0.0 < result["task_score"] < 1.0
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "case_0002: missing" in text and "format valid: False (1/2 cases valid)" in text
