@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_automedbench.tasks import discover_tasks
+
 from .conftest import SUITES
 
-TIER_IDS = [
+TASKS = discover_tasks(SUITES)
+KIDNEY = [
     "kidney-tumor-seg-lite-r0",
     "kidney-tumor-seg-standard-r0",
     "kidney-tumor-seg-pro-r0",
@@ -20,21 +23,33 @@ def _collected(pytester: pytest.Pytester, *args: str) -> list[str]:
     ]
 
 
-def test_ids_and_order(pytester: pytest.Pytester) -> None:
-    assert _collected(pytester) == TIER_IDS
+def test_every_task_and_tier_in_sorted_order(pytester: pytest.Pytester) -> None:
+    ids = _collected(pytester)
+    by_track: dict[str, list[str]] = {}
+    for task in TASKS:  # discover_tasks sorts by id; modules are collected per track folder
+        by_track.setdefault(task.track, []).extend(
+            f"{task.id}-{tier}-r0" for tier in ("lite", "standard", "pro")
+        )
+    assert sorted(ids) == sorted(i for group in by_track.values() for i in group)
+    assert len(ids) == 3 * len(TASKS)
+    assert _collected(pytester, "-m", "segmentation") == by_track["segmentation"]
+    assert _collected(pytester) == ids  # stable across sessions
 
 
 def test_track_tier_and_keyword_selection(pytester: pytest.Pytester) -> None:
-    assert _collected(pytester, "-m", "segmentation") == TIER_IDS
-    assert _collected(pytester, "-m", "lite") == ["kidney-tumor-seg-lite-r0"]
-    assert _collected(pytester, "-m", "ct and pro") == ["kidney-tumor-seg-pro-r0"]
-    assert _collected(pytester, "-m", "detection") == []
+    assert _collected(pytester, "-k", "kidney") == KIDNEY
+    assert _collected(pytester, "-k", "kidney", "-m", "lite") == ["kidney-tumor-seg-lite-r0"]
+    assert _collected(pytester, "-k", "kidney", "-m", "ct and pro") == ["kidney-tumor-seg-pro-r0"]
     assert _collected(pytester, "-k", "kidney and standard") == ["kidney-tumor-seg-standard-r0"]
-    assert _collected(pytester, "-k", "liver") == []
+    assert _collected(pytester, "-k", "no-such-task") == []
+    lite = _collected(pytester, "-m", "lite")
+    assert len(lite) == len(TASKS) and all(i.endswith("-lite-r0") for i in lite)
+    mri = {t.id for t in TASKS if t.modality == "mri"}
+    assert {i.rsplit("-", 2)[0] for i in _collected(pytester, "-m", "mri")} == mri
 
 
 def test_tier_and_runs_options(pytester: pytest.Pytester) -> None:
-    assert _collected(pytester, "--tier=standard", "--runs=3") == [
+    assert _collected(pytester, "-k", "kidney", "--tier=standard", "--runs=3") == [
         "kidney-tumor-seg-standard-r0",
         "kidney-tumor-seg-standard-r1",
         "kidney-tumor-seg-standard-r2",
@@ -42,7 +57,7 @@ def test_tier_and_runs_options(pytester: pytest.Pytester) -> None:
 
 
 def test_several_agents_prefix_the_agent(pytester: pytest.Pytester) -> None:
-    ids = _collected(pytester, "--tier=lite", "--agent=reference", "--agent=empty")
+    ids = _collected(pytester, "-k", "kidney", "--tier=lite", "--agent=reference", "--agent=empty")
     assert ids == ["reference-kidney-tumor-seg-lite-r0", "empty-kidney-tumor-seg-lite-r0"]
 
 
@@ -58,5 +73,6 @@ def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) ->
         "standard",
         "pro",
         "ct",
+        "mri",
     ):
         result.stdout.fnmatch_lines([f"@pytest.mark.{marker}:*"])
