@@ -44,10 +44,13 @@ def _real_status(task: TaskSpec, data_root: Path | None) -> str:
     if task.data.real is None:
         return "none declared"
     stager = get_stager(task.data.real.stager)
+    where = f"{stager.name} <data-root>/{stager.dirname}/"
+    if stager.credentialed:
+        where += " credentialed"
     if data_root is None:
-        return f"{stager.source} (not checked)"
+        return where
     found = (data_root / stager.dirname).is_dir() or (data_root / task.id / "public").is_dir()
-    return f"{stager.source} ({'present' if found else 'absent'})"
+    return f"{where} ({'present' if found else 'absent'})"
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
