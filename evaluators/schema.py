@@ -26,6 +26,15 @@ class EvaluatorInputError(Exception):
     """
 
 
+def _check_output_pattern(pattern: str, reference_filename: str) -> None:
+    """Shared by every track: one ``{case}``, relative paths, no climbing out."""
+    if pattern.count("{case}") != 1 or any(c in pattern.replace("{case}", "") for c in "{}"):
+        raise ValueError(f"output_pattern {pattern!r} must hold {{case}} once")
+    for filename in (pattern, reference_filename):
+        if not filename or filename.startswith("/") or ".." in filename.split("/"):
+            raise ValueError(f"path {filename!r} must be relative, without '..'")
+
+
 class SegmentationRegion(BaseModel):
     """A scored structure; a label *set*, so composite regions (kidney = 1 or 2) need no relabel."""
 
@@ -66,17 +75,43 @@ class SegmentationSpec(BaseModel):
             unknown = sorted(set(region.labels) - allowed)
             if unknown:
                 raise ValueError(f"region {region.name!r} uses labels {unknown} not in labels")
-        if self.output_pattern.count("{case}") != 1 or any(
-            c in self.output_pattern.replace("{case}", "") for c in "{}"
-        ):
-            raise ValueError(f"output_pattern {self.output_pattern!r} must hold {{case}} once")
-        for filename in (self.output_pattern, self.reference_filename):
-            if not filename or filename.startswith("/") or ".." in filename.split("/"):
-                raise ValueError(f"path {filename!r} must be relative, without '..'")
+        _check_output_pattern(self.output_pattern, self.reference_filename)
         return self
 
     def output_path(self, case_id: str) -> str:
         """The submission-relative path of a case's mask."""
+        return self.output_pattern.replace("{case}", case_id)
+
+
+class EnhancementSpec(BaseModel):
+    """Image restoration (denoising, super-resolution, reconstruction) scored by PSNR and SSIM.
+
+    Each case's score is the mean of PSNR and SSIM mapped linearly through the task's
+    bands to [0, 1] (below the lower bound 0, above the upper 1); TASK is the mean over
+    cases, a missing or invalid case scoring 0. SSIM uses Gaussian weights (sigma 1.5,
+    ``use_sample_covariance=False``), the literature's setting, not scikit-image's default.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    output_pattern: str = "{case}.npy"
+    reference_filename: str = "reference.npy"
+    #: Fixed data range for PSNR/SSIM (e.g. an HU window width); None: per-case reference
+    #: max - min.
+    data_range: float | None = Field(default=None, gt=0)
+    psnr_band: tuple[float, float]
+    ssim_band: tuple[float, float]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EnhancementSpec:
+        _check_output_pattern(self.output_pattern, self.reference_filename)
+        for name, (lo, hi) in (("psnr_band", self.psnr_band), ("ssim_band", self.ssim_band)):
+            if not lo < hi:
+                raise ValueError(f"{name} must be (lower, upper) with lower < upper")
+        return self
+
+    def output_path(self, case_id: str) -> str:
+        """The submission-relative path of a case's output."""
         return self.output_pattern.replace("{case}", case_id)
 
 
@@ -90,6 +125,7 @@ class EvalSpec(BaseModel):
     track: Track
     case_ids: list[str]
     segmentation: SegmentationSpec | None = None
+    enhancement: EnhancementSpec | None = None
 
     @model_validator(mode="after")
     def _safe_case_ids(self) -> EvalSpec:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_automedbench.evaluation import EvaluatorError, evaluate
-from pytest_automedbench.evaluators.schema import EvalSpec
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
 
@@ -111,12 +110,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if not references.is_dir():
         raise TaskError(f"references folder {references} does not exist")
     case_ids = sorted(p.name for p in references.iterdir() if p.is_dir())
-    spec = EvalSpec(
-        task_id=task.id,
-        track=task.track,
-        case_ids=case_ids,
-        segmentation=task.evaluation.segmentation,
-    )
+    spec = task.eval_spec(case_ids)
     with tempfile.TemporaryDirectory(prefix="amb-evaluate-") as workdir:
         result = evaluate(spec, args.submission, references, Path(workdir))
     if args.json:

@@ -182,6 +182,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                         getattr(pytest.mark, task.modality),
                     ]
                     params.append(pytest.param(Cell(key, task), id=cell_id, marks=marks))
+    if not params:  # a track folder without tasks: say so instead of pytest's "NOTSET"
+        reason = f"no tasks in {suite_dir}"
+        params.append(pytest.param(None, id="no-tasks", marks=pytest.mark.skip(reason=reason)))
     metafunc.parametrize("cell", params)
 
 

@@ -28,7 +28,6 @@ from pytest_automedbench.agents.trajectory import (
 )
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluation import check_format, evaluate
-from pytest_automedbench.evaluators.schema import EvalSpec
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox
@@ -75,15 +74,6 @@ def harness_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[dist] = "absent"
     return versions
-
-
-def eval_spec(task: TaskSpec, staged: StagedData) -> EvalSpec:
-    return EvalSpec(
-        task_id=task.id,
-        track=task.track,
-        case_ids=staged.case_ids,
-        segmentation=task.evaluation.segmentation,
-    )
 
 
 def _observer(workspace: Path, outputs: Path, expected: list[str]) -> dict[str, Any]:
@@ -160,7 +150,7 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     sandbox: Sandbox = create_sandbox(
         plan.config.sandbox, SandboxSpec(public_dir=staged.public_dir, workspace_dir=workspace)
     )
-    spec = eval_spec(task, staged)
+    spec = task.eval_spec(staged.case_ids)
     expected_outputs = [task.output_path(c) for c in staged.case_ids]
     outputs_host = workspace / OUTPUTS_DIRNAME
     with sandbox:

@@ -16,7 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pytest_automedbench.evaluators.schema import SegmentationSpec
+from pytest_automedbench.evaluators.schema import EnhancementSpec, EvalSpec, SegmentationSpec
 from pytest_automedbench.fixtures.registry import RegistryError, get_generator, get_stager
 
 TRACKS: tuple[str, ...] = ("segmentation", "enhancement", "vqa", "report", "detection")
@@ -92,9 +92,15 @@ class RatingBands(BaseModel):
 
 
 class EvaluationDecl(BaseModel):
+    """How the evaluator scores the task: exactly the section of the task's own track."""
+
     model_config = ConfigDict(extra="forbid")
 
     segmentation: SegmentationSpec | None = None
+    enhancement: EnhancementSpec | None = None
+
+    def declared(self) -> list[str]:
+        return [name for name in type(self).model_fields if getattr(self, name) is not None]
 
 
 class TierSpec(BaseModel):
@@ -129,8 +135,11 @@ class TaskSpec(BaseModel):
     def _consistent(self) -> TaskSpec:
         if self.modality not in MODALITIES:
             raise ValueError(f"modality {self.modality!r} is not one of {', '.join(MODALITIES)}")
-        if self.track == "segmentation" and self.evaluation.segmentation is None:
-            raise ValueError("a segmentation task needs evaluation.segmentation")
+        if self.evaluation.declared() != [self.track]:
+            declared = ", ".join(self.evaluation.declared()) or "none"
+            raise ValueError(
+                f"a {self.track} task needs exactly evaluation.{self.track} (declared: {declared})"
+            )
         missing = [t for t in TIERS if t not in self.tiers]
         if missing:
             raise ValueError(f"missing brief templates for tiers: {', '.join(missing)}")
@@ -144,12 +153,23 @@ class TaskSpec(BaseModel):
     @property
     def output_pattern(self) -> str:
         """Where a case's output goes, relative to the workspace's ``outputs/``."""
-        if self.evaluation.segmentation is not None:
-            return self.evaluation.segmentation.output_pattern
-        raise TaskError(f"{self.folder}: track {self.track} declares no output layout")
+        layout: SegmentationSpec | EnhancementSpec | None = getattr(self.evaluation, self.track)
+        if layout is None:  # excluded by the validator; kept for the type checker
+            raise TaskError(f"{self.folder}: track {self.track} declares no output layout")
+        return layout.output_pattern
 
     def output_path(self, case_id: str) -> str:
         return self.output_pattern.replace("{case}", case_id)
+
+    def eval_spec(self, case_ids: list[str]) -> EvalSpec:
+        """What the evaluator is told about this task: the case list and the track's section."""
+        return EvalSpec(
+            task_id=self.id,
+            track=self.track,
+            case_ids=case_ids,
+            segmentation=self.evaluation.segmentation,
+            enhancement=self.evaluation.enhancement,
+        )
 
 
 def _check_template(path: Path, text: str) -> None:

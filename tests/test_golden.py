@@ -12,7 +12,6 @@ import pytest
 from pytest_automedbench.evaluation import evaluate
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import stage_synthetic
-from pytest_automedbench.runner import eval_spec
 from pytest_automedbench.tasks import TaskSpec, discover_tasks
 
 from .conftest import SUITES
@@ -52,7 +51,9 @@ def test_reference_solution_reaches_its_band(task: TaskSpec, tmp_path: Path) -> 
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = evaluate(eval_spec(task, staged), outputs, staged.private_dir, tmp_path / "eval")
+    result = evaluate(
+        task.eval_spec(staged.case_ids), outputs, staged.private_dir, tmp_path / "eval"
+    )
     assert result.format.valid, result.format.problems[:5]
     assert result.task_score >= task.reference.expected_task_min, result.metrics
     # The band must be meaningful: a trivial all-background submission stays far below it.

@@ -65,6 +65,66 @@ raise SystemExit(1 if bad else 0)
 '''
 
 
+#: Checks every output of an enhancement task: a finite, non-constant 2-D float image.
+CHECK_ENHANCEMENT = '''"""Check enhancement outputs: present, 2-D float, finite, not constant."""
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--inputs", type=Path, required=True)
+parser.add_argument("--outputs", type=Path, required=True)
+parser.add_argument("--pattern", required=True)
+parser.add_argument("--cases", nargs="*")
+args = parser.parse_args()
+cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
+bad = 0
+for case in cases:
+    path = args.outputs / args.pattern.replace("{case}", case)
+    if not path.is_file():
+        print(f"{case}: MISSING {path}")
+        bad += 1
+        continue
+    image = np.load(path, allow_pickle=False)
+    problems = []
+    if image.dtype.kind != "f":
+        problems.append(f"dtype {image.dtype} is not floating point")
+    if image.ndim != 2:
+        problems.append(f"{image.ndim}-D, expected 2-D")
+    finite = np.isfinite(image)
+    if not finite.all():
+        problems.append(f"{int((~finite).sum())} non-finite values")
+    elif float(image.max() - image.min()) == 0.0:
+        problems.append("constant image")
+    print(f"{case}: shape {image.shape} dtype {image.dtype} "
+          f"range {float(np.nanmin(image)):.4g}..{float(np.nanmax(image)):.4g}"
+          + (" PROBLEMS: " + "; ".join(problems) if problems else " OK"))
+    bad += bool(problems)
+raise SystemExit(1 if bad else 0)
+'''
+
+#: Prints what each input file of the first case holds, NIfTI or NumPy alike.
+INSPECT_INPUTS = """from pathlib import Path
+import numpy as np
+import SimpleITK as sitk
+public = Path({public!r})
+cases = sorted(p.name for p in public.iterdir() if p.is_dir())
+print(len(cases), "cases:", cases[:10])
+for name in {inputs!r}:
+    path = public / cases[0] / name
+    if name.endswith(".npy"):
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        print(name, "shape", arr.shape, "dtype", arr.dtype)
+        values = np.abs(arr) if np.iscomplexobj(arr) else arr
+    else:
+        img = sitk.ReadImage(str(path))
+        values = sitk.GetArrayFromImage(img)
+        print(name, "size", img.GetSize(), "spacing", img.GetSpacing(), "dtype", values.dtype)
+    print("   range", float(values.min()), float(values.max()))
+"""
+
+
 def _bash(stage: str, thought: str, code: str) -> dict[str, Any]:
     return {
         "stage": stage,
@@ -89,16 +149,24 @@ def heredoc(path: str, text: str) -> str:
     return f"mkdir -p \"$(dirname {path})\"\ncat > {path} <<'AMB_EOF'\n{text}AMB_EOF\n"
 
 
+def _checker(ctx: AgentContext) -> str:
+    """The track's output checker script."""
+    scripts = {"segmentation": CHECK_SEGMENTATION, "enhancement": CHECK_ENHANCEMENT}
+    if ctx.task.track not in scripts:
+        raise ValueError(f"{ctx.task.id}: no reference output check for {ctx.task.track}")
+    return scripts[ctx.task.track]
+
+
 def _check_command(ctx: AgentContext, cases: str) -> str:
     task = ctx.task
-    if task.evaluation.segmentation is None:
-        raise ValueError(f"{task.id}: the reference agent has no output check for {task.track}")
-    labels = ",".join(str(v) for v in sorted({0, *task.evaluation.segmentation.labels.values()}))
-    return (
+    command = (
         f"python {ctx.workspace}/check.py --inputs {ctx.public_dir} --outputs {ctx.outputs_dir} "
-        f"--pattern '{task.output_pattern}' --reference-input {task.data.inputs[0]} "
-        f"--labels {labels}{cases}"
+        f"--pattern '{task.output_pattern}'"
     )
+    if task.evaluation.segmentation is not None:
+        labels = sorted({0, *task.evaluation.segmentation.labels.values()})
+        command += f" --reference-input {task.data.inputs[0]} --labels {','.join(map(str, labels))}"
+    return command + cases
 
 
 def reference_steps(ctx: AgentContext) -> list[dict[str, Any]]:
@@ -114,17 +182,7 @@ def reference_steps(ctx: AgentContext) -> list[dict[str, Any]]:
         f"python {ctx.workspace}/solve.py --inputs {ctx.public_dir} --outputs {ctx.outputs_dir} "
         f"--pattern '{task.output_pattern}'"
     )
-    inspect = (
-        "from pathlib import Path\nimport SimpleITK as sitk, numpy as np\n"
-        f"public = Path({ctx.public_dir!r})\n"
-        "cases = sorted(p.name for p in public.iterdir() if p.is_dir())\n"
-        "print(len(cases), 'cases:', cases[:10])\n"
-        f"for name in {list(task.data.inputs)!r}:\n"
-        "    img = sitk.ReadImage(str(public / cases[0] / name))\n"
-        "    arr = sitk.GetArrayFromImage(img)\n"
-        "    print(name, 'size', img.GetSize(), 'spacing', img.GetSpacing(), 'dtype', arr.dtype,\n"
-        "          'range', float(arr.min()), float(arr.max()))\n"
-    )
+    inspect = INSPECT_INPUTS.format(public=ctx.public_dir, inputs=list(task.data.inputs))
     return [
         _bash("S1", "S1: write the plan.", plan),
         _python(
@@ -139,7 +197,7 @@ def reference_steps(ctx: AgentContext) -> list[dict[str, Any]]:
             "S3",
             "S3: write the pipeline and the output checker.",
             heredoc(f"{ctx.workspace}/solve.py", solve)
-            + heredoc(f"{ctx.workspace}/check.py", CHECK_SEGMENTATION),
+            + heredoc(f"{ctx.workspace}/check.py", _checker(ctx)),
         ),
         _bash(
             "S3-pilot",
@@ -151,7 +209,7 @@ def reference_steps(ctx: AgentContext) -> list[dict[str, Any]]:
             "S3: check the pilot output.",
             first_case + _check_command(ctx, " --cases $CASE"),
         ),
-        _bash("S4", "S4: run every case.", f"{solve_cmd} | tail -n 3"),
+        _bash("S4", "S4: run every case.", f"set -o pipefail\n{solve_cmd} | tail -n 3"),
         _bash("S5", "S5: check every output before submitting.", _check_command(ctx, "")),
         {"stage": "S5", "thought": "S5: submit.", "tool": "submit_results", "arguments": {}},
     ]
