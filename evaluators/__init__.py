@@ -2,7 +2,7 @@
 
 This package is shipped into a sandbox without network access and without the
 rest of ``pytest_automedbench``, so it imports only the standard library, numpy,
-SimpleITK, nibabel and pydantic.  The host talks to it exclusively through the
+SimpleITK, nibabel, scikit-image and pydantic.  The host talks to it exclusively through the
 JSON models in :mod:`.schema` and the command line in :mod:`.__main__`, which
 keeps the scoring code auditable on its own and impossible for an agent's
 process to reach into.
@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from .enhancement import EnhancementEvaluator
 from .schema import (
     SCHEMA_VERSION,
     CaseResult,
@@ -41,6 +42,7 @@ class Evaluator(Protocol):
 
 EVALUATORS: dict[str, type[Evaluator]] = {
     "segmentation": SegmentationEvaluator,
+    "enhancement": EnhancementEvaluator,
 }
 
 
@@ -60,6 +62,7 @@ __all__ = [
     "EVALUATORS",
     "SCHEMA_VERSION",
     "CaseResult",
+    "EnhancementEvaluator",
     "EvalSpec",
     "EvaluationResult",
     "Evaluator",

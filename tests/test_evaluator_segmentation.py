@@ -107,7 +107,7 @@ def vol(values: list[int]) -> np.ndarray:
 
 
 def test_registry_and_factory() -> None:
-    assert {"segmentation": SegmentationEvaluator} == EVALUATORS
+    assert EVALUATORS["segmentation"] is SegmentationEvaluator
     assert isinstance(get_evaluator(make_spec(["a"])), SegmentationEvaluator)
     with pytest.raises(EvaluatorInputError, match="vqa"):
         get_evaluator(EvalSpec(task_id="t", track="vqa", case_ids=["a"]))

@@ -1,0 +1,581 @@
+"""Enhancement track: format check of an agent's restored images and PSNR / SSIM.
+
+Covers denoising, super-resolution and reconstruction: every case is one 2-D
+floating-point image saved with ``numpy.save`` and compared with a hidden
+reference of the same shape.
+
+The submission is written by the agent under evaluation, so it is treated as
+hostile input: nothing in it is followed (symlinks), trusted (sizes, .npy headers,
+dtypes, values) or allowed to raise.  Every defect becomes a problem string that
+names the file, the case scores 0, and the run still produces a result.  The
+header of each .npy file is read first and checked; pixel data is only loaded
+(never unpickled) once the header says it is a plain float array of the right
+shape whose bytes are really there.
+
+References are trusted benchmark data; when one is unusable that is an
+``EvaluatorInputError`` (exit status 2), never a score.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from skimage import metrics as _skimage_metrics
+
+from .schema import (
+    CaseResult,
+    EnhancementSpec,
+    EvalSpec,
+    EvaluationResult,
+    EvaluatorInputError,
+    FormatReport,
+)
+
+# scikit-image's functions are unannotated; going through Any keeps `mypy --strict`
+# meaningful for our code without a wall of ignores.
+skimage_metrics: Any = _skimage_metrics
+
+EVALUATOR_VERSION = "enhancement-1.0.0"
+
+REQUIRED_NDIM = 2
+
+# An honest output is one float per reference pixel; even float64 over a float16
+# reference is 4x, so anything over 20x the reference file is refused unread.
+SIZE_FACTOR = 20
+# Without a reference (agent-side pre-check) there is nothing to scale from; this
+# bound only protects the checker's memory.
+MAX_BYTES_WITHOUT_REFERENCE = 1024**3
+
+# Identical images have infinite PSNR; every PSNR is capped here so the value stays
+# finite (JSON has no infinity) and "closer than 100 dB" is not rewarded further.
+PSNR_CAP = 100.0
+
+# SSIM as in Wang et al. 2004 and most of the restoration literature: an 11-tap
+# Gaussian window (sigma 1.5, truncated at 3.5 sigma) and population covariances.
+SSIM_SIGMA = 1.5
+SSIM_WINDOW = 2 * int(3.5 * SSIM_SIGMA + 0.5) + 1
+
+# No image of any modality has pixel values near 1e30; beyond that squares and
+# products inside SSIM overflow float64, so such values are rejected as implausible
+# (they would score 0 anyway) instead of turning a metric into NaN.
+MAX_ABS_VALUE = 1e30
+
+# Hostile submissions can hold millions of stray files; the report stays readable.
+MAX_SUBMISSION_PROBLEMS = 50
+
+CaseStatus = Literal["ok", "missing", "invalid"]
+FloatImage = NDArray[np.float64]
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def psnr(reference: FloatImage, prediction: FloatImage, data_range: float) -> float:
+    """PSNR in dB, ``10 log10(data_range^2 / MSE)``, capped at :data:`PSNR_CAP`.
+
+    Computed as ``20 log10(data_range) - 10 log10(MSE)``: the same number, without
+    ``data_range ** 2`` under- or overflowing for extreme fixed ranges.
+    """
+    if reference.shape != prediction.shape:
+        raise ValueError(f"shape mismatch: {reference.shape} vs {prediction.shape}")
+    mse = float(np.mean(np.square(reference - prediction), dtype=np.float64))
+    if mse == 0.0:
+        return PSNR_CAP
+    return min(PSNR_CAP, 20.0 * math.log10(data_range) - 10.0 * math.log10(mse))
+
+
+def ssim(reference: FloatImage, prediction: FloatImage, data_range: float) -> float:
+    """Mean SSIM with the literature's Gaussian window (see :data:`SSIM_SIGMA`)."""
+    value = skimage_metrics.structural_similarity(
+        reference,
+        prediction,
+        data_range=data_range,
+        gaussian_weights=True,
+        sigma=SSIM_SIGMA,
+        use_sample_covariance=False,
+    )
+    return float(value)
+
+
+def band_score(value: float, band: tuple[float, float]) -> float:
+    """Map ``value`` linearly from ``band`` = (lower, upper) to [0, 1], clipping outside."""
+    lower, upper = band
+    return min(1.0, max(0.0, (value - lower) / (upper - lower)))
+
+
+# --------------------------------------------------------------------------- I/O helpers
+
+
+@dataclass(frozen=True)
+class _Header:
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    # Where the pixel data starts; the file must hold at least data_bytes from here.
+    data_offset: int
+
+    @property
+    def data_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class _Reference:
+    path: Path
+    shape: tuple[int, ...]
+    file_bytes: int
+    # Float64 pixels and the PSNR/SSIM data range; None when only the header was needed.
+    array: FloatImage | None
+    data_range: float | None
+
+    @property
+    def max_bytes(self) -> int:
+        return SIZE_FACTOR * self.file_bytes
+
+
+@dataclass
+class _Prediction:
+    status: CaseStatus
+    problems: list[str]
+    # Float64 pixels; only set when status == "ok" and the pixels were needed.
+    array: FloatImage | None = None
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _fmt_shape(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
+
+
+def _nofollow_opener(path: str, flags: int) -> int:
+    # The path was walked with lstat already; O_NOFOLLOW also refuses a symlink
+    # swapped in since, and O_NONBLOCK keeps a swapped-in FIFO from hanging us.
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
+@contextmanager
+def _open_regular(path: Path) -> Iterator[tuple[BinaryIO, int]]:
+    """Open without following symlinks; yields the file and its size, checked by fstat."""
+    with open(path, "rb", opener=_nofollow_opener) as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        yield fh, st.st_size
+
+
+def _read_header(fh: BinaryIO) -> _Header:
+    """Parse a .npy header (format 1.0 or 2.0) without touching the pixel data."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+    else:  # 3.0 only exists for structured dtypes with non-latin-1 names
+        raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+    dims = tuple(int(s) for s in shape)
+    if any(s < 0 for s in dims):  # numpy's own parser lets these through
+        raise ValueError(f"negative dimension in the header's shape {_fmt_shape(dims)}")
+    return _Header(dims, np.dtype(dtype), fh.tell())
+
+
+def _dtype_problem(dtype: np.dtype[Any]) -> str | None:
+    """Why pixels of ``dtype`` cannot be scored, or None for a real floating type."""
+    if dtype.hasobject:
+        return (
+            f"holds Python objects (dtype {dtype}), a pickled array that is never loaded; "
+            "expected a floating-point image"
+        )
+    if dtype.fields is not None or dtype.subdtype is not None:
+        return f"structured dtype {dtype}; expected a floating-point image"
+    if dtype.kind == "c":
+        return f"complex dtype {dtype}; expected a real floating-point image (e.g. its magnitude)"
+    if dtype.kind in "biu":
+        kind = "boolean" if dtype.kind == "b" else "integer"
+        return f"{kind} dtype {dtype}; expected a floating-point image"
+    if dtype.kind != "f":
+        return f"unsupported dtype {dtype}; expected a floating-point image"
+    return None
+
+
+def _value_problem(data: NDArray[Any]) -> str | None:
+    """NaN / Inf (counted) or implausibly large values; ``data`` is a real float array."""
+    finite = np.isfinite(data)
+    if not finite.all():
+        n_nan = int(np.count_nonzero(np.isnan(data)))
+        n_inf = int(data.size - np.count_nonzero(finite)) - n_nan
+        return f"{n_nan} NaN and {n_inf} infinite pixel values (dtype {data.dtype})"
+    if data.size:
+        peak = float(np.max(np.abs(data)))
+        if peak > MAX_ABS_VALUE:
+            return (
+                f"pixel values up to {peak:.3g} in magnitude; beyond {MAX_ABS_VALUE:.0e} "
+                "is not a plausible image"
+            )
+    return None
+
+
+# --------------------------------------------------------------------------- evaluator
+
+
+class EnhancementEvaluator:
+    """Format check, PSNR and SSIM for restored-image submissions (one .npy per case)."""
+
+    track = "enhancement"
+    version = EVALUATOR_VERSION
+
+    def __init__(self, spec: EvalSpec) -> None:
+        if spec.track != self.track:
+            raise EvaluatorInputError(f"spec track is {spec.track!r}, not {self.track!r}")
+        if spec.enhancement is None:
+            raise EvaluatorInputError("spec has track 'enhancement' but no 'enhancement' section")
+        enh = spec.enhancement
+        # JSON read by Python accepts Infinity; a band or range like that yields NaN scores.
+        numbers = [*enh.psnr_band, *enh.ssim_band]
+        if enh.data_range is not None:
+            numbers.append(enh.data_range)
+        if not all(math.isfinite(n) for n in numbers):
+            raise EvaluatorInputError("spec enhancement data_range and bands must be finite")
+        self.spec = spec
+        self.enh: EnhancementSpec = enh
+
+    # ------------------------------------------------------------------ public API
+
+    def check_format(self, submission: Path, references: Path | None = None) -> FormatReport:
+        """Validate a submission; with ``references`` shapes and size bounds come from them.
+
+        The agent's pre-submission check usually runs without references (they are
+        hidden from it), so everything that does not need them is checked anyway.
+        """
+        if references is not None:
+            self._require_dir(references)
+        top_problems = self._scan_submission(submission)
+        results: list[CaseResult] = []
+        for case_id in sorted(self.spec.case_ids):
+            ref = None if references is None else self._read_reference(references, case_id, False)
+            pred = self._load_prediction(submission, case_id, ref)
+            results.append(CaseResult(case_id=case_id, status=pred.status, problems=pred.problems))
+        return self._report(top_problems, results)
+
+    def score(self, submission: Path, references: Path) -> EvaluationResult:
+        """Format check plus metrics; a bad case scores 0 and is never dropped from a mean.
+
+        Cases are streamed: one reference and one output are in memory at a time.
+        """
+        start = time.perf_counter()
+        self._require_dir(references)
+        top_problems = self._scan_submission(submission)
+        results: list[CaseResult] = []
+        for case_id in sorted(self.spec.case_ids):
+            ref = self._read_reference(references, case_id, True)
+            pred = self._load_prediction(submission, case_id, ref)
+            metrics = self._case_metrics(ref, pred, self.enh.output_path(case_id))
+            results.append(
+                CaseResult(
+                    case_id=case_id, status=pred.status, problems=pred.problems, metrics=metrics
+                )
+            )
+        report = self._report(top_problems, results)
+        headline = self._headline(results)
+        case_scores = [r.metrics["score"] or 0.0 for r in results]
+        task_score = float(np.mean(case_scores)) if case_scores else 0.0
+        return EvaluationResult(
+            task_id=self.spec.task_id,
+            track=self.track,
+            evaluator_version=self.version,
+            task_score=min(1.0, max(0.0, task_score)),
+            metrics=headline,
+            completion_rate=(report.n_present / report.n_expected if report.n_expected else 0.0),
+            format=report,
+            cases=results,
+            elapsed_s=time.perf_counter() - start,
+        )
+
+    # ------------------------------------------------------------------ scoring
+
+    def _case_metrics(
+        self, ref: _Reference, pred: _Prediction, rel: str
+    ) -> dict[str, float | None]:
+        """Metrics of one case; ``pred`` is downgraded to invalid if they cannot be computed."""
+        zero: dict[str, float | None] = {
+            "psnr": None,
+            "ssim": None,
+            "psnr_score": 0.0,
+            "ssim_score": 0.0,
+            "score": 0.0,
+        }
+        if pred.status != "ok" or pred.array is None:
+            return zero
+        assert ref.array is not None and ref.data_range is not None
+        try:
+            with np.errstate(all="ignore"):
+                case_psnr = psnr(ref.array, pred.array, ref.data_range)
+                case_ssim = ssim(ref.array, pred.array, ref.data_range)
+            if not (math.isfinite(case_psnr) and math.isfinite(case_ssim)):
+                raise FloatingPointError(f"PSNR {case_psnr}, SSIM {case_ssim}")
+        except Exception as exc:  # never a crash, and never a NaN in the result JSON
+            pred.status = "invalid"
+            pred.problems.append(f"{rel}: could not be scored ({_short(exc)})")
+            return zero
+        finally:
+            pred.array = None  # streamed: drop the pixels as soon as they are scored
+        psnr_score = band_score(case_psnr, self.enh.psnr_band)
+        ssim_score = band_score(case_ssim, self.enh.ssim_band)
+        return {
+            "psnr": case_psnr,
+            "ssim": case_ssim,
+            "psnr_score": psnr_score,
+            "ssim_score": ssim_score,
+            "score": (psnr_score + ssim_score) / 2.0,
+        }
+
+    @staticmethod
+    def _headline(results: list[CaseResult]) -> dict[str, float]:
+        headline: dict[str, float] = {}
+        # Raw PSNR/SSIM describe the outputs that could be scored; a mean with
+        # nothing in it is left out rather than invented.
+        for key in ("psnr", "ssim"):
+            values = [v for r in results if (v := r.metrics.get(key)) is not None]
+            if values:
+                headline[key] = float(np.mean(values))
+        # Scores count every expected case, a bad one as 0, like TASK itself.
+        for key in ("psnr_score", "ssim_score"):
+            scores = [r.metrics.get(key) or 0.0 for r in results]
+            headline[key] = float(np.mean(scores)) if scores else 0.0
+        return headline
+
+    # ------------------------------------------------------------------ format checks
+
+    @staticmethod
+    def _report(top_problems: list[str], results: list[CaseResult]) -> FormatReport:
+        n_present = sum(r.status != "missing" for r in results)
+        n_valid = sum(r.status == "ok" for r in results)
+        problems = list(top_problems)
+        problems += ["; ".join(r.problems) for r in results if r.status != "ok"]
+        return FormatReport(
+            valid=not top_problems and n_valid == len(results),
+            n_expected=len(results),
+            n_present=n_present,
+            n_valid=n_valid,
+            problems=problems,
+        )
+
+    @staticmethod
+    def _require_dir(path: Path) -> None:
+        if not path.is_dir():
+            raise EvaluatorInputError(f"references directory {path} does not exist")
+
+    def _scan_submission(self, submission: Path) -> list[str]:
+        """Submission-level problems: unknown folders, stray files, symlinks anywhere.
+
+        A symlink on the way to a case's output is that case's problem and is not
+        listed here too.  Nothing is followed: lstat-based entries, os.walk without
+        followlinks.
+        """
+        try:
+            st = os.lstat(submission)
+        except FileNotFoundError:
+            return [f"submission directory {submission} does not exist"]
+        except OSError as exc:
+            return [f"submission directory {submission} is unreadable ({_short(exc)})"]
+        if stat.S_ISLNK(st.st_mode):
+            return [f"submission directory {submission} is a symbolic link; it is not followed"]
+        if not stat.S_ISDIR(st.st_mode):
+            return [f"submission path {submission} is not a directory"]
+        # First path component of every output -> the deeper parts leading to it.
+        expected: dict[str, set[Path]] = {}
+        for case_id in self.spec.case_ids:
+            parts = Path(self.enh.output_path(case_id)).parts
+            expected.setdefault(parts[0], set()).update(
+                Path(*parts[1 : i + 1]) for i in range(1, len(parts))
+            )
+        try:
+            with os.scandir(submission) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            return [f"submission directory {submission} is unreadable ({_short(exc)})"]
+        problems: list[str] = []
+        for entry in entries:
+            name = entry.name
+            if entry.is_symlink():
+                if name not in expected:
+                    problems.append(f"{name}: symbolic link in the submission; it is not followed")
+            elif entry.is_dir(follow_symlinks=False):
+                if name in expected:
+                    problems += _scan_folder(Path(entry.path), name, expected[name])
+                else:
+                    problems.append(f"{name}/: unknown folder (not one of the expected outputs)")
+            elif name not in expected:
+                problems.append(f"{name}: stray file (not one of the expected outputs)")
+        if len(problems) > MAX_SUBMISSION_PROBLEMS:
+            extra = len(problems) - MAX_SUBMISSION_PROBLEMS
+            problems = [*problems[:MAX_SUBMISSION_PROBLEMS], f"... and {extra} more problems"]
+        return problems
+
+    def _read_reference(self, references: Path, case_id: str, with_array: bool) -> _Reference:
+        path = references / case_id / self.enh.reference_filename
+        if not path.is_file():
+            raise EvaluatorInputError(f"reference {path} is missing")
+        try:
+            with open(path, "rb") as fh:
+                header = _read_header(fh)
+                file_bytes = os.fstat(fh.fileno()).st_size
+                raw: NDArray[Any] | None = None
+                if with_array:
+                    fh.seek(0)
+                    raw = np.load(fh, allow_pickle=False)
+        except Exception as exc:
+            raise EvaluatorInputError(f"reference {path} is unreadable ({_short(exc)})") from exc
+        if header.dtype.kind not in "iuf" or header.dtype.fields is not None:
+            raise EvaluatorInputError(f"reference {path} has unsupported type {header.dtype}")
+        if len(header.shape) != REQUIRED_NDIM:
+            raise EvaluatorInputError(
+                f"reference {path} is {len(header.shape)}-D with shape "
+                f"{_fmt_shape(header.shape)}, expected {REQUIRED_NDIM}-D"
+            )
+        if min(header.shape) < SSIM_WINDOW:
+            raise EvaluatorInputError(
+                f"reference {path} has shape {_fmt_shape(header.shape)}; SSIM's "
+                f"{SSIM_WINDOW}x{SSIM_WINDOW} window needs at least that many pixels per side"
+            )
+        if raw is None:
+            return _Reference(path, header.shape, file_bytes, None, None)
+        reference = np.asarray(raw, dtype=np.float64)
+        problem = _value_problem(reference)
+        if problem is not None:
+            raise EvaluatorInputError(f"reference {path} holds {problem}")
+        data_range = self.enh.data_range
+        if data_range is None:
+            data_range = float(reference.max() - reference.min())
+            if data_range == 0.0:
+                raise EvaluatorInputError(
+                    f"reference {path} is constant: its data range (max - min) is 0, so "
+                    "PSNR and SSIM are undefined; set data_range in the spec"
+                )
+        return _Reference(path, header.shape, file_bytes, reference, data_range)
+
+    def _load_prediction(
+        self, submission: Path, case_id: str, ref: _Reference | None
+    ) -> _Prediction:
+        rel = self.enh.output_path(case_id)
+        try:
+            return self._load_prediction_unsafe(submission, rel, ref)
+        except Exception as exc:  # hostile input must never crash the evaluator
+            return _Prediction("invalid", [f"{rel}: could not be checked ({_short(exc)})"])
+
+    def _load_prediction_unsafe(
+        self, submission: Path, rel: str, ref: _Reference | None
+    ) -> _Prediction:
+        # Walk the path one component at a time with lstat so no symlink is followed.
+        current = submission
+        parts = list(Path(rel).parts)
+        st: os.stat_result | None = None
+        for depth, part in enumerate(parts):
+            current = current / part
+            shown = "/".join(parts[: depth + 1])
+            try:
+                st = os.lstat(current)
+            except FileNotFoundError:
+                return _Prediction("missing", [f"{rel}: missing file"])
+            if stat.S_ISLNK(st.st_mode):
+                return _Prediction(
+                    "invalid", [f"{shown}: is a symbolic link; symlinks are not followed"]
+                )
+            if depth < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+                return _Prediction("invalid", [f"{shown}: expected a folder, found a file"])
+        assert st is not None
+        if not stat.S_ISREG(st.st_mode):
+            return _Prediction("invalid", [f"{rel}: not a regular file"])
+
+        limit = ref.max_bytes if ref is not None else MAX_BYTES_WITHOUT_REFERENCE
+        if st.st_size > limit:
+            return _Prediction(
+                "invalid",
+                [f"{rel}: file is {st.st_size} bytes, over the {limit}-byte limit; not read"],
+            )
+
+        with _open_regular(current) as (fh, size):
+            if size > limit:  # replaced since the lstat above
+                return _Prediction("invalid", [f"{rel}: file is {size} bytes; not read"])
+            try:
+                header = _read_header(fh)
+            except Exception as exc:
+                return _Prediction(
+                    "invalid", [f"{rel}: unreadable or not a .npy file ({_short(exc)})"]
+                )
+            problems = self._header_problems(rel, header, ref)
+            if problems:
+                # Header problems alone make the case invalid; the pixels are never
+                # loaded (an object array is never unpickled, a huge shape never allocated).
+                return _Prediction("invalid", problems)
+            present = size - header.data_offset
+            if present < header.data_bytes:
+                return _Prediction(
+                    "invalid",
+                    [
+                        f"{rel}: truncated: the header declares {header.data_bytes} bytes of "
+                        f"pixels, the file holds {max(present, 0)}"
+                    ],
+                )
+            fh.seek(0)
+            try:
+                data = np.load(fh, allow_pickle=False)
+            except Exception as exc:
+                return _Prediction("invalid", [f"{rel}: pixel data unreadable ({_short(exc)})"])
+
+        problem = _value_problem(data)
+        if problem is not None:
+            return _Prediction("invalid", [f"{rel}: {problem}"])
+        if ref is None or ref.array is None:
+            return _Prediction("ok", [])  # format check only: the pixels are not needed
+        return _Prediction("ok", [], np.asarray(data, dtype=np.float64))
+
+    @staticmethod
+    def _header_problems(rel: str, header: _Header, ref: _Reference | None) -> list[str]:
+        problems: list[str] = []
+        dtype_problem = _dtype_problem(header.dtype)
+        if dtype_problem is not None:
+            problems.append(f"{rel}: {dtype_problem}")
+        shape = header.shape
+        if len(shape) != REQUIRED_NDIM:
+            problems.append(
+                f"{rel}: image is {len(shape)}-D with shape {_fmt_shape(shape)}; "
+                f"expected {REQUIRED_NDIM}-D"
+            )
+        elif ref is not None and shape != ref.shape:
+            problems.append(
+                f"{rel}: shape {_fmt_shape(shape)} does not match the reference shape "
+                f"{_fmt_shape(ref.shape)}"
+            )
+        elif math.prod(shape) == 0:
+            problems.append(f"{rel}: image has no pixels (shape {_fmt_shape(shape)})")
+        return problems
+
+
+def _scan_folder(folder: Path, name: str, output_parts: set[Path]) -> list[str]:
+    """Symlinks inside an expected top-level folder, except those on an output's path."""
+    problems: list[str] = []
+
+    def on_error(exc: OSError) -> None:
+        problems.append(f"{name}/: unreadable ({_short(exc)})")
+
+    for root, dirs, files in os.walk(folder, followlinks=False, onerror=on_error):
+        for entry in sorted(dirs + files):
+            full = Path(root) / entry
+            rel = full.relative_to(folder)
+            if full.is_symlink() and rel not in output_parts:
+                problems.append(
+                    f"{name}/{rel.as_posix()}: symbolic link in the submission; it is not followed"
+                )
+    return problems
