@@ -76,3 +76,11 @@ def test_markers_are_registered_for_strict_markers(pytester: pytest.Pytester) ->
         "mri",
     ):
         result.stdout.fnmatch_lines([f"@pytest.mark.{marker}:*"])
+
+
+def test_a_track_folder_without_tasks_is_one_visible_skip(pytester: pytest.Pytester) -> None:
+    suite = pytester.mkdir("empty_track")
+    (suite / "test_empty.py").write_text("def test_cell(cell):\n    pass\n")
+    result = pytester.runpytest(str(suite), "-v", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*test_cell[[]no-tasks[]] SKIPPED*", "*no tasks in *empty_track*"])
