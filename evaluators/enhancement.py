@@ -40,6 +40,7 @@ from .schema import (
     EvaluatorInputError,
     FormatReport,
 )
+from .submission import format_report, require_references, scan_submission, short_error
 
 # scikit-image's functions are unannotated; going through Any keeps `mypy --strict`
 # meaningful for our code without a wall of ignores.
@@ -71,7 +72,6 @@ SSIM_WINDOW = 2 * int(3.5 * SSIM_SIGMA + 0.5) + 1
 MAX_ABS_VALUE = 1e30
 
 # Hostile submissions can hold millions of stray files; the report stays readable.
-MAX_SUBMISSION_PROBLEMS = 50
 
 CaseStatus = Literal["ok", "missing", "invalid"]
 FloatImage = NDArray[np.float64]
@@ -148,11 +148,6 @@ class _Prediction:
     problems: list[str]
     # Float64 pixels; only set when status == "ok" and the pixels were needed.
     array: FloatImage | None = None
-
-
-def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -252,6 +247,9 @@ class EnhancementEvaluator:
 
     # ------------------------------------------------------------------ public API
 
+    def _output_paths(self) -> list[str]:
+        return [self.enh.output_path(case_id) for case_id in self.spec.case_ids]
+
     def check_format(self, submission: Path, references: Path | None = None) -> FormatReport:
         """Validate a submission; with ``references`` shapes and size bounds come from them.
 
@@ -259,14 +257,14 @@ class EnhancementEvaluator:
         hidden from it), so everything that does not need them is checked anyway.
         """
         if references is not None:
-            self._require_dir(references)
-        top_problems = self._scan_submission(submission)
+            require_references(references)
+        top_problems = scan_submission(submission, self._output_paths())
         results: list[CaseResult] = []
         for case_id in sorted(self.spec.case_ids):
             ref = None if references is None else self._read_reference(references, case_id, False)
             pred = self._load_prediction(submission, case_id, ref)
             results.append(CaseResult(case_id=case_id, status=pred.status, problems=pred.problems))
-        return self._report(top_problems, results)
+        return format_report(top_problems, results)
 
     def score(self, submission: Path, references: Path) -> EvaluationResult:
         """Format check plus metrics; a bad case scores 0 and is never dropped from a mean.
@@ -274,8 +272,8 @@ class EnhancementEvaluator:
         Cases are streamed: one reference and one output are in memory at a time.
         """
         start = time.perf_counter()
-        self._require_dir(references)
-        top_problems = self._scan_submission(submission)
+        require_references(references)
+        top_problems = scan_submission(submission, self._output_paths())
         results: list[CaseResult] = []
         for case_id in sorted(self.spec.case_ids):
             ref = self._read_reference(references, case_id, True)
@@ -286,7 +284,7 @@ class EnhancementEvaluator:
                     case_id=case_id, status=pred.status, problems=pred.problems, metrics=metrics
                 )
             )
-        report = self._report(top_problems, results)
+        report = format_report(top_problems, results)
         headline = self._headline(results)
         case_scores = [r.metrics["score"] or 0.0 for r in results]
         task_score = float(np.mean(case_scores)) if case_scores else 0.0
@@ -326,7 +324,7 @@ class EnhancementEvaluator:
                 raise FloatingPointError(f"PSNR {case_psnr}, SSIM {case_ssim}")
         except Exception as exc:  # never a crash, and never a NaN in the result JSON
             pred.status = "invalid"
-            pred.problems.append(f"{rel}: could not be scored ({_short(exc)})")
+            pred.problems.append(f"{rel}: could not be scored ({short_error(exc)})")
             return zero
         finally:
             pred.array = None  # streamed: drop the pixels as soon as they are scored
@@ -357,72 +355,6 @@ class EnhancementEvaluator:
 
     # ------------------------------------------------------------------ format checks
 
-    @staticmethod
-    def _report(top_problems: list[str], results: list[CaseResult]) -> FormatReport:
-        n_present = sum(r.status != "missing" for r in results)
-        n_valid = sum(r.status == "ok" for r in results)
-        problems = list(top_problems)
-        problems += ["; ".join(r.problems) for r in results if r.status != "ok"]
-        return FormatReport(
-            valid=not top_problems and n_valid == len(results),
-            n_expected=len(results),
-            n_present=n_present,
-            n_valid=n_valid,
-            problems=problems,
-        )
-
-    @staticmethod
-    def _require_dir(path: Path) -> None:
-        if not path.is_dir():
-            raise EvaluatorInputError(f"references directory {path} does not exist")
-
-    def _scan_submission(self, submission: Path) -> list[str]:
-        """Submission-level problems: unknown folders, stray files, symlinks anywhere.
-
-        A symlink on the way to a case's output is that case's problem and is not
-        listed here too.  Nothing is followed: lstat-based entries, os.walk without
-        followlinks.
-        """
-        try:
-            st = os.lstat(submission)
-        except FileNotFoundError:
-            return [f"submission directory {submission} does not exist"]
-        except OSError as exc:
-            return [f"submission directory {submission} is unreadable ({_short(exc)})"]
-        if stat.S_ISLNK(st.st_mode):
-            return [f"submission directory {submission} is a symbolic link; it is not followed"]
-        if not stat.S_ISDIR(st.st_mode):
-            return [f"submission path {submission} is not a directory"]
-        # First path component of every output -> the deeper parts leading to it.
-        expected: dict[str, set[Path]] = {}
-        for case_id in self.spec.case_ids:
-            parts = Path(self.enh.output_path(case_id)).parts
-            expected.setdefault(parts[0], set()).update(
-                Path(*parts[1 : i + 1]) for i in range(1, len(parts))
-            )
-        try:
-            with os.scandir(submission) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            return [f"submission directory {submission} is unreadable ({_short(exc)})"]
-        problems: list[str] = []
-        for entry in entries:
-            name = entry.name
-            if entry.is_symlink():
-                if name not in expected:
-                    problems.append(f"{name}: symbolic link in the submission; it is not followed")
-            elif entry.is_dir(follow_symlinks=False):
-                if name in expected:
-                    problems += _scan_folder(Path(entry.path), name, expected[name])
-                else:
-                    problems.append(f"{name}/: unknown folder (not one of the expected outputs)")
-            elif name not in expected:
-                problems.append(f"{name}: stray file (not one of the expected outputs)")
-        if len(problems) > MAX_SUBMISSION_PROBLEMS:
-            extra = len(problems) - MAX_SUBMISSION_PROBLEMS
-            problems = [*problems[:MAX_SUBMISSION_PROBLEMS], f"... and {extra} more problems"]
-        return problems
-
     def _read_reference(self, references: Path, case_id: str, with_array: bool) -> _Reference:
         path = references / case_id / self.enh.reference_filename
         if not path.is_file():
@@ -436,7 +368,9 @@ class EnhancementEvaluator:
                     fh.seek(0)
                     raw = np.load(fh, allow_pickle=False)
         except Exception as exc:
-            raise EvaluatorInputError(f"reference {path} is unreadable ({_short(exc)})") from exc
+            raise EvaluatorInputError(
+                f"reference {path} is unreadable ({short_error(exc)})"
+            ) from exc
         if header.dtype.kind not in "iuf" or header.dtype.fields is not None:
             raise EvaluatorInputError(f"reference {path} has unsupported type {header.dtype}")
         if len(header.shape) != REQUIRED_NDIM:
@@ -472,7 +406,7 @@ class EnhancementEvaluator:
         try:
             return self._load_prediction_unsafe(submission, rel, ref)
         except Exception as exc:  # hostile input must never crash the evaluator
-            return _Prediction("invalid", [f"{rel}: could not be checked ({_short(exc)})"])
+            return _Prediction("invalid", [f"{rel}: could not be checked ({short_error(exc)})"])
 
     def _load_prediction_unsafe(
         self, submission: Path, rel: str, ref: _Reference | None
@@ -512,7 +446,7 @@ class EnhancementEvaluator:
                 header = _read_header(fh)
             except Exception as exc:
                 return _Prediction(
-                    "invalid", [f"{rel}: unreadable or not a .npy file ({_short(exc)})"]
+                    "invalid", [f"{rel}: unreadable or not a .npy file ({short_error(exc)})"]
                 )
             problems = self._header_problems(rel, header, ref)
             if problems:
@@ -532,7 +466,9 @@ class EnhancementEvaluator:
             try:
                 data = np.load(fh, allow_pickle=False)
             except Exception as exc:
-                return _Prediction("invalid", [f"{rel}: pixel data unreadable ({_short(exc)})"])
+                return _Prediction(
+                    "invalid", [f"{rel}: pixel data unreadable ({short_error(exc)})"]
+                )
 
         problem = _value_problem(data)
         if problem is not None:
@@ -561,21 +497,3 @@ class EnhancementEvaluator:
         elif math.prod(shape) == 0:
             problems.append(f"{rel}: image has no pixels (shape {_fmt_shape(shape)})")
         return problems
-
-
-def _scan_folder(folder: Path, name: str, output_parts: set[Path]) -> list[str]:
-    """Symlinks inside an expected top-level folder, except those on an output's path."""
-    problems: list[str] = []
-
-    def on_error(exc: OSError) -> None:
-        problems.append(f"{name}/: unreadable ({_short(exc)})")
-
-    for root, dirs, files in os.walk(folder, followlinks=False, onerror=on_error):
-        for entry in sorted(dirs + files):
-            full = Path(root) / entry
-            rel = full.relative_to(folder)
-            if full.is_symlink() and rel not in output_parts:
-                problems.append(
-                    f"{name}/{rel.as_posix()}: symbolic link in the submission; it is not followed"
-                )
-    return problems

@@ -34,6 +34,7 @@ from .schema import (
     SegmentationRegion,
     SegmentationSpec,
 )
+from .submission import format_report, require_references, scan_submission, short_error
 
 # SimpleITK's SWIG bindings carry partial, unannotated signatures; going through
 # Any keeps `mypy --strict` meaningful for our code without a wall of ignores.
@@ -58,7 +59,6 @@ GEOMETRY_ATOL = 1e-3
 _DIRECT_LABEL_LIMIT = 256
 
 # Hostile submissions can hold millions of stray files; the report stays readable.
-MAX_SUBMISSION_PROBLEMS = 50
 MAX_LISTED_VALUES = 10
 
 CaseStatus = Literal["ok", "missing", "invalid"]
@@ -221,11 +221,6 @@ def _fmt_tuple(values: Sequence[float]) -> str:
     return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"
 
 
-def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 def _read_header(path: Path, nifti_only: bool) -> Any:
     reader = sitk.ImageFileReader()
     if nifti_only:  # an agent's file that nibabel took for NIfTI must be read as NIfTI
@@ -316,6 +311,9 @@ class SegmentationEvaluator:
 
     # ------------------------------------------------------------------ public API
 
+    def _output_paths(self) -> list[str]:
+        return [self.seg.output_path(case_id) for case_id in self.spec.case_ids]
+
     def check_format(self, submission: Path, references: Path | None = None) -> FormatReport:
         """Validate a submission; with ``references`` shapes and geometry are checked too.
 
@@ -323,20 +321,20 @@ class SegmentationEvaluator:
         hidden from it), so everything that does not need them is checked anyway.
         """
         if references is not None:
-            self._require_dir(references)
-        top_problems = self._scan_submission(submission)
+            require_references(references)
+        top_problems = scan_submission(submission, self._output_paths())
         results: list[CaseResult] = []
         for case_id in sorted(self.spec.case_ids):
             ref = None if references is None else self._read_reference(references, case_id, False)
             pred = self._load_prediction(submission, case_id, ref)
             results.append(CaseResult(case_id=case_id, status=pred.status, problems=pred.problems))
-        return self._report(top_problems, results)
+        return format_report(top_problems, results)
 
     def score(self, submission: Path, references: Path) -> EvaluationResult:
         """Format check plus metrics; a bad case scores 0 and is never dropped from a mean."""
         start = time.perf_counter()
-        self._require_dir(references)
-        top_problems = self._scan_submission(submission)
+        require_references(references)
+        top_problems = scan_submission(submission, self._output_paths())
         results: list[CaseResult] = []
         for case_id in sorted(self.spec.case_ids):
             ref = self._read_reference(references, case_id, True)
@@ -347,7 +345,7 @@ class SegmentationEvaluator:
                     case_id=case_id, status=pred.status, problems=pred.problems, metrics=metrics
                 )
             )
-        report = self._report(top_problems, results)
+        report = format_report(top_problems, results)
         headline = self._headline(results)
         return EvaluationResult(
             task_id=self.spec.task_id,
@@ -412,90 +410,6 @@ class SegmentationEvaluator:
 
     # ------------------------------------------------------------------ format checks
 
-    def _report(self, top_problems: list[str], results: list[CaseResult]) -> FormatReport:
-        n_present = sum(r.status != "missing" for r in results)
-        n_valid = sum(r.status == "ok" for r in results)
-        problems = list(top_problems)
-        problems += ["; ".join(r.problems) for r in results if r.status != "ok"]
-        return FormatReport(
-            valid=not top_problems and n_valid == len(results),
-            n_expected=len(results),
-            n_present=n_present,
-            n_valid=n_valid,
-            problems=problems,
-        )
-
-    @staticmethod
-    def _require_dir(path: Path) -> None:
-        if not path.is_dir():
-            raise EvaluatorInputError(f"references directory {path} does not exist")
-
-    def _scan_submission(self, submission: Path) -> list[str]:
-        """Submission-level problems: unknown folders, stray files, symlinks anywhere.
-
-        Symlinks are only listed here when no case check will report them (a
-        symlinked case folder or mask is that case's problem), so nothing is
-        reported twice.  Nothing is ever followed: os.walk without followlinks
-        and lstat-based DirEntry checks.
-        """
-        problems: list[str] = []
-        try:
-            st = os.lstat(submission)
-        except FileNotFoundError:
-            return [f"submission directory {submission} does not exist"]
-        except OSError as exc:
-            return [f"submission directory {submission} is unreadable ({_short(exc)})"]
-        if stat.S_ISLNK(st.st_mode):
-            return [f"submission directory {submission} is a symbolic link; it is not followed"]
-        if not stat.S_ISDIR(st.st_mode):
-            return [f"submission path {submission} is not a directory"]
-        # The first path component of each case's mask, and below it the parts that
-        # lead to the mask (a symlink there is the case's problem, reported once).
-        tops: dict[str, set[Path]] = {}
-        for case_id in self.spec.case_ids:
-            parts = Path(self.seg.output_path(case_id)).parts
-            tops.setdefault(parts[0], set()).update(
-                Path(*parts[1 : i + 1]) for i in range(1, len(parts))
-            )
-        try:
-            entries = sorted(os.scandir(submission), key=lambda e: e.name)
-        except OSError as exc:
-            return [f"submission directory {submission} is unreadable ({_short(exc)})"]
-        for entry in entries:
-            name = entry.name
-            if entry.is_symlink():
-                if name not in tops:
-                    problems.append(f"{name}: symbolic link in the submission; it is not followed")
-            elif name in tops:
-                if entry.is_dir(follow_symlinks=False):
-                    problems += self._scan_case_dir(Path(entry.path), name, tops[name])
-            elif entry.is_dir(follow_symlinks=False):
-                problems.append(f"{name}/: unknown folder (not one of the expected outputs)")
-            else:
-                problems.append(f"{name}: stray file (not one of the expected outputs)")
-        if len(problems) > MAX_SUBMISSION_PROBLEMS:
-            extra = len(problems) - MAX_SUBMISSION_PROBLEMS
-            problems = [*problems[:MAX_SUBMISSION_PROBLEMS], f"... and {extra} more problems"]
-        return problems
-
-    @staticmethod
-    def _scan_case_dir(case_dir: Path, case_id: str, mask_prefixes: set[Path]) -> list[str]:
-        problems: list[str] = []
-
-        def on_error(exc: OSError) -> None:
-            problems.append(f"{case_id}/: unreadable ({_short(exc)})")
-
-        for root, dirs, files in os.walk(case_dir, followlinks=False, onerror=on_error):
-            for name in sorted(dirs + files):
-                full = Path(root) / name
-                rel = full.relative_to(case_dir)
-                if full.is_symlink() and rel not in mask_prefixes:
-                    problems.append(
-                        f"{case_id}/{rel.as_posix()}: symbolic link in the submission; "
-                        "it is not followed"
-                    )
-        return problems
-
     def _read_reference(self, references: Path, case_id: str, with_array: bool) -> _Reference:
         path = references / case_id / self.seg.reference_filename
         if not path.is_file():
@@ -516,7 +430,9 @@ class SegmentationEvaluator:
             # GetArrayFromImage copies, so the array stays valid after `image` is gone.
             raw = sitk.GetArrayFromImage(image)
         except Exception as exc:
-            raise EvaluatorInputError(f"reference {path} is unreadable ({_short(exc)})") from exc
+            raise EvaluatorInputError(
+                f"reference {path} is unreadable ({short_error(exc)})"
+            ) from exc
         if image.GetDimension() != 3:
             raise EvaluatorInputError(f"reference {path} is {image.GetDimension()}-D, expected 3-D")
         if raw.dtype.kind == "f":
@@ -542,7 +458,7 @@ class SegmentationEvaluator:
         try:
             return self._load_prediction_unsafe(submission, case_id, rel, ref)
         except Exception as exc:  # hostile input must never crash the evaluator
-            return _Prediction("invalid", [f"{rel}: could not be checked ({_short(exc)})"])
+            return _Prediction("invalid", [f"{rel}: could not be checked ({short_error(exc)})"])
 
     def _load_prediction_unsafe(
         self, submission: Path, case_id: str, rel: str, ref: _Reference | None
@@ -580,7 +496,7 @@ class SegmentationEvaluator:
             image: Any = nib.load(current)
         except Exception as exc:
             return _Prediction(
-                "invalid", [f"{rel}: unreadable or not a NIfTI file ({_short(exc)})"]
+                "invalid", [f"{rel}: unreadable or not a NIfTI file ({short_error(exc)})"]
             )
         if not isinstance(image, nib.Nifti1Image | nib.Nifti2Image):
             kind = type(image).__name__
@@ -608,7 +524,7 @@ class SegmentationEvaluator:
                 reader = _read_header(current, nifti_only=True)
                 problems += [f"{rel}: {p}" for p in _geometry_problems(reader, ref)]
             except Exception as exc:
-                problems.append(f"{rel}: geometry unreadable ({_short(exc)})")
+                problems.append(f"{rel}: geometry unreadable ({short_error(exc)})")
         if problems:
             # Header problems alone make the case invalid; reading the voxels of a
             # wrong-shaped or oversized file would cost time and memory for nothing.
@@ -617,7 +533,7 @@ class SegmentationEvaluator:
         try:
             data = np.asanyarray(nifti.dataobj)
         except Exception as exc:
-            return _Prediction("invalid", [f"{rel}: voxel data unreadable ({_short(exc)})"])
+            return _Prediction("invalid", [f"{rel}: voxel data unreadable ({short_error(exc)})"])
         # nibabel keeps NaN/Inf; SimpleITK silently reads them back as finite numbers.
         if data.dtype.kind == "f":
             finite = np.isfinite(data)
