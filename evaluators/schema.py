@@ -115,6 +115,107 @@ class EnhancementSpec(BaseModel):
         return self.output_pattern.replace("{case}", case_id)
 
 
+def _check_filename(filename: str) -> None:
+    """A single deliverable or reference file: a plain relative name, no climbing out."""
+    if not filename or filename.startswith("/") or ".." in filename.split("/") or "{" in filename:
+        raise ValueError(f"file name {filename!r} must be a relative path without '..' or '{{}}'")
+
+
+class VqaSpec(BaseModel):
+    """Visual question answering: one JSON object mapping question id to answer string.
+
+    Case ids are question ids. The private ``answers.json`` maps each question id to
+    ``{"answer": str, "answer_type": "closed"|"open"|"choice", "choices": [letters]}``
+    (``choices`` for choice questions only). Closed and choice questions score exact match
+    after normalisation; open questions score the mean of exact match and token F1. TASK is
+    the mean over all questions, a missing or invalid answer scoring 0.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    submission_filename: str = "answers.json"
+    reference_filename: str = "answers.json"
+    #: Longest answer accepted; longer ones are invalid (answers are words, not essays).
+    max_answer_chars: int = Field(default=200, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VqaSpec:
+        _check_filename(self.submission_filename)
+        _check_filename(self.reference_filename)
+        return self
+
+
+ReportMetric = Literal[
+    "bleu_1",
+    "bleu_2",
+    "bleu_3",
+    "bleu_4",
+    "bleu",
+    "meteor",
+    "rouge_l",
+    "cider",
+    "clinical_f1",
+    "radgraph_f1",
+    "chexbert_f1",
+]
+
+
+class ReportSpec(BaseModel):
+    """Radiology report generation: one FINDINGS text per case, scored against the reference.
+
+    ``bleu`` is the mean of BLEU-1..4 (corpus level, as in the report-generation
+    literature); ``clinical_f1`` is the micro F1 of the 14 CheXpert observations found by the
+    rule-based labeller in prediction and reference. TASK is the mean of ``task_metrics``; a
+    missing or invalid case contributes an empty report.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    output_pattern: str = "{case}.txt"
+    reference_pattern: str = "{case}.txt"
+    task_metrics: list[ReportMetric] = Field(min_length=1)
+    min_chars: int = Field(default=20, ge=1)
+    max_chars: int = Field(default=8000, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ReportSpec:
+        _check_output_pattern(self.output_pattern, self.reference_pattern)
+        if self.reference_pattern.count("{case}") != 1:
+            raise ValueError(f"reference_pattern {self.reference_pattern!r} must hold {{case}}")
+        if len(set(self.task_metrics)) != len(self.task_metrics):
+            raise ValueError("task_metrics must not repeat a metric")
+        if self.min_chars > self.max_chars:
+            raise ValueError("min_chars must not exceed max_chars")
+        return self
+
+    def output_path(self, case_id: str) -> str:
+        """The submission-relative path of a case's report."""
+        return self.output_pattern.replace("{case}", case_id)
+
+
+class DetectionSpec(BaseModel):
+    """2-D object detection scored by COCO mAP on a COCO results file.
+
+    Case ids are image file stems; the private ``annotations.json`` is a COCO dataset whose
+    images' ``file_name`` stems are the case ids. TASK is mAP at ``iou_threshold`` over the
+    categories; mAP@[.5:.95] and per-category AP are reported too.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    submission_filename: str = "predictions.json"
+    reference_filename: str = "annotations.json"
+    iou_threshold: float = Field(default=0.5, gt=0.0, lt=1.0)
+    #: More boxes than this on one image make that image's predictions invalid.
+    max_detections_per_image: int = Field(default=100, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DetectionSpec:
+        _check_filename(self.submission_filename)
+        _check_filename(self.reference_filename)
+        return self
+
+
 class EvalSpec(BaseModel):
     """Everything the evaluator needs to know about one task; written by the host."""
 
@@ -126,6 +227,9 @@ class EvalSpec(BaseModel):
     case_ids: list[str]
     segmentation: SegmentationSpec | None = None
     enhancement: EnhancementSpec | None = None
+    vqa: VqaSpec | None = None
+    report: ReportSpec | None = None
+    detection: DetectionSpec | None = None
 
     @model_validator(mode="after")
     def _safe_case_ids(self) -> EvalSpec:
@@ -177,3 +281,5 @@ class EvaluationResult(BaseModel):
     format: FormatReport
     cases: list[CaseResult]
     elapsed_s: float
+    #: Metrics that could not be computed here, with the reason (never reported as 0).
+    unavailable: dict[str, str] = Field(default_factory=dict)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pytest_automedbench.evaluation import EvaluatorError, evaluate
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.staging import StagingError, case_ids_of, private_case_ids
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
 
 #: A checkout keeps the catalogue next to the package.
@@ -99,6 +100,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
         n_cases = task.data.synthetic.n_cases if args.cases is None else args.cases
         cases = generator.generate(public, private, n_cases, seed)
         source = f"synthetic:{generator.name} v{generator.version} seed {seed}"
+    written = case_ids_of(out, task.case_layout)
+    if sorted(cases) != written:
+        raise TaskError(f"{task.id}: the stager reported cases {sorted(cases)} but wrote {written}")
     print(f"{task.id}: {len(cases)} cases from {source} -> {public} and {private}")
     return 0
 
@@ -109,7 +113,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     references: Path = args.references
     if not references.is_dir():
         raise TaskError(f"references folder {references} does not exist")
-    case_ids = sorted(p.name for p in references.iterdir() if p.is_dir())
+    case_ids = private_case_ids(references, task.case_layout)
     spec = task.eval_spec(case_ids)
     with tempfile.TemporaryDirectory(prefix="amb-evaluate-") as workdir:
         result = evaluate(spec, args.submission, references, Path(workdir))
@@ -185,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.suites = default_suites()
     try:
         return int(args.func(args))
-    except (TaskError, EvaluatorError, ValueError, OSError) as exc:
+    except (TaskError, EvaluatorError, StagingError, ValueError, OSError) as exc:
         print(f"automedbench: error: {exc}", file=sys.stderr)
         return 2
 

@@ -8,7 +8,6 @@ verdicts) and ``result.json``.
 
 from __future__ import annotations
 
-import os
 import platform
 import traceback
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pytest_automedbench.agents.trajectory import (
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluation import check_format, evaluate
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.observe import observe_outputs
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox
 from pytest_automedbench.scoring import score_stages
@@ -49,9 +49,6 @@ KICKOFF = {
     "pro": "Begin. Follow S1 through S5.",
 }
 
-#: Folders the output observer does not descend into (environments, caches).
-_OBSERVE_SKIP = {".cache", ".tmp", "env", "venv", ".venv", "site-packages", "node_modules"}
-_OBSERVE_MAX_ENTRIES = 20_000
 #: The workspace folder the agent writes its deliverables into (the shared contract).
 OUTPUTS_DIRNAME = "outputs"
 
@@ -74,22 +71,6 @@ def harness_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[dist] = "absent"
     return versions
-
-
-def _observer(workspace: Path, outputs: Path, expected: list[str]) -> dict[str, Any]:
-    """What exists after a call: files named like an expected output anywhere in the
-    workspace (a pilot may write to a scratch folder), and expected outputs in place."""
-    names = {Path(rel).name for rel in expected}
-    found = 0
-    seen = 0
-    for _root, dirs, files in os.walk(workspace, followlinks=False):
-        dirs[:] = [d for d in dirs if d not in _OBSERVE_SKIP]
-        seen += len(dirs) + len(files)
-        found += sum(1 for f in files if f in names)
-        if seen > _OBSERVE_MAX_ENTRIES:
-            break
-    in_place = sum(1 for rel in expected if (outputs / rel).is_file())
-    return {"output_files": found, "outputs_in_place": in_place}
 
 
 def _now() -> str:
@@ -151,7 +132,8 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         plan.config.sandbox, SandboxSpec(public_dir=staged.public_dir, workspace_dir=workspace)
     )
     spec = task.eval_spec(staged.case_ids)
-    expected_outputs = [task.output_path(c) for c in staged.case_ids]
+    deliverables = task.deliverables(staged.case_ids)
+    single_file_kind = None if task.per_case_outputs else task.track
     outputs_host = workspace / OUTPUTS_DIRNAME
     with sandbox:
         ws = sandbox.workspace_path
@@ -191,7 +173,9 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
             precheck=lambda: check_format(
                 spec, outputs_host, staged.private_dir, plan.cell_dir / "precheck"
             ),
-            observe=lambda: _observer(workspace, outputs_host, expected_outputs),
+            observe=lambda: observe_outputs(
+                workspace, outputs_host, deliverables, single_file_kind
+            ),
             remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
         )
         try:

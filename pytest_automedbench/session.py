@@ -69,6 +69,7 @@ class AutoMedBenchSession:
             n_cases=source.n_cases,
             seed=source.seed,
             generator_version=generator.version,
+            layout=task.case_layout,
         )
 
     def _stage_real(self, task: TaskSpec, data_root: Path) -> StagedData:
@@ -76,7 +77,7 @@ class AutoMedBenchSession:
         ``<data-root>/<stager dirname>/`` converted once into the cache."""
         prepared = data_root / task.id
         if (prepared / "public").is_dir() and (prepared / "private").is_dir():
-            return load_prepared(task.id, prepared)
+            return load_prepared(task.id, prepared, task.case_layout)
         if task.data.real is None:
             raise DataUnavailable(
                 f"{task.id}: no real dataset is declared for this task and {prepared} holds "
@@ -90,4 +91,4 @@ class AutoMedBenchSession:
                 f"{source_root} (or a prepared split in {prepared}/public and /private). "
                 f"Access: {stager.access}"
             )
-        return stage_real(task.id, stager, source_root, self.data_cache)
+        return stage_real(task.id, stager, source_root, self.data_cache, layout=task.case_layout)

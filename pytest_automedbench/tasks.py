@@ -16,8 +16,16 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pytest_automedbench.evaluators.schema import EnhancementSpec, EvalSpec, SegmentationSpec
+from pytest_automedbench.evaluators.schema import (
+    DetectionSpec,
+    EnhancementSpec,
+    EvalSpec,
+    ReportSpec,
+    SegmentationSpec,
+    VqaSpec,
+)
 from pytest_automedbench.fixtures.registry import RegistryError, get_generator, get_stager
+from pytest_automedbench.fixtures.staging import CaseLayout
 
 TRACKS: tuple[str, ...] = ("segmentation", "enhancement", "vqa", "report", "detection")
 TIERS: tuple[str, ...] = ("lite", "standard", "pro")
@@ -34,6 +42,15 @@ MODALITIES: tuple[str, ...] = (
 
 Track = Literal["segmentation", "enhancement", "vqa", "report", "detection"]
 Tier = Literal["lite", "standard", "pro"]
+
+#: How each track's public/private split names its cases (see fixtures.staging).
+CASE_LAYOUTS: dict[str, CaseLayout] = {
+    "segmentation": "folders",
+    "enhancement": "folders",
+    "report": "reports",
+    "vqa": "questions",
+    "detection": "coco",
+}
 
 #: Placeholders a brief template may use; anything else is a typo caught at load time.
 BRIEF_FIELDS: frozenset[str] = frozenset(
@@ -98,6 +115,9 @@ class EvaluationDecl(BaseModel):
 
     segmentation: SegmentationSpec | None = None
     enhancement: EnhancementSpec | None = None
+    vqa: VqaSpec | None = None
+    report: ReportSpec | None = None
+    detection: DetectionSpec | None = None
 
     def declared(self) -> list[str]:
         return [name for name in type(self).model_fields if getattr(self, name) is not None]
@@ -151,24 +171,54 @@ class TaskSpec(BaseModel):
         return self.folder / "reference"
 
     @property
+    def case_layout(self) -> CaseLayout:
+        return CASE_LAYOUTS[self.track]
+
+    @property
+    def per_case_outputs(self) -> bool:
+        """True when every case has its own output file; False for one file for all cases
+        (VQA ``answers.json``, detection ``predictions.json``)."""
+        return self.evaluation.vqa is None and self.evaluation.detection is None
+
+    @property
     def output_pattern(self) -> str:
-        """Where a case's output goes, relative to the workspace's ``outputs/``."""
-        layout: SegmentationSpec | EnhancementSpec | None = getattr(self.evaluation, self.track)
-        if layout is None:  # excluded by the validator; kept for the type checker
-            raise TaskError(f"{self.folder}: track {self.track} declares no output layout")
-        return layout.output_pattern
+        """Where outputs go, relative to the workspace's ``outputs/``: a pattern with
+        ``{case}`` for per-case tracks, the single file's name otherwise."""
+        ev = self.evaluation
+        if ev.segmentation is not None:
+            return ev.segmentation.output_pattern
+        if ev.enhancement is not None:
+            return ev.enhancement.output_pattern
+        if ev.report is not None:
+            return ev.report.output_pattern
+        if ev.vqa is not None:
+            return ev.vqa.submission_filename
+        if ev.detection is not None:
+            return ev.detection.submission_filename
+        raise TaskError(f"{self.folder}: track {self.track} declares no output layout")
 
     def output_path(self, case_id: str) -> str:
+        """The output file holding ``case_id`` (the shared file for single-file tracks)."""
         return self.output_pattern.replace("{case}", case_id)
+
+    def deliverables(self, case_ids: list[str]) -> list[str]:
+        """Every file the agent must write under ``outputs/``."""
+        if not self.per_case_outputs:
+            return [self.output_pattern]
+        return [self.output_path(c) for c in case_ids]
 
     def eval_spec(self, case_ids: list[str]) -> EvalSpec:
         """What the evaluator is told about this task: the case list and the track's section."""
+        ev = self.evaluation
         return EvalSpec(
             task_id=self.id,
             track=self.track,
             case_ids=case_ids,
-            segmentation=self.evaluation.segmentation,
-            enhancement=self.evaluation.enhancement,
+            segmentation=ev.segmentation,
+            enhancement=ev.enhancement,
+            vqa=ev.vqa,
+            report=ev.report,
+            detection=ev.detection,
         )
 
 

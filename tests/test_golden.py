@@ -32,6 +32,7 @@ def test_reference_solution_reaches_its_band(task: TaskSpec, tmp_path: Path) -> 
         source.n_cases,
         source.seed,
         generator.version,
+        layout=task.case_layout,
     )
     outputs = tmp_path / "outputs"
     proc = subprocess.run(

@@ -104,6 +104,139 @@ for case in cases:
 raise SystemExit(1 if bad else 0)
 '''
 
+#: Checks a VQA answers file: every question answered, choice answers are option letters.
+CHECK_VQA = '''"""Check VQA answers: all questions answered, short answers, option letters."""
+import argparse
+import json
+from pathlib import Path
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--inputs", type=Path, required=True)
+parser.add_argument("--outputs", type=Path, required=True)
+parser.add_argument("--pattern", required=True)
+parser.add_argument("--cases", nargs="*")
+args = parser.parse_args()
+questions = {q["question_id"]: q for q in json.loads((args.inputs / "questions.json").read_text())}
+path = args.outputs / args.pattern
+if not path.is_file():
+    raise SystemExit(f"MISSING {path}")
+answers = json.loads(path.read_text())
+if not isinstance(answers, dict):
+    raise SystemExit(f"{path} must be a JSON object mapping question id to answer")
+bad = 0
+counts = {}
+for qid in args.cases or sorted(questions):
+    q, answer = questions[qid], answers.get(qid)
+    kind = q.get("answer_type", "open")
+    problem = None
+    if not isinstance(answer, str) or not answer.strip():
+        problem = "no answer"
+    elif kind == "choice" and answer.strip() not in (q.get("options") or {}):
+        problem = f"{answer!r} is not one of the option letters"
+    elif kind != "choice" and len(answer.split()) > 5:
+        problem = f"answer has {len(answer.split())} words, expected a short phrase"
+    if problem:
+        print(f"{qid}: PROBLEM {problem}")
+        bad += 1
+    counts[kind] = counts.get(kind, 0) + 1
+unknown = sorted(set(answers) - set(questions))
+if unknown:
+    print(f"unknown question ids: {unknown[:5]}")
+    bad += 1
+print(f"{sum(counts.values())} questions checked {counts}: {bad} problem(s)")
+raise SystemExit(1 if bad else 0)
+'''
+
+
+#: Checks report outputs: present, plain text of a plausible length.
+CHECK_REPORT = '''"""Check report outputs: one non-trivial FINDINGS text per case."""
+import argparse
+from pathlib import Path
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--inputs", type=Path, required=True)
+parser.add_argument("--outputs", type=Path, required=True)
+parser.add_argument("--pattern", required=True)
+parser.add_argument("--cases", nargs="*")
+args = parser.parse_args()
+cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
+bad = 0
+for case in cases:
+    path = args.outputs / args.pattern.replace("{case}", case)
+    if not path.is_file():
+        print(f"{case}: MISSING {path}")
+        bad += 1
+        continue
+    text = path.read_text(encoding="utf-8")
+    problems = []
+    if sum(c.isalpha() for c in text) < 20:
+        problems.append("fewer than 20 letters")
+    if len(text) > 8000:
+        problems.append(f"{len(text)} characters, too long")
+    words = len(text.split())
+    print(f"{case}: {words} words" + (" PROBLEMS: " + "; ".join(problems) if problems else " OK"))
+    bad += bool(problems)
+raise SystemExit(1 if bad else 0)
+'''
+
+
+#: Checks a COCO results file against the public image list and categories.
+CHECK_DETECTION = '''"""Check detection outputs: COCO results, known ids, boxes in bounds."""
+import argparse
+import json
+import math
+from pathlib import Path
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--inputs", type=Path, required=True)
+parser.add_argument("--outputs", type=Path, required=True)
+parser.add_argument("--pattern", required=True)
+parser.add_argument("--cases", nargs="*")
+args = parser.parse_args()
+index = json.loads((args.inputs / "images.json").read_text())
+images = {im["id"]: im for im in index["images"]}
+categories = {c["id"]: c["name"] for c in index["categories"]}
+path = args.outputs / args.pattern
+if not path.is_file():
+    raise SystemExit(f"MISSING {path}")
+predictions = json.loads(path.read_text())
+if not isinstance(predictions, list):
+    raise SystemExit(f"{path} must be a JSON list of COCO results")
+bad = 0
+per_image = {}
+per_category = {}
+for n, det in enumerate(predictions):
+    problem = None
+    try:
+        image = images[det["image_id"]]
+        x, y, w, h = (float(v) for v in det["bbox"])
+        score = float(det["score"])
+        if det["category_id"] not in categories:
+            problem = f"unknown category {det['category_id']}"
+        elif not all(math.isfinite(v) for v in (x, y, w, h, score)) or w <= 0 or h <= 0:
+            problem = f"bad box {det['bbox']} / score {det['score']}"
+        elif x < 0 or y < 0 or x + w > image["width"] + 0.5 or y + h > image["height"] + 0.5:
+            problem = f"box {det['bbox']} outside the {image['width']}x{image['height']} image"
+    except (KeyError, TypeError, ValueError) as exc:
+        problem = f"malformed entry: {exc!r}"
+    if problem:
+        bad += 1
+        if bad <= 10:
+            print(f"prediction {n}: PROBLEM {problem}")
+        continue
+    per_image[det["image_id"]] = per_image.get(det["image_id"], 0) + 1
+    name = categories[det["category_id"]]
+    per_category[name] = per_category.get(name, 0) + 1
+by_stem = {Path(im["file_name"]).name.split(".")[0]: i for i, im in images.items()}
+expected = args.cases or sorted(by_stem)
+empty = [c for c in expected if per_image.get(by_stem[c], 0) == 0]
+print(f"{len(predictions)} boxes on {len(per_image)} images; per category {per_category}")
+if empty:
+    print(f"{len(empty)} expected image(s) without any box: {empty[:5]}")
+print(f"{bad} problem(s)")
+raise SystemExit(1 if bad else 0)
+'''
+
 #: Prints what each input file of the first case holds, NIfTI or NumPy alike.
 INSPECT_INPUTS = """from pathlib import Path
 import numpy as np
@@ -123,6 +256,74 @@ for name in {inputs!r}:
         print(name, "size", img.GetSize(), "spacing", img.GetSpacing(), "dtype", values.dtype)
     print("   range", float(values.min()), float(values.max()))
 """
+
+
+#: Prints the question list and the first question's images (VQA).
+INSPECT_QUESTIONS = """import json
+from collections import Counter
+from pathlib import Path
+from PIL import Image
+public = Path({public!r})
+questions = json.loads((public / "questions.json").read_text())
+print(len(questions), "questions; answer types", dict(Counter(q["answer_type"] for q in questions)))
+print("first:", json.dumps(questions[0])[:400])
+for rel in questions[0]["images"]:
+    with Image.open(public / rel) as im:
+        print(rel, "size", im.size, "mode", im.mode)
+"""
+
+#: Prints the image list, categories and the first image (detection).
+INSPECT_COCO = """import json
+from pathlib import Path
+from PIL import Image
+public = Path({public!r})
+index = json.loads((public / "images.json").read_text())
+print(len(index["images"]), "images; categories", index["categories"])
+first = index["images"][0]
+with Image.open(public / first["file_name"]) as im:
+    print(first, "-> size", im.size, "mode", im.mode)
+"""
+
+#: Prints the first case folder's files (report generation).
+INSPECT_CASE_IMAGES = """from pathlib import Path
+from PIL import Image
+public = Path({public!r})
+cases = sorted(p.name for p in public.iterdir() if p.is_dir())
+print(len(cases), "cases:", cases[:10])
+for path in sorted((public / cases[0]).iterdir()):
+    if path.suffix in (".png", ".jpg", ".jpeg"):
+        with Image.open(path) as im:
+            print(path.name, "size", im.size, "mode", im.mode)
+    else:
+        print(path.name, path.read_text()[:300])
+"""
+
+#: Shell line setting $CASE to the first case id, per case layout.
+FIRST_CASE = {
+    "folders": "CASE=$(ls {public} | sort | head -n 1)\n",
+    "reports": "CASE=$(ls {public} | sort | head -n 1)\n",
+    "questions": (
+        'CASE=$(python -c "import json; '
+        "print(json.load(open('{public}/questions.json'))[0]['question_id'])\")\n"
+    ),
+    "coco": (
+        'CASE=$(python -c "import json, pathlib; '
+        "print(pathlib.Path(json.load(open('{public}/images.json'))['images'][0]"
+        "['file_name']).name.split('.')[0])\")\n"
+    ),
+}
+
+#: The S2 environment check: libraries the track's reference pipelines use.
+ENV_CHECK = {
+    "segmentation": "import numpy, scipy, SimpleITK\n"
+    "print('numpy', numpy.__version__, 'scipy', scipy.__version__, "
+    "'SimpleITK', SimpleITK.Version_VersionString())",
+}
+ENV_CHECK_2D = (
+    "import numpy, scipy, skimage, PIL\n"
+    "print('numpy', numpy.__version__, 'scipy', scipy.__version__, "
+    "'skimage', skimage.__version__, 'Pillow', PIL.__version__)"
+)
 
 
 def _bash(stage: str, thought: str, code: str) -> dict[str, Any]:
@@ -151,10 +352,26 @@ def heredoc(path: str, text: str) -> str:
 
 def _checker(ctx: AgentContext) -> str:
     """The track's output checker script."""
-    scripts = {"segmentation": CHECK_SEGMENTATION, "enhancement": CHECK_ENHANCEMENT}
-    if ctx.task.track not in scripts:
-        raise ValueError(f"{ctx.task.id}: no reference output check for {ctx.task.track}")
+    scripts = {
+        "segmentation": CHECK_SEGMENTATION,
+        "enhancement": CHECK_ENHANCEMENT,
+        "vqa": CHECK_VQA,
+        "report": CHECK_REPORT,
+        "detection": CHECK_DETECTION,
+    }
     return scripts[ctx.task.track]
+
+
+def _inspect(ctx: AgentContext) -> str:
+    """The track's S2 input inspection."""
+    layout = ctx.task.case_layout
+    if layout == "questions":
+        return INSPECT_QUESTIONS.format(public=ctx.public_dir)
+    if layout == "coco":
+        return INSPECT_COCO.format(public=ctx.public_dir)
+    if layout == "reports":
+        return INSPECT_CASE_IMAGES.format(public=ctx.public_dir)
+    return INSPECT_INPUTS.format(public=ctx.public_dir, inputs=list(ctx.task.data.inputs))
 
 
 def _check_command(ctx: AgentContext, cases: str) -> str:
@@ -177,21 +394,15 @@ def reference_steps(ctx: AgentContext) -> list[dict[str, Any]]:
     plan = heredoc(f"{ctx.plan_dir}/plan.md", (ref / "plan.md").read_text(encoding="utf-8"))
     if ctx.tier != "lite":
         plan += heredoc(f"{ctx.plan_dir}/plan.mmd", (ref / "plan.mmd").read_text(encoding="utf-8"))
-    first_case = f"CASE=$(ls {ctx.public_dir} | sort | head -n 1)\n"
+    first_case = FIRST_CASE[task.case_layout].format(public=ctx.public_dir)
     solve_cmd = (
         f"python {ctx.workspace}/solve.py --inputs {ctx.public_dir} --outputs {ctx.outputs_dir} "
         f"--pattern '{task.output_pattern}'"
     )
-    inspect = INSPECT_INPUTS.format(public=ctx.public_dir, inputs=list(task.data.inputs))
+    inspect = _inspect(ctx)
     return [
         _bash("S1", "S1: write the plan.", plan),
-        _python(
-            "S2",
-            "S2: check the environment.",
-            "import numpy, scipy, SimpleITK\n"
-            "print('numpy', numpy.__version__, 'scipy', scipy.__version__, "
-            "'SimpleITK', SimpleITK.Version_VersionString())",
-        ),
+        _python("S2", "S2: check the environment.", ENV_CHECK.get(task.track, ENV_CHECK_2D)),
         _python("S2", "S2: inspect the inputs (cases, size, spacing, intensities).", inspect),
         _bash(
             "S3",

@@ -1,0 +1,8 @@
+"""VQA track: one test per cell (agent x task x tier x run) of this folder's tasks."""
+
+from pytest_automedbench.outcome import check_resolved
+from pytest_automedbench.results import CellResult
+
+
+def test_cell(cell_result: CellResult) -> None:
+    check_resolved(cell_result)
