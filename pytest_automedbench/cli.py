@@ -98,8 +98,8 @@ def cmd_stage(args: argparse.Namespace) -> int:
         generator = get_generator(task.data.synthetic.generator)
         seed = task.data.synthetic.seed if args.seed is None else args.seed
         n_cases = task.data.synthetic.n_cases if args.cases is None else args.cases
-        cases = generator.generate(public, private, n_cases, seed)
-        source = f"synthetic:{generator.name} v{generator.version} seed {seed}"
+        cases = generator.for_size(args.size)(public, private, n_cases, seed)
+        source = f"synthetic:{generator.name} v{generator.version} seed {seed} size {args.size}"
     written = case_ids_of(out, task.case_layout)
     if sorted(cases) != written:
         raise TaskError(f"{task.id}: the stager reported cases {sorted(cases)} but wrote {written}")
@@ -161,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--out", type=Path, required=True)
     stage.add_argument("--seed", type=int, default=None, help="synthetic seed (default: task's)")
     stage.add_argument("--cases", type=int, default=None, help="number of cases (max for real)")
+    stage.add_argument(
+        "--size",
+        choices=("small", "realistic"),
+        default="small",
+        help="synthetic image size: small (default) or the real dataset's",
+    )
     stage.add_argument(
         "--data-root",
         type=Path,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 TIER_CHOICES: tuple[str, ...] = ("lite", "standard", "pro", "all")
 SANDBOX_CHOICES: tuple[str, ...] = ("auto", "local", "docker")
+DATA_SIZE_CHOICES: tuple[str, ...] = ("small", "realistic")
 DEFAULT_OUT = Path("automedbench-results")
 
 
@@ -33,6 +34,8 @@ class RunConfig(BaseModel):
     sandbox: Literal["auto", "local", "docker"] = "auto"
     judge: str = "rules"
     data_root: Path | None = None
+    #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.
+    data_size: Literal["small", "realistic"] = "small"
     amb_out: Path = DEFAULT_OUT
 
     @field_validator("judge")
@@ -50,7 +53,12 @@ class RunConfig(BaseModel):
 
     def scoring_hash(self) -> str:
         """Hash of the settings that change scores, so ledger records stay comparable."""
-        payload = {"judge": self.judge, "sandbox": self.sandbox, "data_root": str(self.data_root)}
+        payload = {
+            "judge": self.judge,
+            "sandbox": self.sandbox,
+            "data_root": str(self.data_root),
+            "data_size": self.data_size,
+        }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
     def describe(self) -> list[str]:
@@ -58,7 +66,8 @@ class RunConfig(BaseModel):
         return [
             f"agents: {', '.join(self.agents)}",
             f"tier: {self.tier}  runs: {runs}  sandbox: {self.sandbox}  judge: {self.judge}",
-            f"data-root: {self.data_root or '(synthetic data)'}  results: {self.amb_out}",
+            f"data-root: {self.data_root or f'(synthetic data, {self.data_size})'}  "
+            f"results: {self.amb_out}",
         ]
 
 
@@ -70,6 +79,7 @@ _PYPROJECT_KEYS: dict[str, str] = {
     "sandbox": "sandbox",
     "judge": "judge",
     "data_root": "data_root",
+    "data_size": "data_size",
     "amb_out": "amb_out",
 }
 
@@ -123,6 +133,10 @@ def build_config(
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
         origin = source.get(field, field)
-        choices = {"tier": TIER_CHOICES, "sandbox": SANDBOX_CHOICES}.get(field)
+        choices = {
+            "tier": TIER_CHOICES,
+            "sandbox": SANDBOX_CHOICES,
+            "data_size": DATA_SIZE_CHOICES,
+        }.get(field)
         hint = f"; valid values: {', '.join(choices)}" if choices else ""
         raise ConfigError(f"{origin}: {err['msg']} (got {err.get('input')!r}){hint}") from exc

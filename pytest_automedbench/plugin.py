@@ -95,6 +95,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="prepared real datasets, one folder per task (default: synthetic data)",
     )
     group.addoption(
+        "--data-size",
+        dest="amb_data_size",
+        default=None,
+        choices=("small", "realistic"),
+        help="synthetic data size: small (default, fast) or the real datasets' image sizes",
+    )
+    group.addoption(
         "--amb-out",
         dest="amb_out",
         default=None,
@@ -112,6 +119,7 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         "sandbox": config.getoption("amb_sandbox"),
         "judge": config.getoption("amb_judge"),
         "data_root": config.getoption("amb_data_root"),
+        "data_size": config.getoption("amb_data_size"),
         "amb_out": config.getoption("amb_out"),
     }
     try:

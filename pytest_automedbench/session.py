@@ -61,15 +61,18 @@ class AutoMedBenchSession:
             return self._stage_real(task, self.config.data_root)
         source = task.data.synthetic
         generator = get_generator(source.generator)
+        # A generator without a realistic variant already writes real sizes: same cache.
+        size = self.config.data_size if generator.realistic is not None else "small"
         return stage_synthetic(
             task_id=task.id,
             generator_name=generator.name,
-            generator=generator.generate,
+            generator=generator.for_size(size),
             cache_root=self.data_cache,
             n_cases=source.n_cases,
             seed=source.seed,
             generator_version=generator.version,
             layout=task.case_layout,
+            size=size,
         )
 
     def _stage_real(self, task: TaskSpec, data_root: Path) -> StagedData:

@@ -100,6 +100,15 @@ def test_report_header_echoes_resolved_configuration(
             "automedbench: run *",
             "automedbench: agents: reference",
             "automedbench: tier: lite  runs: task default*sandbox: auto  judge: rules",
-            f"automedbench: data-root: (synthetic data)  results: {tmp_path}/res",
+            f"automedbench: data-root: (synthetic data, small)  results: {tmp_path}/res",
         ]
     )
+
+
+def test_data_size_is_validated_and_part_of_the_scoring_hash(tmp_path: Path) -> None:
+    small = build_config({}, {}, None, tmp_path)
+    realistic = build_config({"data_size": "realistic"}, {}, None, tmp_path)
+    assert small.data_size == "small" and realistic.data_size == "realistic"
+    assert small.scoring_hash() != realistic.scoring_hash()
+    with pytest.raises(ConfigError, match="valid values: small, realistic"):
+        build_config({}, {"data_size": "huge"}, tmp_path / "pyproject.toml", tmp_path)
