@@ -73,3 +73,52 @@ def test_duplicate_ids_are_rejected(tmp_path: Path) -> None:
     copy_task(tmp_path / "b")
     with pytest.raises(TaskError, match="defined twice"):
         discover_tasks(tmp_path)
+
+
+def _retrack(folder: Path, track: str, evaluation: str) -> None:
+    """Rewrite a copied task's track and evaluation section (the data stays the kidney's)."""
+    text = (folder / "task.yaml").read_text()
+    head, rest = text.split("evaluation:\n", 1)
+    tail = rest[rest.index("\n# The reference solution") :]
+    head = head.replace("track: segmentation", f"track: {track}")
+    (folder / "task.yaml").write_text(f"{head}evaluation:\n{evaluation}{tail}")
+
+
+@pytest.mark.parametrize(
+    ("track", "evaluation", "layout", "deliverables"),
+    [
+        ("vqa", "  vqa: {}\n", "questions", ["answers.json"]),
+        ("detection", "  detection: {iou_threshold: 0.5}\n", "coco", ["predictions.json"]),
+        (
+            "report",
+            "  report: {task_metrics: [bleu, clinical_f1]}\n",
+            "reports",
+            ["case_0001.txt", "case_0002.txt"],
+        ),
+    ],
+)
+def test_single_file_and_text_tracks_declare_their_deliverables(
+    tmp_path: Path, track: str, evaluation: str, layout: str, deliverables: list[str]
+) -> None:
+    folder = copy_task(tmp_path)
+    _retrack(folder, track, evaluation)
+    task = load_task(folder)
+    assert task.case_layout == layout
+    assert task.per_case_outputs == (track == "report")
+    assert task.deliverables(["case_0001", "case_0002"]) == deliverables
+    spec = task.eval_spec(["case_0001", "case_0002"])
+    assert spec.track == track and getattr(spec, track) is not None
+
+
+def test_evaluation_section_must_match_the_track(tmp_path: Path) -> None:
+    folder = copy_task(tmp_path)
+    _retrack(folder, "vqa", "  detection: {}\n")
+    with pytest.raises(TaskError, match=r"a vqa task needs exactly evaluation.vqa"):
+        load_task(folder)
+
+
+def test_report_metric_names_are_checked(tmp_path: Path) -> None:
+    folder = copy_task(tmp_path)
+    _retrack(folder, "report", "  report: {task_metrics: [bleu, spice]}\n")
+    with pytest.raises(TaskError, match=r"task_metrics.1"):
+        load_task(folder)
