@@ -2,7 +2,8 @@
 
 This package is shipped into a sandbox without network access and without the
 rest of ``pytest_automedbench``, so it imports only the standard library, numpy,
-SimpleITK, nibabel, scikit-image and pydantic.  The host talks to it exclusively through the
+SimpleITK, nibabel, scikit-image, pydantic, faster-coco-eval and (lazily, for the report
+track) pycocoevalcap.  The host talks to it exclusively through the
 JSON models in :mod:`.schema` and the command line in :mod:`.__main__`, which
 keeps the scoring code auditable on its own and impossible for an agent's
 process to reach into.
@@ -13,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from .detection import DetectionEvaluator
 from .enhancement import EnhancementEvaluator
+from .report import ReportEvaluator
 from .schema import (
     SCHEMA_VERSION,
     CaseResult,
@@ -25,6 +28,7 @@ from .schema import (
     SegmentationSpec,
 )
 from .segmentation import SegmentationEvaluator
+from .vqa import VqaEvaluator
 
 
 class Evaluator(Protocol):
@@ -43,6 +47,9 @@ class Evaluator(Protocol):
 EVALUATORS: dict[str, type[Evaluator]] = {
     "segmentation": SegmentationEvaluator,
     "enhancement": EnhancementEvaluator,
+    "vqa": VqaEvaluator,
+    "report": ReportEvaluator,
+    "detection": DetectionEvaluator,
 }
 
 
@@ -62,14 +69,17 @@ __all__ = [
     "EVALUATORS",
     "SCHEMA_VERSION",
     "CaseResult",
+    "DetectionEvaluator",
     "EnhancementEvaluator",
     "EvalSpec",
     "EvaluationResult",
     "Evaluator",
     "EvaluatorInputError",
     "FormatReport",
+    "ReportEvaluator",
     "SegmentationEvaluator",
     "SegmentationRegion",
     "SegmentationSpec",
+    "VqaEvaluator",
     "get_evaluator",
 ]
