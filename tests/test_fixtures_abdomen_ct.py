@@ -10,6 +10,7 @@ solve. The stagers run on tiny trees in each dataset's official layout.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import shutil
 import time
@@ -45,6 +46,7 @@ from pytest_automedbench.fixtures.abdomen_ct import (
     tumor_free_indices,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.staging import case_ids_of
 
 Int16Array = npt.NDArray[np.int16]
 UInt8Array = npt.NDArray[np.uint8]
@@ -398,6 +400,51 @@ def test_merge_structures_gives_the_first_in_order_the_overlap() -> None:
     assert int((merged > 0).sum()) == 4 + 4 + 1  # spleen row, rest of the liver, aorta
     with pytest.raises(ValueError, match="merge order"):
         merge_structures(masks, ORGAN_LABELS, ORGAN_MERGE_ORDER[:-1])
+
+
+def test_small_size_is_the_default_generator() -> None:
+    for name, dataset in (
+        ("liver-tumor-ct", generate_liver_dataset),
+        ("totalseg-abdomen-ct", generate_abdomen_dataset),
+    ):
+        generator = get_generator(name)
+        assert generator.for_size("small") is generator.generate is dataset
+        realistic = generator.for_size("realistic")
+        assert realistic is generator.realistic
+        # The realistic variant is the same dataset function on the clinical grid.
+        assert isinstance(realistic, functools.partial) and realistic.func is dataset
+        assert realistic.keywords == {"shape": REALISTIC_SHAPE, "spacing": REALISTIC_SPACING}
+
+
+@pytest.mark.slow
+def test_realistic_variant_writes_adult_organs_on_the_clinical_grid(tmp_path: Path) -> None:
+    realistic = get_generator("totalseg-abdomen-ct").for_size("realistic")
+    assert realistic(tmp_path / "public", tmp_path / "private", 1, 104) == ["case_0001"]
+    assert case_ids_of(tmp_path, "folders") == ["case_0001"]
+    ct = sitk.ReadImage(str(tmp_path / "public" / "case_0001" / "ct.nii.gz"))
+    label = sitk.ReadImage(str(tmp_path / "private" / "case_0001" / "label.nii.gz"))
+    assert ct.GetSize() == label.GetSize() == REALISTIC_SHAPE  # SimpleITK (x, y, z)
+    assert ct.GetSpacing() == pytest.approx(REALISTIC_SPACING)
+    assert label.GetSpacing() == pytest.approx(REALISTIC_SPACING)
+    assert label.GetOrigin() == pytest.approx(ct.GetOrigin())
+    assert label.GetDirection() == pytest.approx(ct.GetDirection())
+    ct_array, values = sitk.GetArrayFromImage(ct), sitk.GetArrayFromImage(label)
+    assert values.shape == ct_array.shape == REALISTIC_SHAPE[::-1]  # numpy (z, y, x)
+    assert set(np.unique(values).tolist()) == {0, *ORGAN_LABELS.values()}
+    # The anatomy is laid out in millimetres: adult organ volumes at 0.7 mm, where a
+    # voxel-based layout would have grown them 64-fold.
+    voxel_ml = float(np.prod(REALISTIC_SPACING)) / 1000.0
+    ranges_ml = {
+        "liver": (1000.0, 2500.0),
+        "spleen": (80.0, 400.0),
+        "kidney_left": (80.0, 300.0),
+        "kidney_right": (80.0, 300.0),
+    }
+    for name, (low, high) in ranges_ml.items():
+        volume = int(np.count_nonzero(values == ORGAN_LABELS[name])) * voxel_ml
+        assert low <= volume <= high, (name, volume)
+    # Portal-venous liver enhancement survives the finer voxels' partial volume and noise.
+    assert 85 <= float(np.median(ct_array[values == ORGAN_LABELS["liver"]])) <= 135
 
 
 def test_registry_exposes_generators_and_stagers() -> None:

@@ -24,10 +24,14 @@ from pytest_automedbench.fixtures.brain_mri import (
     BRATS_DEFAULT_SHAPE,
     BRATS_DEFAULT_SPACING,
     BRATS_INPUTS,
+    BRATS_REALISTIC_SHAPE,
+    BRATS_REALISTIC_SPACING,
     FETAL_DEFAULT_SHAPE,
     FETAL_DEFAULT_SPACING,
     FETAL_INPUTS,
     FETAL_LABELS,
+    FETAL_REALISTIC_SHAPE,
+    FETAL_REALISTIC_SPACING,
     GENERATOR_VERSION,
     REALISTIC_SHAPE,
     TUMOR_LABELS,
@@ -39,7 +43,7 @@ from pytest_automedbench.fixtures.brain_mri import (
     stage_feta,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import stage_real
+from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.integer]
@@ -627,3 +631,78 @@ def test_registry_exposes_both_generators() -> None:
     assert fetal.generate is generate_fetal_dataset
     assert brats.generate is generate_brats_dataset
     assert fetal.version == brats.version == GENERATOR_VERSION
+
+
+def test_small_size_is_the_default_generator() -> None:
+    for name, dataset, shape, spacing in (
+        ("mri-fetal-brain", generate_fetal_dataset, FETAL_REALISTIC_SHAPE, FETAL_REALISTIC_SPACING),
+        ("mri-brain-tumor", generate_brats_dataset, BRATS_REALISTIC_SHAPE, BRATS_REALISTIC_SPACING),
+    ):
+        generator = get_generator(name)
+        assert generator.for_size("small") is generator.generate is dataset
+        realistic = generator.for_size("realistic")
+        assert realistic is generator.realistic
+        # The realistic variant is the same dataset function on the dataset's own grid.
+        assert isinstance(realistic, functools.partial) and realistic.func is dataset
+        assert realistic.keywords == {"shape": shape, "spacing": spacing}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "seed", "inputs", "shape", "spacing", "required", "brain_ml"),
+    [
+        (
+            "mri-fetal-brain",
+            22,
+            FETAL_INPUTS,
+            FETAL_REALISTIC_SHAPE,
+            FETAL_REALISTIC_SPACING,
+            set(FETAL_LABELS.values()),
+            (40.0, 450.0),  # intracranial volume over FeTA's 21-35 weeks
+        ),
+        # NCR is missing from a solid, fully enhancing core; ED and ET never are.
+        (
+            "mri-brain-tumor",
+            23,
+            BRATS_INPUTS,
+            BRATS_REALISTIC_SHAPE,
+            BRATS_REALISTIC_SPACING,
+            {ED, ET},
+            (900.0, 1900.0),  # adult skull-stripped brain
+        ),
+    ],
+    ids=["fetal", "brats"],
+)
+def test_realistic_variant_writes_the_dataset_grid(
+    tmp_path: Path,
+    name: str,
+    seed: int,
+    inputs: tuple[str, ...],
+    shape: tuple[int, int, int],
+    spacing: tuple[float, float, float],
+    required: set[int],
+    brain_ml: tuple[float, float],
+) -> None:
+    realistic = get_generator(name).for_size("realistic")
+    assert realistic(tmp_path / "public", tmp_path / "private", 1, seed) == ["case_0001"]
+    assert case_ids_of(tmp_path, "folders") == ["case_0001"]
+    label = sitk.ReadImage(str(tmp_path / "private" / "case_0001" / "label.nii.gz"))
+    assert label.GetSize() == shape  # SimpleITK (x, y, z)
+    assert label.GetSpacing() == pytest.approx(spacing)
+    for input_name in inputs:
+        image = sitk.ReadImage(str(tmp_path / "public" / "case_0001" / input_name))
+        assert image.GetSize() == shape
+        assert image.GetSpacing() == pytest.approx(spacing)
+        assert image.GetOrigin() == pytest.approx(label.GetOrigin())
+        assert image.GetDirection() == pytest.approx(label.GetDirection())
+    values = sitk.GetArrayFromImage(label)
+    assert values.shape == shape[::-1]  # numpy (z, y, x)
+    allowed = set(FETAL_LABELS.values()) if name == "mri-fetal-brain" else {NCR, ED, ET}
+    assert required <= set(np.unique(values).tolist()) - {0} <= allowed
+    # The anatomy is in millimetres: the brain keeps its physical size on the finer grid.
+    first = sitk.GetArrayFromImage(
+        sitk.ReadImage(str(tmp_path / "public" / "case_0001" / inputs[0]))
+    )
+    voxel_ml = float(np.prod(spacing)) / 1000.0
+    inside = values > 0 if name == "mri-fetal-brain" else first > 0
+    assert brain_ml[0] <= int(np.count_nonzero(inside)) * voxel_ml <= brain_ml[1]

@@ -9,6 +9,7 @@ that turns the official ACDC layout into the benchmark's split without leaking p
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from pytest_automedbench.fixtures.cardiac_mri import (
     write_case,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import stage_real
+from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
@@ -358,6 +359,40 @@ def test_generate_dataset_is_deterministic(tmp_path: Path) -> None:
 def test_generate_dataset_rejects_bad_counts(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="n_cases"):
         generate_dataset(tmp_path / "p", tmp_path / "q", n_cases=-1, seed=0)
+
+
+def test_small_size_is_the_default_generator() -> None:
+    generator = get_generator("short-axis-cine-mri")
+    assert generator.for_size("small") is generator.generate is generate_dataset
+    realistic = generator.for_size("realistic")
+    assert realistic is generator.realistic
+    # The realistic variant is the same dataset function on ACDC's whole-chest matrix.
+    assert isinstance(realistic, functools.partial) and realistic.func is generate_dataset
+    assert realistic.keywords == {"shape": REALISTIC_SHAPE}
+
+
+def test_realistic_variant_writes_the_acdc_matrix(tmp_path: Path) -> None:
+    realistic = get_generator("short-axis-cine-mri").for_size("realistic")
+    assert realistic(tmp_path / "big" / "public", tmp_path / "big" / "private", 1, 17) == [
+        "case_0001"
+    ]
+    assert case_ids_of(tmp_path / "big", "folders") == ["case_0001"]
+    image = sitk.ReadImage(str(tmp_path / "big" / "public" / "case_0001" / "image.nii.gz"))
+    label = sitk.ReadImage(str(tmp_path / "big" / "private" / "case_0001" / "label.nii.gz"))
+    assert image.GetSize() == REALISTIC_SHAPE  # SimpleITK (x, y, z)
+    assert image.GetSpacing() == pytest.approx(DEFAULT_SPACING)
+    assert _geometry(label) == pytest.approx(_geometry(image))
+    values = sitk.GetArrayFromImage(label)
+    assert values.shape == sitk.GetArrayFromImage(image).shape == REALISTIC_SHAPE[::-1]
+    assert set(np.unique(values).tolist()) == {0, LABEL_RV, LABEL_MYO, LABEL_LV}
+    # Same heart as the small default's first case, only a larger field of view: the
+    # anatomy lives in millimetres, so the labelled volumes agree.
+    generate_dataset(tmp_path / "small" / "public", tmp_path / "small" / "private", 1, 17)
+    small = sitk.ReadImage(str(tmp_path / "small" / "private" / "case_0001" / "label.nii.gz"))
+    assert small.GetSize() == DEFAULT_SHAPE
+    small_ml = _volumes_ml(sitk.GetArrayFromImage(small))
+    for value, volume in _volumes_ml(values).items():
+        assert volume == pytest.approx(small_ml[value], rel=0.05)
 
 
 def test_registry_and_task_declare_the_generator_and_stager() -> None:

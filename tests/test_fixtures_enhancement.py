@@ -11,6 +11,7 @@ tiny trees in the official layouts, written in the real formats (DICOM, HDF5).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import string
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from skimage.transform import resize
 
 from pytest_automedbench.fixtures import enhancement_data as ed
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.staging import case_ids_of
 from pytest_automedbench.tasks import BRIEF_FIELDS
 
 from .conftest import SUITES
@@ -118,6 +120,61 @@ def test_generators_and_stagers_are_registered() -> None:
         assert stager.dirname == dirname
         assert stager.credentialed
         assert stager.source and stager.access
+
+
+def test_small_size_is_the_default_generator() -> None:
+    for name, function, shape in (
+        ("ldct-phantom", ed.generate_ldct_dataset, ed.LDCT_REALISTIC_SHAPE),
+        ("mri-sr-phantom", ed.generate_sr_dataset, ed.MRI_REALISTIC_SHAPE),
+        ("mri-recon-phantom", ed.generate_recon_dataset, ed.MRI_REALISTIC_SHAPE),
+    ):
+        generator = get_generator(name)
+        assert generator.for_size("small") is generator.generate is function
+        realistic = generator.for_size("realistic")
+        assert realistic is generator.realistic
+        # The realistic variant is the same dataset function on the real data's matrix.
+        assert isinstance(realistic, functools.partial) and realistic.func is function
+        assert realistic.keywords == {"shape": shape}
+
+
+_REALISTIC_FILES: dict[str, dict[str, tuple[int, int]]] = {
+    "ldct-phantom": {"input.npy": ed.LDCT_REALISTIC_SHAPE},
+    "mri-sr-phantom": {
+        "input.npy": (ed.MRI_REALISTIC_SHAPE[0] // 2, ed.MRI_REALISTIC_SHAPE[1] // 2)
+    },
+    "mri-recon-phantom": {
+        name: ed.MRI_REALISTIC_SHAPE for name in ("kspace.npy", "mask.npy", "zero_filled.npy")
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param("ldct-phantom", marks=pytest.mark.slow), "mri-sr-phantom", "mri-recon-phantom"],
+)
+def test_realistic_variant_writes_the_real_matrix(name: str, tmp_path: Path) -> None:
+    realistic = get_generator(name).for_size("realistic")
+    assert realistic(tmp_path / "public", tmp_path / "private", 1, 3) == ["case_0001"]
+    assert case_ids_of(tmp_path, "folders") == ["case_0001"]
+    public, private = tmp_path / "public" / "case_0001", tmp_path / "private" / "case_0001"
+    reference = np.load(private / "reference.npy")
+    full_shape = ed.LDCT_REALISTIC_SHAPE if name == "ldct-phantom" else ed.MRI_REALISTIC_SHAPE
+    assert reference.shape == full_shape and reference.dtype == np.float32
+    inputs = {path.name: np.load(path) for path in public.iterdir()}
+    assert {key: value.shape for key, value in inputs.items()} == _REALISTIC_FILES[name]
+    if name == "ldct-phantom":
+        # Hounsfield units, and quarter-dose noise at the level of the real 512 x 512
+        # slices (the flux per bin is scaled with the matrix to keep it there).
+        noise = (inputs["input.npy"] - reference)[_body(reference)]
+        assert abs(float(np.median(reference[:8, :8])) + 1000) < 5
+        assert 25 < float(noise.std()) < 80
+    else:
+        assert float(reference.max()) == pytest.approx(1.0, abs=1e-6)
+    if name == "mri-recon-phantom":
+        assert inputs["kspace.npy"].dtype == np.complex64
+        assert float(inputs["mask.npy"][0].mean()) == pytest.approx(
+            1 / ed.RECON_ACCELERATION, abs=0.01
+        )
 
 
 @pytest.mark.parametrize("name", sorted(TASK_DIRS))

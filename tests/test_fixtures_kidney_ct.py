@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import nibabel as nib
 import numpy as np
@@ -22,6 +23,8 @@ from pytest_automedbench.fixtures.kidney_ct import (
     DEFAULT_SHAPE,
     DEFAULT_SPACING,
     GENERATOR_VERSION,
+    REALISTIC_SHAPE,
+    REALISTIC_SPACING,
     case_id,
     generate_case,
     generate_dataset,
@@ -29,6 +32,7 @@ from pytest_automedbench.fixtures.kidney_ct import (
     write_case,
 )
 from pytest_automedbench.fixtures.registry import get_generator
+from pytest_automedbench.fixtures.staging import case_ids_of
 
 Int16Array = npt.NDArray[np.int16]
 UInt8Array = npt.NDArray[np.uint8]
@@ -323,3 +327,46 @@ def test_generate_dataset_rejects_bad_counts(tmp_path: Path) -> None:
 def test_registry_exposes_the_generator() -> None:
     assert get_generator("kidney-ct").generate is generate_dataset
     assert get_generator("kidney-ct").version == GENERATOR_VERSION
+
+
+def test_small_size_is_the_default_generator() -> None:
+    generator = get_generator("kidney-ct")
+    assert generator.for_size("small") is generator.generate
+    assert generator.realistic is not None
+    assert generator.for_size("realistic") is generator.realistic
+
+
+def test_adult_anatomy_needs_a_clinical_field_of_view() -> None:
+    with pytest.raises(ValueError, match="field of view"):
+        generate_case(0, anatomy="adult")  # the small 115 mm grid cannot hold an adult
+    with pytest.raises(ValueError, match="anatomy"):
+        unknown: Any = "child"
+        generate_case(0, anatomy=unknown)
+
+
+@pytest.mark.slow
+def test_realistic_variant_writes_adult_kidneys_on_the_kits_grid(tmp_path: Path) -> None:
+    realistic = get_generator("kidney-ct").for_size("realistic")
+    ids = realistic(tmp_path / "public", tmp_path / "private", 1, 19)
+    assert ids == ["case_0001"] == case_ids_of(tmp_path, "folders")
+    ct = sitk.ReadImage(str(tmp_path / "public" / "case_0001" / "ct.nii.gz"))
+    label = sitk.ReadImage(str(tmp_path / "private" / "case_0001" / "label.nii.gz"))
+    assert ct.GetSize() == REALISTIC_SHAPE  # SimpleITK (x, y, z)
+    assert ct.GetSpacing() == pytest.approx(REALISTIC_SPACING)
+    assert _geometry(ct) == _geometry(label)
+    ct_array, values = sitk.GetArrayFromImage(ct), sitk.GetArrayFromImage(label)
+    assert values.shape == ct_array.shape == REALISTIC_SHAPE[::-1]  # numpy (z, y, x)
+    assert set(np.unique(values).tolist()) == {0, 1, 2}
+    # Organs in adult millimetres, not in shares of the 400 mm field of view: two
+    # kidneys of adult volume (the small phantom's are a third of that) and a KiTS-sized tumour.
+    voxel_ml = float(np.prod(REALISTIC_SPACING)) / 1000.0
+    components, count = ndimage.label(values > 0)
+    assert count == 2
+    volumes_ml = ndimage.sum_labels(values > 0, components, index=[1, 2]) * voxel_ml
+    assert all(100.0 <= v <= 260.0 for v in volumes_ml), volumes_ml
+    tumor_radius_mm = (3 * int(np.count_nonzero(values == 2)) * voxel_ml * 1000 / (4 * np.pi)) ** (
+        1 / 3
+    )
+    assert 7.0 <= tumor_radius_mm <= 25.0
+    assert 140 <= float(ct_array[values == 1].mean()) <= 210
+    assert float(ct_array[values == 2].mean()) < float(ct_array[values == 1].mean()) - 60

@@ -42,7 +42,7 @@ from pytest_automedbench.fixtures.pancreas_ct import (
     stage_pants_tumor,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import stage_real
+from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -406,6 +406,42 @@ def test_about_half_of_the_oar_cases_carry_a_lesion() -> None:
     assert 70 <= len(chosen) <= 130
     # A prefix of a dataset keeps its choices, so growing n_cases never reshuffles.
     assert oar_lesion_indices(20, 3) == {i for i in chosen if i < 20}
+
+
+def test_small_size_is_the_default_generator() -> None:
+    for name, dataset in (
+        ("pancreas-tumor-ct", generate_tumor_dataset),
+        ("pancreas-oar-ct", generate_oar_dataset),
+    ):
+        generator = get_generator(name)
+        assert generator.for_size("small") is generator.generate is dataset
+        realistic = generator.for_size("realistic")
+        assert realistic is generator.realistic
+        # The realistic variant is the same dataset function on the clinical grid.
+        assert isinstance(realistic, functools.partial) and realistic.func is dataset
+        assert realistic.keywords == {"shape": REALISTIC_SHAPE, "spacing": REALISTIC_SPACING}
+
+
+@pytest.mark.slow
+def test_realistic_variant_writes_the_pancreas_on_the_clinical_grid(tmp_path: Path) -> None:
+    realistic = get_generator("pancreas-tumor-ct").for_size("realistic")
+    assert realistic(tmp_path / "public", tmp_path / "private", 1, 4) == ["case_0001"]
+    assert case_ids_of(tmp_path, "folders") == ["case_0001"]
+    ct = sitk.ReadImage(str(tmp_path / "public" / "case_0001" / "ct.nii.gz"))
+    label = sitk.ReadImage(str(tmp_path / "private" / "case_0001" / "label.nii.gz"))
+    assert ct.GetSize() == REALISTIC_SHAPE  # SimpleITK (x, y, z)
+    assert ct.GetSpacing() == pytest.approx(REALISTIC_SPACING)
+    assert _geometry(label) == _geometry(ct)
+    ct_array, values = sitk.GetArrayFromImage(ct), sitk.GetArrayFromImage(label)
+    assert values.shape == ct_array.shape == REALISTIC_SHAPE[::-1]  # numpy (z, y, x)
+    # One case of a one-case dataset carries a lesion (lesion-free ones are one in six).
+    assert set(np.unique(values).tolist()) == {0, *TUMOR_LABELS.values()}
+    # Laid out in millimetres: an adult pancreas at 0.65 mm, not one grown 64-fold.
+    voxel_ml = float(np.prod(REALISTIC_SPACING)) / 1000.0
+    pancreas_ml = int(np.count_nonzero(values > 0)) * voxel_ml
+    assert 40.0 <= pancreas_ml <= 160.0
+    lesion = values == TUMOR_LABELS["tumor"]
+    assert float(ct_array[lesion].mean()) < float(ct_array[values == 1].mean())
 
 
 def test_registry_exposes_generators_and_stagers() -> None:
