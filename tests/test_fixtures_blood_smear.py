@@ -1,0 +1,446 @@
+"""Tests for the bccd-det data: the ``blood-smear`` generator and the ``bccd`` stager.
+
+Beyond determinism and the COCO file contract (public JPEGs and an image index without
+labels, private COCO annotations), these pin down what the task rests on: RBCs are pink
+discs with a pale centre and outnumber everything else, WBCs are larger and carry a purple
+nucleus, every box lies inside its image and encloses a stained cell, and trivial
+submissions score far below rating B with the real detection evaluator. The stager runs on
+a tiny tree in the BCCD repository layout, with real JPEGs and Pascal VOC XML.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import yaml
+from PIL import Image
+
+from pytest_automedbench.evaluators import get_evaluator
+from pytest_automedbench.fixtures import blood_smear as bs
+from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
+from pytest_automedbench.tasks import BRIEF_FIELDS, load_task
+
+from .conftest import SUITES
+
+TASK_DIR = SUITES / "detection" / "bccd-det"
+RBC, WBC, PLATELETS = 1, 2, 3
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _generate(root: Path, n_cases: int, seed: int) -> list[str]:
+    return bs.generate_bccd_dataset(root / "public", root / "private", n_cases, seed)
+
+
+def _task_map50(root: Path, predictions: list[dict[str, Any]], tmp: Path) -> float:
+    """TASK of a submission, scored in-process by the real detection evaluator."""
+    task = load_task(TASK_DIR)
+    submission = tmp / "submission"
+    submission.mkdir(parents=True, exist_ok=True)
+    (submission / "predictions.json").write_text(json.dumps(predictions), encoding="utf-8")
+    spec = task.eval_spec(case_ids_of(root, "coco"))
+    return get_evaluator(spec).score(submission, root / "private").task_score
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("smear")
+    _generate(root, 6, 11)
+    return root
+
+
+def _annotations(root: Path) -> dict[str, Any]:
+    data = json.loads((root / "private" / "annotations.json").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+# --------------------------------------------------------------------------- registry and task
+
+
+def test_generator_and_stager_are_registered() -> None:
+    generator = get_generator("blood-smear")
+    assert generator.generate is bs.generate_bccd_dataset
+    assert generator.version == bs.GENERATOR_VERSION
+    assert generator.realistic is not None
+    stager = get_stager("bccd")
+    assert stager.stage is bs.stage_bccd and stager.dirname == "BCCD_Dataset"
+    assert not stager.credentialed and stager.source and stager.access
+
+
+def test_task_files_are_consistent() -> None:
+    raw = yaml.safe_load((TASK_DIR / "task.yaml").read_text(encoding="utf-8"))
+    task = load_task(TASK_DIR)
+    assert task.track == "detection" and task.modality == "microscopy"
+    assert task.evaluation.detection is not None
+    assert task.evaluation.detection.iou_threshold == 0.5
+    assert task.output_pattern == "predictions.json"
+    assert raw["data"]["synthetic"]["generator"] == "blood-smear"
+    assert raw["data"]["real"]["stager"] == "bccd"
+    assert task.rating.b <= task.reference.expected_task_min <= 1.0
+    for tier in ("lite", "standard", "pro"):
+        text = (TASK_DIR / f"brief_{tier}.md").read_text(encoding="utf-8")
+        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
+        assert {"outputs_dir", "public_dir", "case_count", "time_limit_min"} <= fields
+        assert fields <= BRIEF_FIELDS
+        assert "{outputs_dir}/predictions.json" in text and "mAP@0.5" in text
+        assert "classical method is acceptable" in text or "classical image analysis" in text
+    plan = (TASK_DIR / "reference" / "plan.md").read_text(encoding="utf-8").lower()
+    families = [k for k in task.method_keywords if any(s in plan for s in k.split("|"))]
+    assert len(families) >= 3, families
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_generator_is_deterministic(tmp_path: Path) -> None:
+    ids = _generate(tmp_path / "a", 2, 5)
+    assert ids == _generate(tmp_path / "b", 2, 5) == ["case_0001", "case_0002"]
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+    _generate(tmp_path / "c", 2, 6)
+    first = "public/images/case_0001.jpg"
+    assert _files(tmp_path / "a")[first] != _files(tmp_path / "c")[first]
+
+
+def test_a_case_does_not_depend_on_the_case_count(tmp_path: Path) -> None:
+    _generate(tmp_path / "one", 1, 9)
+    _generate(tmp_path / "three", 3, 9)
+    first = "public/images/case_0001.jpg"
+    assert _files(tmp_path / "one")[first] == _files(tmp_path / "three")[first]
+
+
+def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="n_cases"):
+        _generate(tmp_path, -1, 0)
+    with pytest.raises(ValueError, match="shape"):
+        bs.generate_smear_case(0, (32, 32))
+
+
+# --------------------------------------------------------------------------- file contract
+
+
+def test_split_follows_the_coco_contract(dataset: Path) -> None:
+    ids = case_ids_of(dataset, "coco")
+    assert ids == [f"case_{i:04d}" for i in range(1, 7)]
+    public = json.loads((dataset / "public" / "images.json").read_text(encoding="utf-8"))
+    assert set(public) == {"images", "categories"}  # no labels in public
+    assert public["categories"] == [
+        {"id": 1, "name": "RBC"},
+        {"id": 2, "name": "WBC"},
+        {"id": 3, "name": "Platelets"},
+    ]
+    assert sorted(p.name for p in (dataset / "public").iterdir()) == ["images", "images.json"]
+    private = _annotations(dataset)
+    assert private["images"] == public["images"]
+    for image in public["images"]:
+        with Image.open(dataset / "public" / image["file_name"]) as im:
+            assert im.format == "JPEG" and im.mode == "RGB"
+            assert im.size == (image["width"], image["height"])
+            assert im.size == (bs.DEFAULT_SHAPE[1], bs.DEFAULT_SHAPE[0])
+    ann_ids = [a["id"] for a in private["annotations"]]
+    assert len(set(ann_ids)) == len(ann_ids)
+    for ann in private["annotations"]:
+        x, y, w, h = ann["bbox"]
+        assert ann["iscrowd"] == 0 and ann["area"] == pytest.approx(w * h, abs=0.01)
+        assert w > 0 and h > 0 and x >= 0 and y >= 0
+        assert x + w <= bs.DEFAULT_SHAPE[1] and y + h <= bs.DEFAULT_SHAPE[0]
+
+
+def test_registry_stages_the_synthetic_split(tmp_path: Path) -> None:
+    from pytest_automedbench.fixtures.staging import stage_synthetic
+
+    generator = get_generator("blood-smear")
+    staged = stage_synthetic(
+        "bccd-det",
+        generator.name,
+        generator.generate,
+        tmp_path,
+        2,
+        3,
+        generator.version,
+        layout="coco",
+    )
+    assert staged.case_ids == ["case_0001", "case_0002"]
+
+
+# --------------------------------------------------------------------------- modality
+
+
+def _counts(annotations: dict[str, Any]) -> dict[int, npt.NDArray[np.int64]]:
+    n_images = len(annotations["images"])
+    counts = {c: np.zeros(n_images, dtype=np.int64) for c in (RBC, WBC, PLATELETS)}
+    for ann in annotations["annotations"]:
+        counts[ann["category_id"]][ann["image_id"] - 1] += 1
+    return counts
+
+
+def test_class_balance_is_bccd_like(dataset: Path) -> None:
+    counts = _counts(_annotations(dataset))
+    assert np.all((counts[RBC] >= 8) & (counts[RBC] <= 30))
+    assert np.all((counts[WBC] >= 1) & (counts[WBC] <= 2))
+    assert np.all(counts[PLATELETS] <= 4)
+    assert counts[RBC].sum() > 5 * (counts[WBC].sum() + counts[PLATELETS].sum())
+
+
+def _inner_box(box: tuple[float, float, float, float], shape: tuple[int, int]) -> bool:
+    x, y, w, h = box
+    return x > 0 and y > 0 and x + w < shape[1] and y + h < shape[0]
+
+
+def test_wbcs_are_larger_than_rbcs_and_have_purple_nuclei() -> None:
+    for seed in (1, 2, 3):
+        case = bs.generate_smear_case(seed)
+        image = case.image.astype(np.float64)
+        shape = (case.image.shape[0], case.image.shape[1])
+        rbc = [b for c, b in case.boxes if c == RBC and _inner_box(b, shape)]
+        wbc = [b for c, b in case.boxes if c == WBC]
+        assert rbc and wbc
+        assert min(w * h for _, _, w, h in wbc) > 1.3 * float(
+            np.median([w * h for *_, w, h in rbc])
+        )
+        for x, y, w, h in wbc:
+            pixels = image[int(y) : int(y + h), int(x) : int(x + w)].reshape(-1, 3)
+            nucleus = pixels[pixels.sum(axis=1) <= np.percentile(pixels.sum(axis=1), 10)]
+            r, g, b = nucleus.mean(axis=0)
+            assert b > r > g  # purple: blue and red transmitted, green absorbed
+            assert nucleus.sum(axis=1).mean() < 0.6 * pixels.sum(axis=1).max()
+        for x, y, w, h in rbc:
+            pixels = image[int(y) : int(y + h), int(x) : int(x + w)].reshape(-1, 3)
+            stained = pixels[pixels.sum(axis=1) <= np.percentile(pixels.sum(axis=1), 30)]
+            r, g, b = stained.mean(axis=0)
+            assert r > b > g  # pink-red haemoglobin
+
+
+def test_rbcs_have_pale_centres() -> None:
+    case = bs.generate_smear_case(4)
+    green = case.image[..., 1].astype(np.float64)
+    shape = (green.shape[0], green.shape[1])
+    paler = []
+    for category, (x, y, w, h) in case.boxes:
+        if category != RBC or not _inner_box((x, y, w, h), shape):
+            continue
+        cy, cx = y + h / 2, x + w / 2
+        yy, xx = np.mgrid[: shape[0], : shape[1]]
+        rho = np.hypot((yy + 0.5 - cy) / (h / 2), (xx + 0.5 - cx) / (w / 2))
+        paler.append(green[rho < 0.25].mean() > green[(rho > 0.6) & (rho < 0.85)].mean())
+    assert len(paler) >= 5 and np.mean(paler) >= 0.7
+
+
+def test_boxes_enclose_stained_cells(dataset: Path) -> None:
+    annotations = _annotations(dataset)
+    for image in annotations["images"]:
+        with Image.open(dataset / "public" / image["file_name"]) as im:
+            rgb = np.asarray(im, dtype=np.float64)
+        background = np.median(
+            rgb.reshape(-1, 3)[rgb.sum(axis=2).ravel() > np.percentile(rgb.sum(axis=2), 85)], axis=0
+        )
+        od = -np.log(np.clip(rgb, 1, None) / background).sum(axis=2)
+        for ann in (a for a in annotations["annotations"] if a["image_id"] == image["id"]):
+            x, y, w, h = (round(v) for v in ann["bbox"])
+            inside = od[y : y + h, x : x + w]
+            # Most of a cell's box is stained, and its border rows/columns touch the cell.
+            assert (inside > 0.15).mean() > 0.4, ann
+            edges = [inside[0], inside[-1], inside[:, 0], inside[:, -1]]
+            assert all(e.max() > 0.1 for e in edges), ann
+
+
+def test_realistic_size_matches_bccd() -> None:
+    case = bs.generate_smear_case(7, bs.REALISTIC_SHAPE)
+    assert case.image.shape == (480, 640, 3)
+    rbc = [b for c, b in case.boxes if c == RBC and _inner_box(b, (480, 640))]
+    diameter = float(np.median([(w + h) / 2 for _, _, w, h in rbc]))
+    assert 80 < diameter < 120  # BCCD RBCs are about 100 px across
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def test_trivial_baselines_stay_below_rating_b(dataset: Path, tmp_path: Path) -> None:
+    task = load_task(TASK_DIR)
+    annotations = _annotations(dataset)
+    full = [
+        {
+            "image_id": im["id"],
+            "category_id": c,
+            "bbox": [0, 0, im["width"], im["height"]],
+            "score": 1.0,
+        }
+        for im in annotations["images"]
+        for c in (RBC, WBC, PLATELETS)
+    ]
+    assert _task_map50(dataset, full, tmp_path / "full") < 0.05
+    rng = np.random.default_rng(0)
+    sizes = {
+        c: np.median(
+            [a["bbox"][2:] for a in annotations["annotations"] if a["category_id"] == c], axis=0
+        )
+        for c in (RBC, WBC, PLATELETS)
+    }
+    random_boxes = []
+    for im in annotations["images"]:
+        for c, (w, h) in sizes.items():
+            for _ in range(30):
+                x, y = rng.uniform(0, im["width"] - w), rng.uniform(0, im["height"] - h)
+                random_boxes.append(
+                    {
+                        "image_id": im["id"],
+                        "category_id": c,
+                        "bbox": [x, y, w, h],
+                        "score": float(rng.random()),
+                    }
+                )
+    assert _task_map50(dataset, random_boxes, tmp_path / "random") < 0.5 * task.rating.b
+    # The scorer itself is sound: the references as predictions score 1.
+    perfect = [
+        {
+            "image_id": a["image_id"],
+            "category_id": a["category_id"],
+            "bbox": a["bbox"],
+            "score": 1.0,
+        }
+        for a in annotations["annotations"]
+    ]
+    assert _task_map50(dataset, perfect, tmp_path / "perfect") == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- real-data stager
+
+VOC_OBJECT = """  <object>
+    <name>{name}</name><pose>Unspecified</pose><truncated>0</truncated><difficult>0</difficult>
+    <bndbox><xmin>{xmin}</xmin><ymin>{ymin}</ymin><xmax>{xmax}</xmax><ymax>{ymax}</ymax></bndbox>
+  </object>
+"""
+
+
+def _voc(filename: str, objects: list[tuple[str, Any, Any, Any, Any]]) -> str:
+    body = "".join(
+        VOC_OBJECT.format(name=n, xmin=a, ymin=b, xmax=c, ymax=d) for n, a, b, c, d in objects
+    )
+    return (
+        f"<annotation>\n  <folder>JPEGImages</folder>\n  <filename>{filename}</filename>\n"
+        "  <size><width>64</width><height>48</height><depth>3</depth></size>\n"
+        f"  <segmented>0</segmented>\n{body}</annotation>\n"
+    )
+
+
+SOURCE = {
+    "BloodImage_00007": [
+        ("RBC", 1, 1, 20, 18),
+        ("WBC", 30, 10, 60, 40),
+        ("Platelets", 5, 30, 9, 34),
+    ],
+    "BloodImage_00002": [("RBC", 10, 5, 30, 25), ("RBC", 40, 20, 64, 48)],
+    "BloodImage_00011": [("RBC", 2, 2, 12, 12)],
+}
+
+
+def build_bccd_tree(root: Path, test_list: list[str] | None = None) -> Path:
+    """Three annotated images (and one without annotation) in the repository layout."""
+    bccd = root / "BCCD"
+    for folder in ("JPEGImages", "Annotations", "ImageSets/Main"):
+        (bccd / folder).mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, objects in SOURCE.items():
+        pixels = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(bccd / "JPEGImages" / f"{name}.jpg", quality=90)
+        (bccd / "Annotations" / f"{name}.xml").write_text(_voc(f"{name}.jpg", objects))
+    Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(bccd / "JPEGImages" / "extra.jpg")
+    listing = test_list if test_list is not None else ["BloodImage_00007", "BloodImage_00002"]
+    (bccd / "ImageSets" / "Main" / "test.txt").write_text("\n".join(listing) + "\n")
+    (bccd / "ImageSets" / "Main" / "train.txt").write_text("BloodImage_00011\n")
+    return root
+
+
+def _stage(root: Path, out: Path, max_cases: int | None = None) -> list[str]:
+    return bs.stage_bccd(root, out / "public", out / "private", max_cases)
+
+
+def test_stager_reads_the_test_split_in_order(tmp_path: Path) -> None:
+    source = build_bccd_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    ids = _stage(source, out)
+    assert ids == ["case_0001", "case_0002"] == case_ids_of(out, "coco")
+    # Copied byte for byte, under opaque names.
+    jpeg = source / "BCCD" / "JPEGImages"
+    assert (out / "public/images/case_0001.jpg").read_bytes() == (
+        jpeg / "BloodImage_00007.jpg"
+    ).read_bytes()
+    assert (out / "public/images/case_0002.jpg").read_bytes() == (
+        jpeg / "BloodImage_00002.jpg"
+    ).read_bytes()
+    annotations = _annotations(out)
+    first = [
+        (a["category_id"], a["bbox"]) for a in annotations["annotations"] if a["image_id"] == 1
+    ]
+    # VOC 1-based inclusive corners -> COCO [x, y, w, h].
+    assert first == [(RBC, [0, 0, 20, 18]), (WBC, [29, 9, 31, 31]), (PLATELETS, [4, 29, 5, 5])]
+    second = [a["bbox"] for a in annotations["annotations"] if a["image_id"] == 2]
+    assert second == [[9, 4, 21, 21], [39, 19, 25, 29]]
+    assert annotations["images"][0] == {
+        "id": 1,
+        "file_name": "images/case_0001.jpg",
+        "width": 64,
+        "height": 48,
+    }
+
+
+def test_no_source_name_leaks_into_public(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _stage(build_bccd_tree(tmp_path / "src"), out)
+    for path in (out / "public").rglob("*"):
+        assert "BloodImage" not in path.name
+    text = (out / "public" / "images.json").read_text(encoding="utf-8")
+    assert "BloodImage" not in text and "bbox" not in text and "RBC" in text
+
+
+def test_max_cases_and_fallbacks(tmp_path: Path) -> None:
+    source = build_bccd_tree(tmp_path / "src")
+    assert _stage(source, tmp_path / "one", max_cases=1) == ["case_0001"]
+    # Without test.txt or val.txt: every annotated image, in sorted order.
+    (source / "BCCD" / "ImageSets" / "Main" / "test.txt").unlink()
+    ids = _stage(source, tmp_path / "all")
+    assert len(ids) == 3
+    with Image.open(tmp_path / "all" / "public/images/case_0001.jpg") as im:
+        expected = Image.open(source / "BCCD/JPEGImages/BloodImage_00002.jpg")
+        assert np.array_equal(np.asarray(im), np.asarray(expected))
+
+
+def test_stage_real_uses_the_coco_layout(tmp_path: Path) -> None:
+    source = build_bccd_tree(tmp_path / "src")
+    staged = stage_real("bccd-det", get_stager("bccd"), source, tmp_path / "cache", layout="coco")
+    assert staged.case_ids == ["case_0001", "case_0002"]
+
+
+def test_stager_errors_name_the_culprit(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="BCCD/JPEGImages"):
+        _stage(tmp_path / "empty", tmp_path / "o0")
+    source = build_bccd_tree(tmp_path / "a", ["BloodImage_00007", "BloodImage_99999"])
+    with pytest.raises(ValueError, match=r"BloodImage_99999\.jpg"):
+        _stage(source, tmp_path / "o1")
+    source = build_bccd_tree(tmp_path / "b")
+    xml = source / "BCCD" / "Annotations" / "BloodImage_00002.xml"
+    xml.write_text(_voc("x.jpg", [("Neutrophil", 1, 1, 5, 5)]))
+    with pytest.raises(ValueError, match=r"BloodImage_00002\.xml.*Neutrophil"):
+        _stage(source, tmp_path / "o2")
+    xml.write_text("<annotation><object>")
+    with pytest.raises(ValueError, match=r"BloodImage_00002\.xml.*not a readable"):
+        _stage(source, tmp_path / "o3")
+    xml.write_text(_voc("x.jpg", [("RBC", 1, 1, "a", 5)]))
+    with pytest.raises(ValueError, match=r"BloodImage_00002\.xml.*xmax"):
+        _stage(source, tmp_path / "o4")
+    (source / "BCCD" / "JPEGImages" / "BloodImage_00007.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(ValueError, match=r"BloodImage_00007\.jpg.*not a readable image"):
+        _stage(source, tmp_path / "o5")
