@@ -36,6 +36,21 @@ def test_every_task_and_tier_in_sorted_order(pytester: pytest.Pytester) -> None:
     assert _collected(pytester) == ids  # stable across sessions
 
 
+#: The published catalogue: how many tasks each track holds.
+CATALOGUE = {"segmentation": 8, "enhancement": 3, "vqa": 5, "report": 3, "detection": 5}
+
+
+def test_catalogue_is_complete_and_each_track_marker_selects_its_tasks(
+    pytester: pytest.Pytester,
+) -> None:
+    assert len(TASKS) == sum(CATALOGUE.values()) == 24
+    for track, count in CATALOGUE.items():
+        expected = {t.id for t in TASKS if t.track == track}
+        assert len(expected) == count, track
+        selected = _collected(pytester, "-m", track, "--tier=lite")
+        assert {i.removesuffix("-lite-r0") for i in selected} == expected
+
+
 def test_track_tier_and_keyword_selection(pytester: pytest.Pytester) -> None:
     assert _collected(pytester, "-k", "kidney") == KIDNEY
     assert _collected(pytester, "-k", "kidney", "-m", "lite") == ["kidney-tumor-seg-lite-r0"]
