@@ -2,11 +2,12 @@
 
 This package is shipped into a sandbox without network access and without the
 rest of ``pytest_automedbench``, so it imports only the standard library, numpy,
-SimpleITK, nibabel, scikit-image, pydantic, faster-coco-eval and (lazily, for the report
-track) pycocoevalcap.  The host talks to it exclusively through the
-JSON models in :mod:`.schema` and the command line in :mod:`.__main__`, which
-keeps the scoring code auditable on its own and impossible for an agent's
-process to reach into.
+SimpleITK, nibabel, scikit-image, pydantic, faster-coco-eval and, lazily,
+pycocoevalcap (report track), MONAI/torch (optional segmentation HD95/NSD) and
+``lpips`` (optional LPIPS). The host talks to it exclusively through the JSON
+models in :mod:`.schema` and the command line in :mod:`.__main__`, which keeps
+the scoring code auditable on its own and impossible for an agent's process to
+reach into.
 """
 
 from __future__ import annotations

@@ -262,14 +262,17 @@ def _entry_problem(
     if not all(_finite(v) for v in bbox):
         return f"bbox holds NaN or infinite values: {bounded_repr(bbox)}"
     x, y, w, h = (float(v) for v in bbox)
-    shown = bounded_repr(bbox)
     if w <= 0 or h <= 0:
-        return f"bbox {shown} has non-positive width or height (COCO boxes are [x, y, w, h])"
+        return (
+            f"bbox {bounded_repr(bbox)} has non-positive width or height "
+            "(COCO boxes are [x, y, w, h])"
+        )
     if image is not None:
         tol = BOUNDS_TOLERANCE
         if x < -tol or y < -tol or x + w > image.width + tol or y + h > image.height + tol:
             return (
-                f"bbox {shown} lies outside the {image.width:g}x{image.height:g} image "
+                f"bbox {bounded_repr(bbox)} lies outside the "
+                f"{image.width:g}x{image.height:g} image "
                 f"(x + w must be <= width, y + h <= height, within {tol} px)"
             )
     return None

@@ -12,6 +12,10 @@ header of each .npy file is read first and checked; pixel data is only loaded
 (never unpickled) once the header says it is a plain float array of the right
 shape whose bytes are really there.
 
+LPIPS is reported beside PSNR/SSIM (never part of TASK) when the spec names local
+weights (``lpips_weights``) and the ``lpips`` package can build the network offline;
+otherwise it is listed in ``EvaluationResult.unavailable`` with the reason.
+
 References are trusted benchmark data; when one is unusable that is an
 ``EvaluatorInputError`` (exit status 2), never a score.
 """
@@ -105,6 +109,57 @@ def ssim(reference: FloatImage, prediction: FloatImage, data_range: float) -> fl
         use_sample_covariance=False,
     )
     return float(value)
+
+
+class Lpips:
+    """LPIPS (Zhang et al. 2018, AlexNet variant) through the ``lpips`` package, offline.
+
+    Built only from local files: the package's linear-layer weights at ``weights`` and
+    torchvision's pretrained AlexNet, which must already be in the torch hub cache (there is
+    no network in the evaluator sandbox). Grey images are scaled from
+    ``[reference min, reference min + data range]`` to LPIPS's [-1, 1] (clipped) and
+    repeated over three channels.
+    """
+
+    def __init__(self, weights: Path) -> None:
+        import lpips  # optional; absent in the default evaluator image
+
+        self._net: Any = lpips.LPIPS(net="alex", model_path=str(weights), verbose=False).eval()
+
+    def __call__(self, reference: FloatImage, prediction: FloatImage, data_range: float) -> float:
+        import torch
+
+        low = float(reference.min())
+
+        def tensor(img: FloatImage) -> Any:
+            scaled = np.clip(2.0 * (img - low) / data_range - 1.0, -1.0, 1.0)
+            return torch.from_numpy(scaled.astype(np.float32))[None, None].expand(1, 3, -1, -1)
+
+        with torch.no_grad():
+            value: Any = self._net(tensor(reference), tensor(prediction))
+        return float(value.reshape(-1)[0])
+
+
+def load_lpips(weights: str, references: Path) -> tuple[Lpips | None, str | None]:
+    """LPIPS from the spec's ``lpips_weights`` (relative paths: under ``references``).
+
+    Returns the metric, or None and the reason it is unavailable: the weights file is
+    absent, the ``lpips`` package is not installed, or the network cannot be built from
+    local files. A path that exists but is not a regular file is a spec error.
+    """
+    path = Path(weights)
+    if not path.is_absolute():
+        path = references / path
+    if not path.exists():
+        return None, f"LPIPS weights {path} not found (LPIPS is computed only from local weights)"
+    if not path.is_file():
+        raise EvaluatorInputError(f"spec enhancement lpips_weights {path} is not a regular file")
+    try:
+        return Lpips(path), None
+    except ImportError as exc:
+        return None, f"LPIPS needs the lpips package ({short_error(exc)})"
+    except Exception as exc:  # a broken file, or AlexNet not in the local torch cache
+        return None, f"LPIPS could not be built from {path} ({short_error(exc)})"
 
 
 def band_score(value: float, band: tuple[float, float]) -> float:
@@ -273,12 +328,20 @@ class EnhancementEvaluator:
         """
         start = time.perf_counter()
         require_references(references)
+        unavailable: dict[str, str] = {}
+        lpips_metric = None
+        if self.enh.lpips_weights is not None:
+            lpips_metric, reason = load_lpips(self.enh.lpips_weights, references)
+            if reason is not None:
+                unavailable["lpips"] = reason
         top_problems = scan_submission(submission, self._output_paths())
         results: list[CaseResult] = []
         for case_id in sorted(self.spec.case_ids):
             ref = self._read_reference(references, case_id, True)
             pred = self._load_prediction(submission, case_id, ref)
-            metrics = self._case_metrics(ref, pred, self.enh.output_path(case_id))
+            metrics = self._case_metrics(
+                ref, pred, self.enh.output_path(case_id), lpips_metric, unavailable
+            )
             results.append(
                 CaseResult(
                     case_id=case_id, status=pred.status, problems=pred.problems, metrics=metrics
@@ -298,14 +361,23 @@ class EnhancementEvaluator:
             format=report,
             cases=results,
             elapsed_s=time.perf_counter() - start,
+            unavailable=unavailable,
         )
 
     # ------------------------------------------------------------------ scoring
 
     def _case_metrics(
-        self, ref: _Reference, pred: _Prediction, rel: str
+        self,
+        ref: _Reference,
+        pred: _Prediction,
+        rel: str,
+        lpips_metric: Lpips | None = None,
+        unavailable: dict[str, str] | None = None,
     ) -> dict[str, float | None]:
-        """Metrics of one case; ``pred`` is downgraded to invalid if they cannot be computed."""
+        """Metrics of one case; ``pred`` is downgraded to invalid if they cannot be computed.
+
+        LPIPS (when available) is reported beside them and never enters the case score.
+        """
         zero: dict[str, float | None] = {
             "psnr": None,
             "ssim": None,
@@ -313,15 +385,27 @@ class EnhancementEvaluator:
             "ssim_score": 0.0,
             "score": 0.0,
         }
+        if lpips_metric is not None:
+            zero["lpips"] = None
         if pred.status != "ok" or pred.array is None:
             return zero
         assert ref.array is not None and ref.data_range is not None
+        case_lpips: float | None = None
         try:
             with np.errstate(all="ignore"):
                 case_psnr = psnr(ref.array, pred.array, ref.data_range)
                 case_ssim = ssim(ref.array, pred.array, ref.data_range)
             if not (math.isfinite(case_psnr) and math.isfinite(case_ssim)):
                 raise FloatingPointError(f"PSNR {case_psnr}, SSIM {case_ssim}")
+            if lpips_metric is not None:
+                try:
+                    case_lpips = lpips_metric(ref.array, pred.array, ref.data_range)
+                    if not math.isfinite(case_lpips):
+                        raise FloatingPointError(f"LPIPS {case_lpips}")
+                except Exception as exc:  # reported as unavailable, never as a score
+                    case_lpips = None
+                    if unavailable is not None:
+                        unavailable.setdefault("lpips", f"{rel}: {short_error(exc)}")
         except Exception as exc:  # never a crash, and never a NaN in the result JSON
             pred.status = "invalid"
             pred.problems.append(f"{rel}: could not be scored ({short_error(exc)})")
@@ -330,20 +414,23 @@ class EnhancementEvaluator:
             pred.array = None  # streamed: drop the pixels as soon as they are scored
         psnr_score = band_score(case_psnr, self.enh.psnr_band)
         ssim_score = band_score(case_ssim, self.enh.ssim_band)
-        return {
+        metrics: dict[str, float | None] = {
             "psnr": case_psnr,
             "ssim": case_ssim,
             "psnr_score": psnr_score,
             "ssim_score": ssim_score,
             "score": (psnr_score + ssim_score) / 2.0,
         }
+        if lpips_metric is not None:
+            metrics["lpips"] = case_lpips
+        return metrics
 
     @staticmethod
     def _headline(results: list[CaseResult]) -> dict[str, float]:
         headline: dict[str, float] = {}
         # Raw PSNR/SSIM describe the outputs that could be scored; a mean with
         # nothing in it is left out rather than invented.
-        for key in ("psnr", "ssim"):
+        for key in ("psnr", "ssim", "lpips"):
             values = [v for r in results if (v := r.metrics.get(key)) is not None]
             if values:
                 headline[key] = float(np.mean(values))

@@ -55,6 +55,12 @@ class SegmentationSpec(BaseModel):
     reference_filename: str = "label.nii.gz"
     labels: dict[str, int]
     regions: list[SegmentationRegion] = Field(min_length=1)
+    #: Also report HD95 (mm) and normalised surface Dice per region and case, through MONAI
+    #: with the reference's voxel spacing. Reported only: TASK stays the macro Dice.
+    surface_metrics: bool = False
+    #: NSD tolerance in millimetres: a surface voxel within this distance of the other
+    #: surface counts as correct.
+    nsd_tolerance_mm: float = Field(default=2.0, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _consistent(self) -> SegmentationSpec:
@@ -101,10 +107,15 @@ class EnhancementSpec(BaseModel):
     data_range: float | None = Field(default=None, gt=0)
     psnr_band: tuple[float, float]
     ssim_band: tuple[float, float]
+    #: LPIPS network weights (a local file, e.g. ``alex.pth`` of the ``lpips`` package); LPIPS
+    #: is reported, never part of TASK, and only when this file and the package are present.
+    lpips_weights: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> EnhancementSpec:
         _check_output_pattern(self.output_pattern, self.reference_filename)
+        if self.lpips_weights is not None and not self.lpips_weights.strip():
+            raise ValueError("lpips_weights must name a file (or be left out)")
         for name, (lo, hi) in (("psnr_band", self.psnr_band), ("ssim_band", self.ssim_band)):
             if not lo < hi:
                 raise ValueError(f"{name} must be (lower, upper) with lower < upper")

@@ -11,10 +11,13 @@ References are trusted benchmark data; when one is unusable that is an
 
 from __future__ import annotations
 
+import gzip
 import math
 import os
 import stat
 import time
+import warnings
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,10 @@ BYTES_PER_VOXEL_BOUND = 8
 # bound only protects the checker's memory.
 MAX_BYTES_WITHOUT_REFERENCE = 4 * 1024**3
 
+# A NIfTI header with its extensions (DICOM tags, AFNI XML, ...) is kilobytes; more than
+# this before the voxels is refused unread (a header-extension decompression bomb).
+MAX_HEADER_BYTES = 1 << 20
+
 # Geometry tolerance: NIfTI stores geometry as float32 and tools round-trip it
 # through different conventions, so exact equality would reject honest masks.
 GEOMETRY_RTOL = 1e-3
@@ -68,12 +75,18 @@ IntArray = NDArray[np.integer[Any]]
 # --------------------------------------------------------------------------- metrics
 
 
-# Voxels are counted in chunks that stay in L2 cache: one bincount over a whole
-# 8M-voxel volume is memory-bound and slower than K boolean passes, while 64K-voxel
-# chunks of a uint8 ``ref * K + pred`` index are faster than either.  Chunks that
-# are background in both maps (most of a CT volume) skip bincount altogether:
-# bincount is slowest exactly there, incrementing one counter back to back.
+# Voxels are counted in chunks that stay in L2 cache.  numpy's bincount is slow on
+# label maps (2-3 ns a voxel: long runs of one value increment one counter back to
+# back), so it is avoided where it can be:
+# * chunks that are background in both maps (most of a CT volume) are found by two
+#   vectorised per-chunk maxima and counted without looking at them again;
+# * in the others, a good prediction mostly agrees with the reference: K - 1 SIMD
+#   comparisons give the reference's label counts, and only the voxels where the two
+#   maps differ (few) go through bincount; the diagonal follows by subtraction;
+# * many labels or many disagreements fall back to one bincount of ``ref * K + pred``.
 _CHUNK = 1 << 16
+# Above this many labels, K - 1 comparisons per chunk cost more than one bincount.
+_COMPARE_MAX_LABELS = 8
 
 
 def _index_dtype(n_bins: int) -> type[np.unsignedinteger[Any]]:
@@ -118,20 +131,96 @@ def confusion_matrix(
     k = int(num_classes)
     _check_range("reference", reference, k)
     _check_range("prediction", prediction, k)
+    return _confusion_in_range(reference, prediction, k)
+
+
+def chunk_maxima(flat: NDArray[Any]) -> NDArray[Any]:
+    """The maximum of every :data:`_CHUNK`-voxel chunk of a 1-D array (the last may be short).
+
+    One vectorised pass; the overall maximum is their maximum, and a chunk whose maximum
+    is 0 in both maps is background that :func:`confusion_matrix` need not look at.
+    """
+    n_full = flat.size // _CHUNK
+    parts = []
+    if n_full:
+        parts.append(flat[: n_full * _CHUNK].reshape(n_full, _CHUNK).max(axis=1))
+    if flat.size > n_full * _CHUNK:
+        parts.append(flat[n_full * _CHUNK :].max(keepdims=True))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=flat.dtype)
+
+
+def _memory_order_maxima(labels: NDArray[Any]) -> NDArray[Any] | None:
+    """:func:`chunk_maxima` in memory order, for a C- or Fortran-contiguous array."""
+    if not (labels.flags.c_contiguous or labels.flags.f_contiguous):
+        return None
+    return chunk_maxima(labels.ravel(order="K"))
+
+
+def _confusion_in_range(
+    reference: NDArray[Any],
+    prediction: NDArray[Any],
+    k: int,
+    maxima: tuple[NDArray[Any], NDArray[Any]] | None = None,
+) -> NDArray[np.int64]:
+    """:func:`confusion_matrix` for callers that know every label lies in [0, k).
+
+    ``maxima``: the two arrays' :func:`chunk_maxima` in memory order, already computed
+    while validating them; used only when both arrays are Fortran-contiguous, so that
+    memory order is the order visited here.
+    """
     ref_flat, pred_flat = _paired_flat(reference, prediction)
-    n_bins = k * k
-    counts = np.zeros(n_bins, dtype=np.int64)
-    buffer = np.empty(min(_CHUNK, ref_flat.size), dtype=_index_dtype(n_bins))
-    for start in range(0, ref_flat.size, _CHUNK):
-        stop = min(start + _CHUNK, ref_flat.size)
-        index = buffer[: stop - start]
-        np.multiply(ref_flat[start:stop], k, out=index, casting="unsafe")
-        np.add(index, pred_flat[start:stop], out=index, casting="unsafe")
-        if index.max() == 0:
-            counts[0] += index.size
-        else:
-            counts += np.bincount(index, minlength=n_bins)
-    return counts.reshape(k, k)
+    n = ref_flat.size
+    counts = np.zeros((k, k), dtype=np.int64)
+    both_f = reference.flags.f_contiguous and prediction.flags.f_contiguous
+    if maxima is None or not both_f:
+        maxima = (chunk_maxima(ref_flat), chunk_maxima(pred_flat))
+    busy = np.flatnonzero((maxima[0] > 0) | (maxima[1] > 0)) * _CHUNK
+    busy_voxels = sum(min(_CHUNK, n - start) for start in busy.tolist())
+    counts[0, 0] += n - busy_voxels
+    scratch = np.empty((2, min(_CHUNK, n)), dtype=bool)
+    flat_counts = counts.reshape(-1)  # a view: bincounts land in ``counts``
+    diagonal = [0] * k
+    for start in busy.tolist():
+        stop = start + _CHUNK
+        _count_chunk(ref_flat[start:stop], pred_flat[start:stop], flat_counts, diagonal, scratch)
+    counts[np.diag_indices(k)] += diagonal
+    return counts
+
+
+def _count_chunk(
+    ref: NDArray[Any],
+    pred: NDArray[Any],
+    flat_counts: NDArray[np.int64],
+    diagonal: list[int],
+    scratch: NDArray[np.bool_],
+) -> None:
+    """Add one chunk's pair counts: to ``flat_counts`` (K*K, row-major) and ``diagonal``.
+
+    ``diagonal`` collects, per reference label, its voxel count minus its disagreements,
+    which is exactly its diagonal entry; the caller adds it at the end.
+    """
+    k = len(diagonal)
+    m = ref.size
+    differ = np.not_equal(ref, pred, out=scratch[0, :m])
+    n_differ = int(np.count_nonzero(differ))
+    if k > _COMPARE_MAX_LABELS or n_differ > m // 8:
+        index = ref.astype(np.intp) * k + pred.astype(np.intp)  # uint64 + int64 is float
+        flat_counts += np.bincount(index, minlength=k * k)
+        return
+    same = scratch[1, :m]
+    rest = m
+    for label in range(1, k):
+        found = int(np.count_nonzero(np.equal(ref, label, out=same)))
+        diagonal[label] += found
+        rest -= found
+    diagonal[0] += rest
+    if n_differ:
+        where = np.flatnonzero(differ)
+        index = ref[where].astype(np.intp) * k + pred[where].astype(np.intp)
+        off = np.bincount(index, minlength=k * k)
+        flat_counts += off
+        for label, n_off in enumerate(off.reshape(k, k).sum(axis=1).tolist()):
+            diagonal[label] -= n_off
 
 
 def label_counts(labels: NDArray[Any], num_classes: int) -> NDArray[np.int64]:
@@ -183,6 +272,106 @@ def per_label_dice(
     return out
 
 
+# --------------------------------------------------------------------------- surface metrics
+
+
+def _crop_to_union(
+    reference: NDArray[np.bool_], prediction: NDArray[np.bool_]
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """Both masks cut to the bounding box of their union, padded with one background voxel.
+
+    Surfaces are where a mask meets background (the outside of the volume counting as
+    background), and distances between surface voxels do not change under translation, so
+    HD95 and NSD of the cropped pair equal those of the full volumes; MONAI gets small
+    arrays instead of float copies of the whole volume. At least one mask must be non-empty.
+    """
+    union = reference | prediction
+    in_xy = np.any(union, axis=2)
+    bounds = [
+        np.flatnonzero(np.any(in_xy, axis=1)),
+        np.flatnonzero(np.any(in_xy, axis=0)),
+        np.flatnonzero(np.any(union, axis=(0, 1))),
+    ]
+    del union, in_xy
+    box = tuple(slice(int(b[0]), int(b[-1]) + 1) for b in bounds)
+    return np.pad(reference[box], 1), np.pad(prediction[box], 1)
+
+
+def volume_diagonal(shape: Sequence[int], spacing: Sequence[float]) -> float:
+    """The extent of the whole volume in mm: the HD95 given when one mask is empty."""
+    return math.sqrt(sum((n * s) ** 2 for n, s in zip(shape, spacing, strict=True)))
+
+
+def surface_metrics(
+    reference: NDArray[np.bool_],
+    prediction: NDArray[np.bool_],
+    spacing: Sequence[float],
+    tolerance_mm: float,
+) -> tuple[float | None, float | None]:
+    """HD95 (mm) and normalised surface Dice of two 3-D masks, through MONAI.
+
+    A mask's surface is its voxels with a 6-connected background neighbour (MONAI's
+    ``mask ^ binary_erosion(mask)``); distances are Euclidean between surface-voxel
+    centres scaled by ``spacing`` (the arrays' axis order). HD95 is the larger of the two
+    directed 95th percentiles of the surface distances (linear interpolation); NSD is
+    the fraction of both surfaces lying within ``tolerance_mm`` of the other surface.
+    MONAI computes distances in float32, so values agree with a float64 computation to
+    about 1e-7 relative, and a distance within that of the tolerance may land either side.
+
+    Conventions for empty masks (MONAI itself returns inf or nan there, which JSON cannot
+    carry):
+
+    * both empty: ``(None, None)`` -- there is no surface to measure; reported as not
+      computed, never averaged;
+    * exactly one empty: HD95 is the diagonal of the whole volume in mm (no distance inside
+      the image can be larger; BraTS uses the same worst case) and NSD is 0.
+    """
+    if reference.shape != prediction.shape or reference.ndim != len(spacing):
+        raise ValueError(f"shapes {reference.shape} / {prediction.shape} and spacing {spacing}")
+    has_ref, has_pred = bool(reference.any()), bool(prediction.any())
+    if not (has_ref or has_pred):
+        return None, None
+    if not (has_ref and has_pred):
+        return volume_diagonal(reference.shape, spacing), 0.0
+    import torch
+    from monai.metrics.hausdorff_distance import compute_hausdorff_distance
+    from monai.metrics.surface_dice import compute_surface_dice
+
+    ref_crop, pred_crop = _crop_to_union(reference, prediction)
+    y = torch.from_numpy(ref_crop)[None, None]
+    y_pred = torch.from_numpy(pred_crop)[None, None]
+    spacing_list = [float(s) for s in spacing]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hd95: Any = compute_hausdorff_distance(
+            y_pred, y, include_background=True, percentile=95, spacing=spacing_list
+        )
+        nsd: Any = compute_surface_dice(
+            y_pred,
+            y,
+            class_thresholds=[float(tolerance_mm)],
+            include_background=True,
+            spacing=spacing_list,
+        )
+    return float(hd95.reshape(-1)[0]), float(nsd.reshape(-1)[0])
+
+
+def surface_metrics_unavailable() -> str | None:
+    """Why HD95/NSD cannot be computed here (MONAI or torch missing), or None."""
+    try:
+        import monai.metrics  # noqa: F401
+        import torch  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install raising anything
+        return f"HD95 and NSD need MONAI and torch ({short_error(exc)})"
+    return None
+
+
+def _region_mask(labels: NDArray[Any], index: Sequence[int]) -> NDArray[np.bool_]:
+    if len(index) == 1:
+        return np.asarray(labels == index[0])
+    return np.isin(labels, index)
+
+
 # --------------------------------------------------------------------------- I/O helpers
 
 
@@ -195,6 +384,12 @@ class _Reference:
     direction: tuple[float, ...]
     # (z, y, x) as SimpleITK returns it; None when only the header was needed.
     array: IntArray | None
+    # The largest label value in ``array`` (0 when empty or not read).
+    max_label: int = 0
+    # chunk_maxima of ``array`` in memory order (None when not read).
+    maxima: NDArray[Any] | None = None
+    # The SimpleITK image whose buffer ``array`` may view (a view does not keep it alive).
+    owner: Any = None
 
     @property
     def max_bytes(self) -> int:
@@ -207,6 +402,10 @@ class _Prediction:
     problems: list[str]
     # (x, y, z) as nibabel returns it; only set when status == "ok".
     array: IntArray | None = None
+    # The SimpleITK image whose buffer ``array`` views, when it was decoded by SimpleITK.
+    owner: Any = None
+    # chunk_maxima of ``array`` in memory order, when computed.
+    maxima: NDArray[Any] | None = None
 
 
 def _fmt_values(values: Iterable[float]) -> str:
@@ -248,11 +447,148 @@ def _geometry_problems(reader: Any, ref: _Reference) -> list[str]:
     return problems
 
 
-def _label_problems(data: NDArray[Any], allowed: frozenset[int]) -> list[str]:
-    """Negative and unknown values; ``data`` is finite and integer-valued here."""
+def _header_extent_problem(path: Path) -> str | None:
+    """Why the bytes before a NIfTI file's voxels are unreasonable, or None.
+
+    The header says where the voxels start (``vox_offset``) and announces extensions
+    (each with its own size); readers trust both. A small gzip file can therefore make
+    nibabel hold a gigabyte-sized "extension" in memory or inflate gigabytes of padding
+    to reach the voxels (a decompression bomb). Both must lie within
+    :data:`MAX_HEADER_BYTES`; at most that much is decompressed to check it. Anything that
+    is not a NIfTI-1/2 header at all is left to nibabel to reject.
+    """
+    with open(path, "rb", opener=_nofollow_opener) as raw:
+        fh: Any = raw
+        if raw.read(2) == b"\x1f\x8b":
+            raw.seek(0)
+            fh = gzip.GzipFile(fileobj=raw, mode="rb")
+        else:
+            raw.seek(0)
+        try:
+            head = fh.read(_NIFTI2_HEADER + 4)
+        except (EOFError, OSError, zlib.error):
+            return None  # a damaged stream: nibabel says what is wrong with it
+        layout = _nifti_layout(head)
+        if layout is None:
+            return None
+        header_bytes, endian, vox_offset = layout
+        if not math.isfinite(vox_offset) or vox_offset > MAX_HEADER_BYTES:
+            return (
+                f"header puts the voxels at byte {vox_offset:.6g}, beyond the "
+                f"{MAX_HEADER_BYTES}-byte bound for a header and its extensions; not read"
+            )
+        if len(head) < header_bytes + 4 or head[header_bytes] == 0:
+            return None  # no extensions
+        # nibabel reads extensions up to vox_offset, or to the end of the file when
+        # vox_offset is 0; either way they must end within the bound.
+        try:
+            head += fh.read(MAX_HEADER_BYTES - len(head) + 1)
+        except (EOFError, OSError, zlib.error):
+            return None
+    pos = header_bytes + 4
+    end = int(vox_offset) if vox_offset >= pos else len(head)
+    while end - pos >= 16 or (vox_offset < header_bytes + 4 and pos < len(head)):
+        if pos + 8 > len(head):
+            if len(head) > MAX_HEADER_BYTES:  # not the end of the file: the bound
+                return f"header extensions run past {MAX_HEADER_BYTES} bytes; not read"
+            break  # the file ends: nibabel reports it
+        esize = int.from_bytes(head[pos : pos + 4], endian, signed=True)
+        if esize < 16 or pos + esize > MAX_HEADER_BYTES:
+            return (
+                f"header extension at byte {pos} declares {esize} bytes (at least 16, ending "
+                f"within {MAX_HEADER_BYTES} bytes of the file start); not read"
+            )
+        pos += esize
+    return None
+
+
+_NIFTI1_HEADER = 348
+_NIFTI2_HEADER = 540
+
+
+def _nifti_layout(head: bytes) -> tuple[int, Literal["little", "big"], float] | None:
+    """(header size, byte order, vox_offset) of a NIfTI-1 or NIfTI-2 header, else None."""
+    if len(head) < _NIFTI1_HEADER:
+        return None
+    endians: tuple[Literal["little", "big"], ...] = ("little", "big")
+    for endian in endians:
+        size = int.from_bytes(head[:4], endian)
+        if size == _NIFTI1_HEADER:
+            code = "<f" if endian == "little" else ">f"
+            return size, endian, float(np.frombuffer(head, code, count=1, offset=108)[0])
+        if size == _NIFTI2_HEADER and len(head) >= _NIFTI2_HEADER:
+            offset = int.from_bytes(head[168:176], endian, signed=True)
+            return size, endian, float(offset)
+    return None
+
+
+def _payload_complete(path: Path, needed: int) -> bool:
+    """Whether ``path`` provably holds exactly the ``needed`` bytes of header and voxels.
+
+    SimpleITK decodes a damaged or cut-short .nii.gz without complaint, zero-filling
+    whatever is missing, so it only gets files that pass this test; everything else goes
+    to nibabel, which raises on a short stream. An uncompressed file must be at least
+    ``needed`` bytes long. A gzip file must end in a trailer whose ISIZE (the inflated size
+    mod 2**32) is exactly ``needed``, as every NIfTI writer produces it: a stream cut short
+    ends in deflate data instead, which matches by chance with probability 2**-32, and a
+    forged trailer gains nothing, since the missing voxels become 0 (background), what
+    the file could have said outright. Multi-member streams and trailing data take the
+    strict path.
+    """
+    with open(path, "rb", opener=_nofollow_opener) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if fh.read(2) != b"\x1f\x8b":
+            return size >= needed
+        if size < 18 or needed >= 1 << 32:
+            return False
+        fh.seek(-4, os.SEEK_END)
+        return int.from_bytes(fh.read(4), "little") == needed
+
+
+def _nofollow_opener(path: str, flags: int) -> int:
+    # The path was walked with lstat already; O_NOFOLLOW also refuses a symlink
+    # swapped in since, and O_NONBLOCK keeps a swapped-in FIFO from hanging us.
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
+def _read_voxels(path: Path, nifti: Any, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Any:
+    """The voxels as (x, y, z) and the SimpleITK image they view (None if not SimpleITK's).
+
+    Unscaled integer data is decoded by SimpleITK, whose zlib-ng inflates a .nii.gz two to
+    three times faster than the Python gzip module nibabel reads through; the header was
+    checked first, so only the declared voxel bytes are decoded. Floating-point (and
+    scaled) data goes through nibabel, which keeps NaN and Inf where SimpleITK would not.
+    SimpleITK zero-fills a payload shorter than the header declares instead of failing,
+    so it only gets files whose payload is provably complete; nibabel (which raises on a
+    short payload) reads the rest.
+    """
+    proxy = nifti.dataobj
+    unscaled = float(proxy.slope) == 1.0 and float(proxy.inter) == 0.0
+    needed = int(proxy.offset) + math.prod(shape) * dtype.itemsize
+    if dtype.kind in "iu" and unscaled and _payload_complete(path, needed):
+        reader = sitk.ImageFileReader()
+        reader.SetImageIO("NiftiImageIO")
+        reader.SetFileName(str(path))
+        image = reader.Execute()
+        view = sitk.GetArrayViewFromImage(image)
+        same_type = view.dtype.kind == dtype.kind and view.dtype.itemsize == dtype.itemsize
+        if view.shape == shape[::-1] and same_type:
+            return view.T, image
+    return np.asanyarray(proxy), None
+
+
+def _label_problems(data: NDArray[Any], allowed: frozenset[int], vmax: Any = None) -> list[str]:
+    """Negative and unknown values; ``data`` is finite and integer-valued here.
+
+    ``vmax``: the maximum of ``data`` when already known.
+    """
     problems = []
     top = max(allowed)
-    vmin, vmax = data.min(), data.max()
+    vmin = 0 if data.dtype.kind in "ub" else data.min()
+    if vmax is None:
+        vmax = data.max()
+    if vmin >= 0 and vmax <= top and len(allowed) == top + 1:
+        return []  # the allowed labels are 0..top: in range means allowed, nothing to count
     if vmin < 0:
         negative = np.unique(data[data < 0])
         problems.append(f"negative label values {_fmt_values(negative[:MAX_LISTED_VALUES])}")
@@ -335,16 +671,25 @@ class SegmentationEvaluator:
         start = time.perf_counter()
         require_references(references)
         top_problems = scan_submission(submission, self._output_paths())
+        unavailable: dict[str, str] = {}
+        surface = self.seg.surface_metrics
+        if surface and (reason := surface_metrics_unavailable()) is not None:
+            unavailable = {"hd95": reason, "nsd": reason}
+            surface = False
         results: list[CaseResult] = []
+        # Streamed: one reference and one prediction are in memory at a time.
         for case_id in sorted(self.spec.case_ids):
             ref = self._read_reference(references, case_id, True)
             pred = self._load_prediction(submission, case_id, ref)
             metrics = self._case_metrics(ref, pred)
+            if surface:
+                metrics.update(self._surface_metrics(case_id, ref, pred, unavailable))
             results.append(
                 CaseResult(
                     case_id=case_id, status=pred.status, problems=pred.problems, metrics=metrics
                 )
             )
+            del ref, pred  # free this case's voxels before the next case is decoded
         report = format_report(top_problems, results)
         headline = self._headline(results)
         return EvaluationResult(
@@ -357,25 +702,24 @@ class SegmentationEvaluator:
             format=report,
             cases=results,
             elapsed_s=time.perf_counter() - start,
+            unavailable=unavailable,
         )
 
     # ------------------------------------------------------------------ scoring
 
     def _case_metrics(self, ref: _Reference, pred: _Prediction) -> dict[str, float | None]:
-        assert ref.array is not None
-        top = max(self.allowed)
-        # ref is (z, y, x) from SimpleITK, pred (x, y, z) from nibabel: the transpose
-        # is a view over the same voxels, no copy.
-        ref_labels: NDArray[Any] = ref.array.T
-        if ref_labels.size and ref_labels.max() > top:
-            # Reference labels the spec does not know belong to no region: background.
-            ref_labels = np.where(ref_labels > top, 0, ref_labels)
-        if self._lut is not None:
-            ref_labels = self._lut[ref_labels]
+        ref_labels = self._ref_labels(ref)
         confusion = None
         if pred.status == "ok" and pred.array is not None:
             pred_labels = pred.array if self._lut is None else self._lut[pred.array]
-            confusion = confusion_matrix(ref_labels, pred_labels, self._k)
+            # Both are in range here: the reference by _ref_labels, the prediction checked.
+            # The maxima computed while reading still describe the arrays unless a
+            # remap (unknown reference labels, sparse label values) replaced them.
+            maxima = None
+            unchanged = self._lut is None and ref.max_label <= max(self.allowed)
+            if unchanged and ref.maxima is not None and pred.maxima is not None:
+                maxima = (ref.maxima, pred.maxima)
+            confusion = _confusion_in_range(ref_labels, pred_labels, self._k, maxima)
             ref_counts = confusion.sum(axis=1)
         else:
             # A bad case still needs its reference: whether it holds the lesion
@@ -393,14 +737,72 @@ class SegmentationEvaluator:
                 metrics[self._key(region)] = region_dice(confusion, index)
         return metrics
 
+    def _ref_labels(self, ref: _Reference) -> NDArray[Any]:
+        """The reference as dense (x, y, z) labels, unknown values as background."""
+        assert ref.array is not None
+        top = max(self.allowed)
+        # ref is (z, y, x) from SimpleITK, pred (x, y, z) from nibabel: the transpose
+        # is a view over the same voxels, no copy.
+        ref_labels: NDArray[Any] = ref.array.T
+        if ref.max_label > top:
+            # Reference labels the spec does not know belong to no region: background.
+            ref_labels = np.where(ref_labels > top, 0, ref_labels)
+        if self._lut is not None:
+            ref_labels = self._lut[ref_labels]
+        return ref_labels
+
+    def _surface_metrics(
+        self, case_id: str, ref: _Reference, pred: _Prediction, unavailable: dict[str, str]
+    ) -> dict[str, float | None]:
+        """HD95 and NSD per region (see :func:`surface_metrics` for the conventions).
+
+        They are defined on the cases the region's Dice is: a lesion absent from the
+        reference gives None. An invalid or missing case counts as an empty prediction.
+        """
+        ref_labels = self._ref_labels(ref)
+        pred_labels = None
+        if pred.status == "ok" and pred.array is not None:
+            pred_labels = pred.array if self._lut is None else self._lut[pred.array]
+        metrics: dict[str, float | None] = {}
+        for region in self.seg.regions:
+            index = self._region_index[region.name]
+            ref_mask = _region_mask(ref_labels, index)
+            hd95: float | None = None
+            nsd: float | None = None
+            has_reference = bool(ref_mask.any())
+            if region.kind == "lesion" and not has_reference:
+                pass  # not averaged, like the lesion's Dice
+            elif pred_labels is None:
+                if has_reference:
+                    hd95, nsd = volume_diagonal(ref_mask.shape, ref.spacing), 0.0
+            else:
+                try:
+                    hd95, nsd = surface_metrics(
+                        ref_mask,
+                        _region_mask(pred_labels, index),
+                        ref.spacing,
+                        self.seg.nsd_tolerance_mm,
+                    )
+                except Exception as exc:  # never a crash; reported, never a silent 0
+                    unavailable.setdefault(
+                        "surface_metrics",
+                        f"{case_id} {region.name}: {short_error(exc)} (value left out)",
+                    )
+            metrics[f"{region.name}_hd95"] = hd95
+            metrics[f"{region.name}_nsd"] = nsd
+        return metrics
+
     def _headline(self, results: list[CaseResult]) -> dict[str, float]:
         headline: dict[str, float] = {}
+        region_means: list[float] = []
         for region in self.seg.regions:
-            key = self._key(region)
-            values = [r.metrics[key] for r in results if r.metrics.get(key) is not None]
-            if values:  # a lesion absent from every reference is left out of the macro
-                headline[key] = float(np.mean([v for v in values if v is not None]))
-        region_means = list(headline.values())
+            for suffix in ("dice", "hd95", "nsd"):
+                key = f"{region.name}_{suffix}"
+                values = [v for r in results if (v := r.metrics.get(key)) is not None]
+                if values:  # a lesion absent from every reference is left out of the macro
+                    headline[key] = float(np.mean(values))
+                    if suffix == "dice":
+                        region_means.append(headline[key])
         headline["macro_dice"] = float(np.mean(region_means)) if region_means else 0.0
         return headline
 
@@ -427,8 +829,8 @@ class SegmentationEvaluator:
                     None,
                 )
             image = sitk.ReadImage(str(path))
-            # GetArrayFromImage copies, so the array stays valid after `image` is gone.
-            raw = sitk.GetArrayFromImage(image)
+            # A view, not a copy: `image` travels with it in the _Reference as its owner.
+            raw = sitk.GetArrayViewFromImage(image)
         except Exception as exc:
             raise EvaluatorInputError(
                 f"reference {path} is unreadable ({short_error(exc)})"
@@ -440,15 +842,20 @@ class SegmentationEvaluator:
                 raise EvaluatorInputError(f"reference {path} holds non-integer values")
         elif raw.dtype.kind not in "biu":
             raise EvaluatorInputError(f"reference {path} has unsupported type {raw.dtype}")
-        if raw.size and raw.min() < 0:
+        if raw.dtype.kind != "u" and raw.size and raw.min() < 0:
             raise EvaluatorInputError(f"reference {path} holds negative labels")
+        array = raw if raw.dtype.kind in "iu" else np.rint(raw).astype(np.int64)
+        maxima = _memory_order_maxima(array)
         return _Reference(
             path,
             tuple(int(s) for s in image.GetSize()),
             tuple(image.GetSpacing()),
             tuple(image.GetOrigin()),
             tuple(image.GetDirection()),
-            raw if raw.dtype.kind in "iu" else np.rint(raw).astype(np.int64),
+            array,
+            max_label=int(maxima.max() if maxima is not None else array.max()) if array.size else 0,
+            maxima=maxima,
+            owner=image,
         )
 
     def _load_prediction(
@@ -492,6 +899,11 @@ class SegmentationEvaluator:
                 [f"{rel}: file is {st.st_size} bytes, over the {limit}-byte limit; not read"],
             )
 
+        # nibabel and ITK read every header extension into memory, and nibabel decompresses
+        # its way to vox_offset: both are bounded before either library opens the file.
+        header_problem = _header_extent_problem(current)
+        if header_problem is not None:
+            return _Prediction("invalid", [f"{rel}: {header_problem}"])
         try:
             image: Any = nib.load(current)
         except Exception as exc:
@@ -531,7 +943,7 @@ class SegmentationEvaluator:
             return _Prediction("invalid", problems)
 
         try:
-            data = np.asanyarray(nifti.dataobj)
+            data, owner = _read_voxels(current, nifti, dtype, shape)
         except Exception as exc:
             return _Prediction("invalid", [f"{rel}: voxel data unreadable ({short_error(exc)})"])
         # nibabel keeps NaN/Inf; SimpleITK silently reads them back as finite numbers.
@@ -551,11 +963,15 @@ class SegmentationEvaluator:
                     f"{rel}: non-integer labels, e.g. {_fmt_values(examples)} (dtype {data.dtype})"
                 )
                 data = data[~fractional]
+        maxima = None if problems else _memory_order_maxima(data)
         if data.size:
-            problems += [f"{rel}: {p}" for p in _label_problems(data, self.allowed)]
+            vmax = None if maxima is None else maxima.max()
+            problems += [f"{rel}: {p}" for p in _label_problems(data, self.allowed, vmax)]
         if problems:
             return _Prediction("invalid", problems)
-        # Integer-valued floats (agents often save float32 0/1/2) are fine once cast.
+        # Integer-valued floats (agents often save float32 0/1/2) are fine once cast
+        # (order "K" keeps the memory order, so the maxima stay valid).
         if data.dtype.kind not in "iu":
-            data = data.astype(_index_dtype(max(self.allowed) + 1))
-        return _Prediction("ok", [], data)
+            data = data.astype(_index_dtype(max(self.allowed) + 1), order="K")
+            owner = None
+        return _Prediction("ok", [], data, owner, maxima)

@@ -813,3 +813,93 @@ def test_cli_reference_problem_exits_2(cli_task: dict[str, Path]) -> None:
     assert "bad/reference.npy" in proc.stderr and "data range" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not cli_task["out"].exists()
+
+
+# --------------------------------------------------------------------------- LPIPS
+
+
+def lpips_spec(case_ids: list[str], weights: str) -> EvalSpec:
+    spec = make_spec(case_ids)
+    assert spec.enhancement is not None
+    spec.enhancement.lpips_weights = weights
+    return spec
+
+
+def test_lpips_without_local_weights_is_unavailable_never_zero(tmp_path: Path) -> None:
+    lay = _setup_two_cases(tmp_path)
+    lay.pred("bad", REF)
+    plain = EnhancementEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
+    result = EnhancementEvaluator(lpips_spec(["good", "bad"], "lpips/alex.pth")).score(
+        lay.sub, lay.refs
+    )
+    # Relative paths are looked up under the references folder.
+    reason = result.unavailable["lpips"]
+    assert str(lay.refs / "lpips" / "alex.pth") in reason and "not found" in reason
+    assert "lpips" not in result.metrics
+    assert all(c.metrics.keys() == plain.cases[0].metrics.keys() for c in result.cases)
+    assert result.task_score == plain.task_score == 1.0
+    assert plain.unavailable == {}
+
+
+def test_lpips_without_the_package_is_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lay = _setup_two_cases(tmp_path)
+    lay.pred("bad", REF)
+    weights = tmp_path / "alex.pth"
+    weights.write_bytes(b"not really weights")
+    monkeypatch.setitem(sys.modules, "lpips", None)  # import raises ImportError
+    result = EnhancementEvaluator(lpips_spec(["good", "bad"], str(weights))).score(
+        lay.sub, lay.refs
+    )
+    assert "needs the lpips package" in result.unavailable["lpips"]
+    assert result.task_score == 1.0
+
+
+def test_lpips_weights_path_that_is_not_a_file_is_a_spec_error(tmp_path: Path) -> None:
+    lay = _setup_two_cases(tmp_path)
+    (lay.refs / "weights").mkdir()
+    evaluator = EnhancementEvaluator(lpips_spec(["good", "bad"], "weights"))
+    with pytest.raises(EvaluatorInputError, match=r"lpips_weights .*weights is not a regular file"):
+        evaluator.score(lay.sub, lay.refs)
+    with pytest.raises(ValueError, match="lpips_weights must name a file"):
+        EnhancementSpec(psnr_band=(20, 40), ssim_band=(0.5, 1.0), lpips_weights=" ")
+
+
+def test_lpips_is_reported_beside_the_score_when_the_network_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in ``lpips`` module (mean absolute difference) checks the plumbing only:
+    the scaling to [-1, 1], three channels, per-case values, the mean, TASK untouched."""
+    torch = pytest.importorskip("torch")
+    seen: list[tuple[str, tuple[int, ...], float, float]] = []
+
+    class FakeLPIPS:
+        def __init__(self, net: str, model_path: str, verbose: bool) -> None:
+            self.net, self.model_path = net, model_path
+
+        def eval(self) -> FakeLPIPS:
+            return self
+
+        def __call__(self, a: Any, b: Any) -> Any:
+            seen.append((self.model_path, tuple(a.shape), float(a.min()), float(a.max())))
+            return torch.mean(torch.abs(a - b)).reshape(1, 1, 1, 1)
+
+    fake = type(sys)("lpips")
+    fake.LPIPS = FakeLPIPS  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "lpips", fake)
+    lay = _setup_two_cases(tmp_path)
+    lay.pred("bad", REF + 100.0)  # 0.1 of the data range everywhere -> 0.2 in [-1, 1] units
+    (lay.refs / "alex.pth").write_bytes(b"weights")
+    result = EnhancementEvaluator(lpips_spec(["good", "bad"], "alex.pth")).score(lay.sub, lay.refs)
+    assert result.unavailable == {}
+    assert case(result, "good").metrics["lpips"] == 0.0
+    scaled = 2.0 * (REF - REF.min()) / np.ptp(REF) - 1.0
+    expected = float(np.mean(np.clip(scaled + 0.2, -1.0, 1.0) - scaled))  # clipped at the top
+    assert 0.15 < expected < 0.2
+    assert case(result, "bad").metrics["lpips"] == pytest.approx(expected, abs=1e-5)
+    assert result.metrics["lpips"] == pytest.approx(expected / 2, abs=1e-5)
+    assert seen[0][0] == str(lay.refs / "alex.pth")
+    assert seen[0][1] == (1, 3, *REF.shape) and (seen[0][2], seen[0][3]) == (-1.0, 1.0)
+    plain = EnhancementEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
+    assert result.task_score == plain.task_score

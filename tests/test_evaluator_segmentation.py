@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -607,7 +609,8 @@ def test_unexpected_exception_becomes_a_problem_not_a_crash(
     def explode(*args: Any, **kwargs: Any) -> Any:
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(seg_module.np, "asanyarray", explode)
+    # The voxel decoder (SimpleITK for integer masks, nibabel otherwise) runs out of memory.
+    monkeypatch.setattr(seg_module, "_read_voxels", explode)
     result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
     assert all(c.status == "invalid" for c in result.cases)
     assert any("bad.nii.gz" in p and "MemoryError" in p for p in result.cases[0].problems)
@@ -723,3 +726,254 @@ def test_spec_validation_rejects_inconsistent_specs() -> None:
         EvalSpec.model_validate(
             {"task_id": "t", "track": "segmentation", "case_ids": [], "surprise": 1}
         )
+
+
+# --------------------------------------------------------------------------- HD95 / NSD
+
+
+def surface_spec(case_ids: list[str], tolerance: float = 2.0) -> EvalSpec:
+    spec = make_spec(case_ids)
+    assert spec.segmentation is not None
+    spec.segmentation.surface_metrics = True
+    spec.segmentation.nsd_tolerance_mm = tolerance
+    return spec
+
+
+def oracle_surface(
+    reference: np.ndarray, prediction: np.ndarray, spacing: tuple[float, ...], tolerance: float
+) -> tuple[float, float, np.ndarray]:
+    """HD95 and NSD from scipy's exact Euclidean distance transform, independent of MONAI.
+
+    A surface voxel has a 6-connected background neighbour (outside the volume counts as
+    background); HD95 is the larger directed 95th percentile (numpy's linear interpolation).
+    Also returns every surface distance, so a test can keep the tolerance off a tie.
+    """
+    from scipy import ndimage
+
+    def surface(mask: np.ndarray) -> np.ndarray:
+        return mask & ~ndimage.binary_erosion(mask, border_value=0)
+
+    ref_s, pred_s = surface(reference), surface(prediction)
+    pred_to_ref = ndimage.distance_transform_edt(~ref_s, sampling=spacing)[pred_s]
+    ref_to_pred = ndimage.distance_transform_edt(~pred_s, sampling=spacing)[ref_s]
+    hd95 = max(np.percentile(pred_to_ref, 95), np.percentile(ref_to_pred, 95))
+    within = np.count_nonzero(pred_to_ref <= tolerance) + np.count_nonzero(ref_to_pred <= tolerance)
+    nsd = within / (pred_to_ref.size + ref_to_pred.size)
+    return float(hd95), float(nsd), np.concatenate([pred_to_ref, ref_to_pred])
+
+
+def random_blobs(rng: np.random.Generator, shape: tuple[int, ...], fraction: float) -> np.ndarray:
+    """Smoothed noise thresholded to about ``fraction`` foreground: irregular, several blobs."""
+    from scipy import ndimage
+
+    field = ndimage.gaussian_filter(rng.standard_normal(shape), sigma=2.5)
+    return field > np.quantile(field, 1.0 - fraction)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hd95_and_nsd_match_a_distance_transform_oracle(seed: int) -> None:
+    pytest.importorskip("monai.metrics")
+    rng = np.random.default_rng(seed)
+    shape = (40, 36, 18)
+    spacing = (0.8, 0.75, 2.5)  # anisotropic: a spacing mix-up changes the numbers
+    reference = random_blobs(rng, shape, 0.2)
+    # A correlated prediction: the reference dilated/eroded in places plus some new blobs.
+    prediction = (reference ^ (random_blobs(rng, shape, 0.05))) | random_blobs(rng, shape, 0.02)
+    for tolerance in (1.1, 2.0, 3.3):
+        hd95, nsd, distances = oracle_surface(reference, prediction, spacing, tolerance)
+        # MONAI measures in float32: a distance within 1e-6 of the tolerance could flip.
+        assert np.min(np.abs(distances - tolerance)) > 1e-5
+        ours = seg_module.surface_metrics(reference, prediction, spacing, tolerance)
+        assert ours[0] == pytest.approx(hd95, rel=1e-6, abs=1e-6)
+        assert ours[1] == pytest.approx(nsd, abs=1e-6)
+    assert 0.0 < nsd < 1.0 and hd95 > 1.0  # not a degenerate pair
+
+
+def test_masks_touching_the_volume_border_are_cropped_correctly() -> None:
+    pytest.importorskip("monai.metrics")
+    spacing = (1.0, 0.5, 2.0)
+    reference = np.zeros((12, 10, 6), dtype=bool)
+    reference[:5, :, 2:] = True  # touches three faces of the volume
+    prediction = np.zeros_like(reference)
+    prediction[2:9, 3:, :4] = True
+    hd95, nsd, _ = oracle_surface(reference, prediction, spacing, 1.5)
+    ours = seg_module.surface_metrics(reference, prediction, spacing, 1.5)
+    assert ours == (pytest.approx(hd95, rel=1e-6), pytest.approx(nsd, abs=1e-6))
+
+
+def test_surface_metric_conventions_for_empty_masks() -> None:
+    spacing = (0.8, 0.75, 2.5)
+    empty = np.zeros((10, 8, 4), dtype=bool)
+    full = empty.copy()
+    full[2:5, 2:5, 1:3] = True
+    diagonal = float(np.sqrt((10 * 0.8) ** 2 + (8 * 0.75) ** 2 + (4 * 2.5) ** 2))
+    assert seg_module.surface_metrics(empty, empty, spacing, 2.0) == (None, None)
+    for ref, pred in ((full, empty), (empty, full)):
+        hd95, nsd = seg_module.surface_metrics(ref, pred, spacing, 2.0)
+        assert hd95 == pytest.approx(diagonal) and nsd == 0.0
+    with pytest.raises(ValueError, match="spacing"):
+        seg_module.surface_metrics(full, full, spacing[:2], 2.0)
+
+
+def test_surface_metrics_through_files_use_the_reference_spacing(tmp_path: Path) -> None:
+    pytest.importorskip("monai.metrics")
+    rng = np.random.default_rng(11)
+    lay = Layout(tmp_path)
+    shape_zyx = (12, 30, 34)
+    kidney = random_blobs(rng, shape_zyx, 0.25)
+    tumour = kidney & random_blobs(rng, shape_zyx, 0.3)
+    ref = kidney.astype(np.uint8) + tumour.astype(np.uint8)
+    pred = np.roll(ref, shift=(1, -2, 1), axis=(0, 1, 2))
+    lay.ref("a", ref)
+    lay.pred("a", pred)
+    # "b": no tumour in the reference, no prediction at all (missing).
+    lay.ref("b", (ref > 0).astype(np.uint8))
+
+    result = SegmentationEvaluator(surface_spec(["a", "b"], tolerance=1.9)).score(lay.sub, lay.refs)
+    plain = SegmentationEvaluator(make_spec(["a", "b"])).score(lay.sub, lay.refs)
+
+    a, b = result.cases
+    for name, labels in (("kidney", [1, 2]), ("tumor", [2])):
+        # SimpleITK arrays are (z, y, x); SPACING is (x, y, z), as in the file header.
+        ref_xyz, pred_xyz = np.isin(ref, labels).T, np.isin(pred, labels).T
+        hd95, nsd, distances = oracle_surface(ref_xyz, pred_xyz, SPACING, 1.9)
+        assert np.min(np.abs(distances - 1.9)) > 1e-5
+        assert a.metrics[f"{name}_hd95"] == pytest.approx(hd95, rel=1e-6)
+        assert a.metrics[f"{name}_nsd"] == pytest.approx(nsd, abs=1e-6)
+    diagonal = float(
+        np.sqrt(sum((n * s) ** 2 for n, s in zip(shape_zyx[::-1], SPACING, strict=True)))
+    )
+    assert b.status == "missing"
+    assert b.metrics["kidney_hd95"] == pytest.approx(diagonal) and b.metrics["kidney_nsd"] == 0.0
+    assert b.metrics["tumor_hd95"] is None and b.metrics["tumor_nsd"] is None  # no lesion
+    # Reported per region and averaged over the cases that have a value; TASK unchanged.
+    assert result.metrics["tumor_hd95"] == a.metrics["tumor_hd95"]
+    assert result.metrics["kidney_nsd"] == pytest.approx(a.metrics["kidney_nsd"] / 2)
+    assert result.task_score == plain.task_score
+    assert result.metrics["macro_dice"] == plain.metrics["macro_dice"]
+    assert "kidney_hd95" not in plain.metrics and "kidney_hd95" not in plain.cases[0].metrics
+    assert result.unavailable == {}
+
+
+def test_both_empty_organ_gives_no_surface_value(tmp_path: Path) -> None:
+    lay = Layout(tmp_path)
+    lay.ref("a", np.zeros((3, 4, 5), dtype=np.uint8))
+    lay.pred("a", np.zeros((3, 4, 5), dtype=np.uint8))
+    spec = surface_spec(["a"])
+    assert spec.segmentation is not None
+    spec.segmentation.regions = [SegmentationRegion(name="kidney", labels=[1, 2], kind="organ")]
+    result = SegmentationEvaluator(spec).score(lay.sub, lay.refs)
+    case = result.cases[0]
+    assert case.metrics == {"kidney_dice": 1.0, "kidney_hd95": None, "kidney_nsd": None}
+    assert "kidney_hd95" not in result.metrics and result.task_score == 1.0
+    # JSON keeps None as null (an inf would also have become null and been ambiguous).
+    assert '"kidney_hd95": null' in result.model_dump_json(indent=1).replace("\n", "")
+
+
+def test_without_monai_surface_metrics_are_unavailable_not_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lay = _setup_two_cases(tmp_path)
+    lay.pred("bad", REF_ZYX)
+    monkeypatch.setitem(sys.modules, "monai.metrics", None)  # import raises ImportError
+    result = SegmentationEvaluator(surface_spec(["good", "bad"])).score(lay.sub, lay.refs)
+    assert set(result.unavailable) == {"hd95", "nsd"}
+    assert "MONAI" in result.unavailable["hd95"]
+    assert all(k.endswith("_dice") for c in result.cases for k in c.metrics)
+    assert result.task_score == 1.0
+
+
+def test_monai_is_imported_only_when_surface_metrics_are_asked_for(tmp_path: Path) -> None:
+    lay = _setup_two_cases(tmp_path)
+    lay.pred("bad", REF_ZYX)
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from pytest_automedbench.evaluators import EvalSpec, get_evaluator\n"
+        "spec = EvalSpec.model_validate_json(sys.argv[1])\n"
+        "get_evaluator(spec).score(Path(sys.argv[2]), Path(sys.argv[3]))\n"
+        "print('monai' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            make_spec(["good", "bad"]).model_dump_json(),
+            lay.sub,
+            lay.refs,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert proc.stdout.split() == ["False", "False"]
+
+
+def test_nsd_tolerance_must_be_positive_and_finite() -> None:
+    regions = [SegmentationRegion(name="a", labels=[1], kind="organ")]
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="nsd_tolerance_mm"):
+            SegmentationSpec(labels={"a": 1}, regions=regions, nsd_tolerance_mm=bad)
+    spec = SegmentationSpec(labels={"a": 1}, regions=regions)
+    assert spec.surface_metrics is False and spec.nsd_tolerance_mm == 2.0
+
+
+# --------------------------------------------------------------------------- decoding paths
+
+
+def _honest_variant(lay: Layout, variant: str) -> None:
+    """A perfect prediction for case 'bad', written in a legal but less common way."""
+    ref_path = lay.refs / "bad" / "label.nii.gz"
+    ref_img: Any = nib.load(ref_path)
+    data = REF_ZYX.T.copy()
+    out = lay.mask_path("bad")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if variant == "extension":
+        image = nib.Nifti1Image(data, ref_img.affine)
+        image.header.extensions.append(nib.nifti1.Nifti1Extension(6, b"written by an agent"))
+        nib.save(image, out)
+    elif variant == "big-endian":
+        header = nib.Nifti1Header(endianness=">")
+        image = nib.Nifti1Image(data.astype(">i2"), ref_img.affine, header)
+        nib.save(image, out)
+    elif variant in ("trailing-data", "multi-member"):
+        nib.save(nib.Nifti1Image(data, ref_img.affine), out)
+        raw = gzip.decompress(out.read_bytes())
+        if variant == "trailing-data":
+            out.write_bytes(gzip.compress(raw + b"\0" * 64))
+        else:
+            out.write_bytes(gzip.compress(raw[:200]) + gzip.compress(raw[200:]))
+    elif variant == "uint64":
+        nib.save(nib.Nifti1Image(data.astype(np.uint64), ref_img.affine, dtype=np.uint64), out)
+    else:
+        raise AssertionError(variant)
+
+
+@pytest.mark.parametrize(
+    "variant", ["extension", "big-endian", "trailing-data", "multi-member", "uint64"]
+)
+def test_legal_nifti_variants_score_like_the_plain_file(tmp_path: Path, variant: str) -> None:
+    """Header extensions, byte order, data past the voxels, multi-member gzip and wide
+    integers take the fast decoder or the strict one, and score the same either way."""
+    lay = _setup_two_cases(tmp_path)
+    _honest_variant(lay, variant)
+    result = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs)
+    assert [c.status for c in result.cases] == ["ok", "ok"], result.cases
+    assert result.cases[0].metrics == {"kidney_dice": 1.0, "tumor_dice": 1.0}
+    assert result.format.valid is True
+
+
+def test_a_cut_gzip_stream_is_unreadable_not_zero_filled(tmp_path: Path) -> None:
+    """SimpleITK would silently zero-fill what a cut stream lacks; the trailer check sends
+    such files to nibabel, which refuses them."""
+    lay = _setup_two_cases(tmp_path)
+    full = np.ones((24, 40, 40), dtype=np.uint8)  # no background: zero-filling would show
+    lay.ref("bad", full)
+    lay.pred("bad", full)
+    data = lay.mask_path("bad").read_bytes()
+    lay.mask_path("bad").write_bytes(data[:-12])  # trailer and some deflate data gone
+    bad = SegmentationEvaluator(make_spec(["good", "bad"])).score(lay.sub, lay.refs).cases[0]
+    assert bad.status == "invalid"
+    assert any("voxel data unreadable" in p for p in bad.problems), bad.problems

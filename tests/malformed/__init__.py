@@ -1,0 +1,1 @@
+"""The malformed-submission corpus (see ``cases.py``), run by ``tests/test_malformed_corpus.py``."""
