@@ -58,6 +58,10 @@ BRIEF_FIELDS: frozenset[str] = frozenset(
 )
 
 
+#: Folder of ``suites/`` holding modules shared by several reference solutions.
+REFERENCE_LIB_DIRNAME = "_reference_lib"
+
+
 class TaskError(ValueError):
     """A task folder is malformed; the message names the file and field."""
 
@@ -91,6 +95,8 @@ class ReferenceDecl(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     expected_task_min: float = Field(ge=0.0, le=1.0)
+    #: Modules from ``suites/_reference_lib/`` that ``solve.py`` imports (shared by tasks).
+    libraries: list[str] = Field(default_factory=list)
 
 
 class RatingBands(BaseModel):
@@ -163,12 +169,21 @@ class TaskSpec(BaseModel):
         missing = [t for t in TIERS if t not in self.tiers]
         if missing:
             raise ValueError(f"missing brief templates for tiers: {', '.join(missing)}")
+        absent = [str(p) for p in self.reference_libraries if not p.is_file()]
+        if absent:
+            raise ValueError(f"reference.libraries: no such module {', '.join(absent)}")
         return self
 
     @property
     def reference_dir(self) -> Path:
         """The reference solution: solve.py (and plan.md / plan.mmd) for the scripted agent."""
         return self.folder / "reference"
+
+    @property
+    def reference_libraries(self) -> list[Path]:
+        """Shared modules the reference ``solve.py`` imports; they travel next to it."""
+        lib = self.folder.parent.parent / REFERENCE_LIB_DIRNAME
+        return [lib / f"{name}.py" for name in self.reference.libraries]
 
     @property
     def case_layout(self) -> CaseLayout:

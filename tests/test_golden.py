@@ -3,6 +3,7 @@ synthetic data, scored by the real evaluator. Proves each synthetic task is solv
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,9 @@ def test_reference_solution_reaches_its_band(task: TaskSpec, tmp_path: Path) -> 
         layout=task.case_layout,
     )
     outputs = tmp_path / "outputs"
+    # solve.py imports its shared modules from beside it, as in the agent's workspace.
+    libraries = {str(lib.parent) for lib in task.reference_libraries}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(libraries))}
     proc = subprocess.run(
         [
             sys.executable,
@@ -50,6 +54,7 @@ def test_reference_solution_reaches_its_band(task: TaskSpec, tmp_path: Path) -> 
         text=True,
         timeout=900,
         check=False,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = evaluate(

@@ -122,3 +122,20 @@ def test_report_metric_names_are_checked(tmp_path: Path) -> None:
     _retrack(folder, "report", "  report: {task_metrics: [bleu, spice]}\n")
     with pytest.raises(TaskError, match=r"task_metrics.1"):
         load_task(folder)
+
+
+def test_reference_libraries_must_exist(tmp_path: Path) -> None:
+    folder = copy_task(tmp_path / "suites" / "segmentation")
+    text = (folder / "task.yaml").read_text()
+    text = text.replace(
+        "  expected_task_min: 0.80\n", "  expected_task_min: 0.80\n  libraries: [x]\n"
+    )
+    (folder / "task.yaml").write_text(text)
+    with pytest.raises(
+        TaskError, match=r"reference.libraries: no such module .*_reference_lib/x.py"
+    ):
+        load_task(folder)
+    lib = tmp_path / "suites" / "_reference_lib"
+    lib.mkdir()
+    (lib / "x.py").write_text("VALUE = 1\n")
+    assert load_task(folder).reference_libraries == [lib / "x.py"]

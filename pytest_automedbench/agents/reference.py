@@ -407,7 +407,11 @@ def reference_steps(ctx: AgentContext) -> list[dict[str, Any]]:
         _bash(
             "S3",
             "S3: write the pipeline and the output checker.",
-            heredoc(f"{ctx.workspace}/solve.py", solve)
+            "".join(
+                heredoc(f"{ctx.workspace}/{lib.name}", lib.read_text(encoding="utf-8"))
+                for lib in task.reference_libraries
+            )
+            + heredoc(f"{ctx.workspace}/solve.py", solve)
             + heredoc(f"{ctx.workspace}/check.py", _checker(ctx)),
         ),
         _bash(
