@@ -2,7 +2,7 @@
 
 This package is shipped into a sandbox without network access and without the
 rest of ``pytest_automedbench``, so it imports only the standard library, numpy,
-SimpleITK, nibabel, scikit-image, pydantic, faster-coco-eval and, lazily,
+SimpleITK, nibabel, scikit-image, pydantic and, lazily,
 pycocoevalcap (report track), MONAI/torch (optional segmentation HD95/NSD) and
 ``lpips`` (optional LPIPS). The host talks to it exclusively through the JSON
 models in :mod:`.schema` and the command line in :mod:`.__main__`, which keeps

@@ -2,10 +2,11 @@
 
 The agent writes one COCO results list ``[{"image_id", "category_id", "bbox": [x, y, w, h],
 "score"}]``; the hidden references are a COCO dataset whose images' file-name stems
-are the case ids.  Average precision is computed by faster-coco-eval with the COCO
-protocol (101-point interpolated precision, IoU thresholds .50:.05:.95, greedy
-matching by score, crowd regions ignored); TASK is AP at the spec's IoU threshold,
-averaged over the categories that have ground truth on the evaluated images.
+are the case ids.  Average precision follows the COCO protocol (101-point interpolated
+precision, IoU thresholds .50:.05:.95, greedy matching by score, crowd regions ignored),
+computed on column arrays by :mod:`.coco_ap` (equal to pycocotools, and faster than
+faster-coco-eval because no per-box Python objects are built); TASK is AP at the spec's
+IoU threshold, averaged over the categories that have ground truth on the evaluated images.
 
 The submission is hostile input.  Every entry is validated; an image with any invalid
 entry, or with more boxes than ``max_detections_per_image``, is an invalid case whose
@@ -30,9 +31,8 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 import numpy as np
-from faster_coco_eval import COCO as _COCO
-from faster_coco_eval import COCOeval_faster as _COCOeval_faster
 
+from .coco_ap import Detections, GroundTruth, precision_table
 from .safe_io import (
     SubmissionFileError,
     bounded_repr,
@@ -53,11 +53,7 @@ from .schema import (
 )
 from .submission import format_report, require_references, scan_submission
 
-# faster-coco-eval ships no annotations; Any keeps `mypy --strict` meaningful for our code.
-COCO: Any = _COCO
-COCOeval_faster: Any = _COCOeval_faster
-
-EVALUATOR_VERSION = "detection-1.0.0"
+EVALUATOR_VERSION = "detection-1.1.0"
 
 #: A results file with the per-image box limit on thousands of images stays far below this.
 MAX_PREDICTIONS_BYTES = 64 * 1024**2
@@ -71,6 +67,7 @@ MAX_PROBLEMS_PER_IMAGE = 3
 MAX_LISTED_IDS = 10
 
 REQUIRED_KEYS = ("image_id", "category_id", "bbox", "score")
+_NUMBER = (int, float)
 
 
 # --------------------------------------------------------------------------- references
@@ -87,8 +84,9 @@ class _Image:
 @dataclass(frozen=True)
 class _References:
     images: dict[str, _Image]  # by case id, expected cases only
-    categories: dict[int, str]  # id -> name, every category
-    gt: dict[str, Any]  # a COCO dataset restricted to the expected images
+    categories: dict[int, str]  # id -> name, every category, in id order
+    gt: GroundTruth  # boxes of the expected images; dense image and category indices
+    image_index: dict[int, int]  # image id -> dense index (ids in ascending order)
     n_gt: dict[int, int]  # ground-truth boxes per image id
 
 
@@ -167,62 +165,75 @@ def load_references(path: Path, case_ids: Iterable[str]) -> _References:
     if missing:
         raise EvaluatorInputError(f"{where} has no image for cases {listed(missing)}")
     images = {c: by_case[c] for c in expected}
-    wanted = {img.image_id for img in images.values()}
-    annotations: list[dict[str, Any]] = []
-    n_gt = dict.fromkeys(wanted, 0)
+    image_index = {i: n for n, i in enumerate(sorted(img.image_id for img in images.values()))}
+    category_index = {c: n for n, c in enumerate(sorted(categories))}
+    n_gt = dict.fromkeys(image_index, 0)
+    rows: list[int] = []
+    boxes: list[list[Any]] = []
     for n, ann in enumerate(raw["annotations"]):
-        if not isinstance(ann, dict) or not _is_int(ann.get("image_id")):
-            raise EvaluatorInputError(f"{where}: annotations[{n}] has no integer image_id")
-        if ann["image_id"] not in ids:
-            raise EvaluatorInputError(f"{where}: annotations[{n}] names an unknown image")
-        if ann.get("category_id") not in categories:
-            raise EvaluatorInputError(f"{where}: annotations[{n}] names an unknown category")
-        bbox = ann.get("bbox")
-        if (
-            not isinstance(bbox, list)
-            or len(bbox) != 4
-            or not all(_is_number(v) and _finite(v) for v in bbox)
-            or bbox[2] <= 0
-            or bbox[3] <= 0
-        ):
-            raise EvaluatorInputError(f"{where}: annotations[{n}] has no valid [x, y, w, h] bbox")
-        if ann["image_id"] not in wanted:
-            continue
-        area = ann.get("area")
-        w_times_h = float(bbox[2]) * float(bbox[3])
-        annotations.append(
-            {
-                "id": len(annotations) + 1,
-                "image_id": ann["image_id"],
-                "category_id": ann["category_id"],
-                "bbox": [float(v) for v in bbox],
-                "area": float(area) if _is_number(area) and _finite(area) else w_times_h,
-                "iscrowd": 1 if ann.get("iscrowd") else 0,
-            }
-        )
-        n_gt[ann["image_id"]] += 1
-    if not annotations:
+        problem = _reference_annotation_problem(ann, ids, categories)
+        if problem is not None:
+            raise EvaluatorInputError(f"{where}: annotations[{n}] {problem}")
+        if ann["image_id"] in image_index:
+            rows.append(n)
+            boxes.append(ann["bbox"])
+            n_gt[ann["image_id"]] += 1
+    if not rows:
         raise EvaluatorInputError(
             f"{where} has no ground-truth boxes on the {len(images)} evaluated images; "
             "AP is undefined"
         )
-    gt = {
-        "images": [
-            {"id": i.image_id, "file_name": f"{i.case_id}", "width": i.width, "height": i.height}
-            for i in images.values()
-        ],
-        "annotations": annotations,
-        "categories": [{"id": cid, "name": name} for cid, name in categories.items()],
-    }
-    return _References(images, categories, gt, n_gt)
+    anns = [raw["annotations"][n] for n in rows]
+    xywh = np.array(boxes, dtype=np.float64)
+    areas = [a.get("area") for a in anns]
+    gt = GroundTruth(
+        image=np.array([image_index[a["image_id"]] for a in anns], dtype=np.int64),
+        category=np.array([category_index[a["category_id"]] for a in anns], dtype=np.int64),
+        xywh=xywh,
+        area=np.array(
+            [
+                float(v) if _is_number(v) and _finite(v) else w * h
+                for v, w, h in zip(areas, xywh[:, 2].tolist(), xywh[:, 3].tolist(), strict=True)
+            ],
+            dtype=np.float64,
+        ),
+        crowd=np.array([bool(a.get("iscrowd")) for a in anns], dtype=bool),
+    )
+    ordered = {c: categories[c] for c in sorted(categories)}
+    return _References(images, ordered, gt, image_index, n_gt)
+
+
+def _reference_annotation_problem(
+    ann: Any, image_ids: set[int], categories: Mapping[int, str]
+) -> str | None:
+    if not isinstance(ann, dict) or not _is_int(ann.get("image_id")):
+        return "has no integer image_id"
+    if ann["image_id"] not in image_ids:
+        return "names an unknown image"
+    if ann.get("category_id") not in categories:
+        return "names an unknown category"
+    bbox = ann.get("bbox")
+    if (
+        type(bbox) is not list
+        or len(bbox) != 4
+        or not all(type(v) in _NUMBER and _finite(v) for v in bbox)
+        or bbox[2] <= 0
+        or bbox[3] <= 0
+    ):
+        return "has no valid [x, y, w, h] bbox"
+    return None
 
 
 # --------------------------------------------------------------------------- submission
 
 
+#: A kept box: category id, x, y, width, height, score.
+_Box = tuple[int, float, float, float, float, float]
+
+
 @dataclass
 class _ImagePredictions:
-    boxes: list[dict[str, Any]] = field(default_factory=list)
+    boxes: list[_Box] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     n_entries: int = 0
 
@@ -278,6 +289,35 @@ def _entry_problem(
     return None
 
 
+def _valid_box(entry: Any, categories: Any, image: _Image) -> bool | None:
+    """True when an entry is certainly valid (the common case, checked without building
+    messages); None sends it to :func:`_entry_problem`, which says what is wrong."""
+    try:
+        bbox, category, score = entry["bbox"], entry["category_id"], entry["score"]
+        if type(bbox) is not list or len(bbox) != 4 or type(category) is not int:
+            return None
+        x, y, w, h = bbox
+        tol = BOUNDS_TOLERANCE
+        ok = (
+            category in categories
+            and type(score) in _NUMBER
+            and -1e308 < score < 1e308
+            and type(x) in _NUMBER
+            and type(y) in _NUMBER
+            and type(w) in _NUMBER
+            and type(h) in _NUMBER
+            and w > 0
+            and h > 0
+            and x >= -tol  # with the upper bounds below, x, y, w, h are finite
+            and y >= -tol
+            and x + w <= image.width + tol
+            and y + h <= image.height + tol
+        )
+    except (KeyError, OverflowError):
+        return None
+    return True if ok else None
+
+
 class DetectionEvaluator:
     """Format check and COCO mAP for a detection results file."""
 
@@ -314,12 +354,13 @@ class DetectionEvaluator:
         require_references(references)
         refs = load_references(references / self.det.reference_filename, self.spec.case_ids)
         top, results, parsed = self._check(submission, refs)
-        detections: list[dict[str, Any]] = []
+        detections: list[tuple[int, _Box]] = []
         for result in results:
             image = refs.images[result.case_id]
             preds = parsed.by_image.get(image.image_id)
             kept = preds.boxes if (result.status == "ok" and preds is not None) else []
-            detections += kept
+            row = refs.image_index[image.image_id]
+            detections += [(row, box) for box in kept]
             result.metrics = {
                 "n_predictions": float(len(kept)),
                 "n_ground_truth": float(refs.n_gt[image.image_id]),
@@ -340,9 +381,18 @@ class DetectionEvaluator:
 
     # ------------------------------------------------------------------ metrics
 
-    def _metrics(self, refs: _References, detections: list[dict[str, Any]]) -> dict[str, float]:
-        precision, thresholds, cat_ids = coco_precision(
-            refs.gt, detections, self.det.iou_threshold, self.det.max_detections_per_image
+    def _metrics(self, refs: _References, detections: list[tuple[int, _Box]]) -> dict[str, float]:
+        category_index = {c: n for n, c in enumerate(refs.categories)}
+        boxes = np.array([box[1:5] for _, box in detections], dtype=np.float64).reshape(-1, 4)
+        dt = Detections(
+            image=np.array([row for row, _ in detections], dtype=np.int64),
+            category=np.array([category_index[box[0]] for _, box in detections], dtype=np.int64),
+            xywh=boxes,
+            score=np.array([box[5] for _, box in detections], dtype=np.float64),
+        )
+        thresholds = coco_thresholds(self.det.iou_threshold)
+        precision = precision_table(
+            refs.gt, dt, len(refs.categories), thresholds, self.det.max_detections_per_image
         )
         t_index = int(np.argmin(np.abs(thresholds - self.det.iou_threshold)))
         metrics: dict[str, float] = {
@@ -351,7 +401,7 @@ class DetectionEvaluator:
                 precision[[int(np.argmin(np.abs(thresholds - t))) for t in COCO_IOU_THRESHOLDS]]
             ),
         }
-        for k, cat_id in enumerate(cat_ids):
+        for k, cat_id in enumerate(refs.categories):
             column = precision[t_index, :, k]
             if (column > -1).any():  # categories without ground truth have no AP
                 metrics[f"ap_{metric_key(refs.categories[cat_id])}"] = _mean_valid(column)
@@ -428,20 +478,14 @@ class DetectionEvaluator:
                 if preds.boxes:
                     preds.boxes = []  # the image is invalid; its boxes are not checked further
                 continue
-            problem = _entry_problem(entry, categories, image)
+            box = None if image is None else _valid_box(entry, categories, image)
+            problem = None if box is not None else _entry_problem(entry, categories, image)
             if problem is not None:
                 preds.problems.append(f"entry {n}: {problem}")
                 preds.boxes = []
-            elif not preds.problems and images is not None:
+            elif not preds.problems and image is not None:
                 x, y, w, h = (float(v) for v in entry["bbox"])
-                preds.boxes.append(
-                    {
-                        "image_id": image_id,
-                        "category_id": entry["category_id"],
-                        "bbox": [x, y, w, h],
-                        "score": float(entry["score"]),
-                    }
-                )
+                preds.boxes.append((entry["category_id"], x, y, w, h, float(entry["score"])))
         if n_unattributed:
             parsed.top.append(
                 f"{rel}: {n_unattributed} entries name no image and were dropped: "
@@ -498,37 +542,18 @@ class DetectionEvaluator:
 
 
 def _mean_valid(values: np.ndarray[Any, Any]) -> float:
-    """COCO's summary: the mean of the precision entries that exist (-1 marks no ground truth)."""
-    valid = values[values > -1]
-    return float(np.mean(valid)) if valid.size else 0.0
+    """COCO's summary: the mean of the precision entries that exist (-1 marks no ground truth).
 
-
-def coco_precision(
-    gt: Mapping[str, Any], detections: list[dict[str, Any]], iou_threshold: float, max_dets: int
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], list[int]]:
-    """COCO's accumulated precision for area "all" at the largest maxDets.
-
-    Returns ``precision[T, R, K]`` (IoU thresholds x 101 recall points x categories, -1
-    where a category has no ground truth), the IoU thresholds (COCO's ten plus
-    ``iou_threshold`` when it is not among them) and the category ids in K order.
+    Rounded to 12 decimals: COCO divides by ``tp + fp + eps``, so a perfect detector
+    would otherwise score 0.9999999999999998 rather than 1.
     """
+    valid = values[values > -1]
+    return round(float(np.mean(valid)), 12) if valid.size else 0.0
+
+
+def coco_thresholds(iou_threshold: float) -> np.ndarray[Any, Any]:
+    """COCO's ten IoU thresholds, plus ``iou_threshold`` when it is not among them."""
     thresholds = np.asarray(COCO_IOU_THRESHOLDS, dtype=np.float64)
     if not np.isclose(thresholds, iou_threshold, atol=1e-9).any():
         thresholds = np.sort(np.append(thresholds, iou_threshold))
-    coco_gt = COCO(
-        {
-            "images": [dict(i) for i in gt["images"]],
-            "annotations": [dict(a) for a in gt["annotations"]],
-            "categories": [dict(c) for c in gt["categories"]],
-        }
-    )
-    coco_dt = coco_gt.loadRes([dict(d, bbox=list(d["bbox"])) for d in detections])
-    evaluator = COCOeval_faster(coco_gt, coco_dt, iouType="bbox")
-    evaluator.params.iouThrs = thresholds
-    evaluator.params.maxDets = sorted({1, min(10, max_dets), max_dets})
-    evaluator.evaluate()
-    evaluator.accumulate()
-    precision = np.asarray(evaluator.eval["precision"], dtype=np.float64)
-    area_all = list(evaluator.params.areaRngLbl).index("all")
-    cat_ids = [int(c) for c in evaluator.params.catIds]
-    return precision[:, :, :, area_all, -1], thresholds, cat_ids
+    return thresholds

@@ -2,7 +2,8 @@
 
 The oracle is pycocotools (the reference COCO implementation), run on the same ground
 truth and the same detections written to real JSON files; the evaluator under test uses
-faster-coco-eval from in-memory dicts.  Hostile submissions are written byte for byte.
+its own numpy COCO AP (evaluators/coco_ap.py).  Hostile submissions are written byte for
+byte.
 """
 
 from __future__ import annotations
