@@ -63,10 +63,14 @@ class Sandbox(ABC):
     ) -> ExecResult: ...
 
     @abstractmethod
-    def read_file(self, path: str) -> bytes: ...
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        """Bytes of a file in the workspace or the public inputs (at most ``max_bytes``);
+        anything else raises ``PermissionError``, a missing file ``FileNotFoundError``."""
 
     @abstractmethod
-    def write_file(self, path: str, data: bytes) -> None: ...
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write a file in the workspace (relative paths are relative to it); anywhere
+        else raises ``PermissionError``."""
 
     @abstractmethod
     def copy_out(self, path: str, dest: Path) -> list[str]:

@@ -9,6 +9,7 @@ It does NOT isolate the file system: the namespace-based isolation
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -105,11 +106,21 @@ class LocalSandbox(Sandbox):
             candidate = self.spec.workspace_dir / candidate
         return candidate
 
-    def read_file(self, path: str) -> bytes:
-        return self._resolve(path).read_bytes()
+    def _inside(self, path: str, roots: tuple[Path, ...]) -> Path:
+        """The path, links resolved, if it lies under one of ``roots``."""
+        target = self._resolve(path).resolve()
+        if not any(target.is_relative_to(root.resolve()) for root in roots):
+            where = " or ".join(str(root) for root in roots)
+            raise PermissionError(errno.EACCES, f"{path} is outside {where}")
+        return target
+
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        target = self._inside(path, (self.spec.workspace_dir, self.spec.public_dir))
+        with target.open("rb") as fh:
+            return fh.read() if max_bytes is None else fh.read(max_bytes)
 
     def write_file(self, path: str, data: bytes) -> None:
-        target = self._resolve(path)
+        target = self._inside(path, (self.spec.workspace_dir,))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
 

@@ -28,7 +28,9 @@ class RawPolicy:
         self._messages = messages
         self._cost = cost
 
-    def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> Reply:
+    def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], timeout_s: float
+    ) -> Reply:
         message = (
             self._messages.pop(0) if self._messages else {"role": "assistant", "content": "done?"}
         )

@@ -49,11 +49,13 @@ class Exploding:
         self._turn = turn
         self._turns = 0
 
-    def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> Reply:
+    def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], timeout_s: float
+    ) -> Reply:
         self._turns += 1
         if self._turns == self._turn:
             raise self._error
-        return self._inner.respond(messages, tools)
+        return self._inner.respond(messages, tools, timeout_s)
 
 
 def plan_for(agent: str, staged: StagedData, tmp_path: Path) -> CellPlan:
@@ -68,8 +70,10 @@ def plan_for(agent: str, staged: StagedData, tmp_path: Path) -> CellPlan:
 
 
 def register(monkeypatch: pytest.MonkeyPatch, error: BaseException, turn: int) -> None:
-    entry = registry.AgentEntry("exploding", "test", True, lambda ctx: Exploding(ctx, error, turn))
-    monkeypatch.setitem(registry.AGENTS, "exploding", entry)
+    entry = registry.AgentEntry(
+        "exploding", "test", "scripted", factory=lambda ctx: Exploding(ctx, error, turn)
+    )
+    monkeypatch.setitem(registry.SCRIPTED, "exploding", entry)
 
 
 def events(tmp_path: Path) -> list[dict[str, Any]]:

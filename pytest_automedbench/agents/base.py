@@ -15,19 +15,26 @@ from pytest_automedbench.tasks import TaskSpec
 Message = dict[str, Any]
 
 Termination = Literal[
-    "submitted",
+    "submitted",  # the agent called submit_results and the submission was accepted
     "turn_limit",
     "time_limit",
     "token_limit",
     "cost_limit",
-    "no_action",
+    "no_action",  # too many replies in a row without a tool call
+    "context_overflow",  # the conversation no longer fits even after compaction
+    "finished",  # an external agent's command exited (it cannot call submit_results)
+    "provider_error",  # the model provider failed past its retries: an infrastructure error
 ]
+
+#: Terminations that are the harness's or the provider's fault, never the agent's.
+INFRA_TERMINATIONS: frozenset[str] = frozenset({"provider_error"})
 
 
 @dataclass(frozen=True)
 class AgentContext:
     """What an agent is told about its cell: the task, the tier and its paths as seen
-    inside the sandbox."""
+    inside the sandbox, and the staged case ids (which scripted archetypes use to do
+    part of the work; model agents discover the cases themselves)."""
 
     task: TaskSpec
     tier: str
@@ -35,6 +42,7 @@ class AgentContext:
     workspace: str
     outputs_dir: str
     plan_dir: str
+    case_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,20 +72,49 @@ class Usage:
 
 @dataclass
 class Reply:
-    """One assistant turn: an OpenAI-style message (may carry ``tool_calls``) and its cost."""
+    """One assistant turn: an OpenAI-style message (may carry ``tool_calls``) and its cost.
+
+    ``retries`` lists the failed attempts that preceded it (status, error, wait), so the
+    loop can record them in the trajectory.
+    """
 
     message: Message
     usage: Usage = field(default_factory=Usage)
+    retries: list[dict[str, Any]] = field(default_factory=list)
+    latency_s: float = 0.0
+
+
+class ProviderError(RuntimeError):
+    """The model provider failed for good (retries exhausted, or an error no retry fixes:
+    bad credentials, unknown model). Ends the cell as an infrastructure error."""
+
+    def __init__(self, message: str, attempts: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.attempts = attempts or []
+
+
+class ContextOverflowError(RuntimeError):
+    """The request does not fit the model's context window; the loop compacts and retries."""
+
+
+class ReplyDeadlineError(RuntimeError):
+    """No reply arrived before the cell's wall-clock limit; the loop ends with time_limit."""
 
 
 class Policy(Protocol):
-    """Anything that can take the conversation so far and answer with the next turn."""
+    """Anything that can take the conversation so far and answer with the next turn.
+
+    ``timeout_s`` is the wall-clock time the cell has left: a model policy must not wait
+    longer than that for a reply (it raises :class:`ReplyDeadlineError` instead).
+    """
 
     name: str
     model: str
     scripted: bool
 
-    def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> Reply: ...
+    def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], timeout_s: float
+    ) -> Reply: ...
 
 
 @dataclass

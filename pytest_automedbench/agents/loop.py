@@ -1,21 +1,41 @@
-"""The host-side tool loop shared by every agent."""
+"""The host-side tool loop shared by every agent that answers turn by turn.
+
+The loop asks the policy for a turn, executes its tool calls through the
+:class:`~pytest_automedbench.agents.tools.Toolbox`, and records every step in the
+trajectory as it happens. It owns the limits (turns, wall clock, tokens, cost, idle
+replies) and the provider's failure modes: retries are recorded, a context overflow
+is answered by compacting old tool output, a reply that does not arrive before the
+wall-clock limit ends the cell as a time limit, and a provider that fails for good
+ends it as ``provider_error`` (an infrastructure error, not the agent's failure).
+"""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pytest_automedbench.agents.base import (
     AgentOutcome,
+    ContextOverflowError,
     Limits,
     Message,
     Policy,
+    ProviderError,
+    ReplyDeadlineError,
     Termination,
     Usage,
 )
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter
 
-NUDGE = "Continue the task: use a tool call (execute or submit_results)."
+NUDGE = (
+    "Continue the task: use a tool call "
+    "(execute, read_file, write_file, view_image or submit_results)."
+)
+#: The most recent messages that compaction never touches.
+KEEP_RECENT_MESSAGES = 6
+#: Compactions of one cell before an overflow ends it.
+MAX_COMPACTIONS = 8
 
 
 def _limit_hit(limits: Limits, turns: int, usage: Usage, elapsed: float) -> Termination | None:
@@ -28,6 +48,52 @@ def _limit_hit(limits: Limits, turns: int, usage: Usage, elapsed: float) -> Term
     if usage.cost_usd >= limits.max_cost_usd:
         return "cost_limit"
     return None
+
+
+def for_record(message: Message) -> Message:
+    """A message as the trajectory stores it: inline images become a short description
+    (their bytes are in the workspace, and a trajectory must stay readable)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    parts: list[Any] = []
+    for part in content:
+        url = part.get("image_url", {}).get("url", "") if isinstance(part, dict) else ""
+        if isinstance(url, str) and url.startswith("data:"):
+            digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+            parts.append(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": f"<inline image {digest}, {len(url)} characters>"},
+                }
+            )
+        else:
+            parts.append(part)
+    return {**message, "content": parts}
+
+
+def compact(messages: list[Message]) -> int:
+    """Shrink old tool output and drop old inline images to fit the context window.
+
+    The system prompt, the brief and the last :data:`KEEP_RECENT_MESSAGES` messages are
+    kept as they are. Returns how many messages were shortened (0: nothing left to cut).
+    """
+    changed = 0
+    for message in messages[2 : max(2, len(messages) - KEEP_RECENT_MESSAGES)]:
+        content = message.get("content")
+        if message.get("role") == "tool" and isinstance(content, str) and len(content) > 200:
+            message["content"] = (
+                f"{content[:100]}\n[... output removed to fit the context window; "
+                f"it was {len(content)} characters ...]"
+            )
+            changed += 1
+        elif isinstance(content, list):
+            kept = [p for p in content if not (isinstance(p, dict) and "image_url" in p)]
+            if len(kept) != len(content):
+                kept.append({"type": "text", "text": "[image removed to fit the context window]"})
+                message["content"] = kept
+                changed += 1
+    return changed
 
 
 def run_agent(
@@ -47,6 +113,7 @@ def run_agent(
     usage = Usage()
     turns = 0
     idle = 0
+    compactions = 0
     termination: Termination | None = None
     while termination is None:
         hit = _limit_hit(limits, turns, usage, trajectory.elapsed())
@@ -56,7 +123,32 @@ def run_agent(
                 "limit", limit=hit, turns=turns, tokens=usage.tokens, cost_usd=usage.cost_usd
             )
             break
-        reply = policy.respond(messages, TOOL_SCHEMAS)
+        remaining = limits.wall_clock_s - trajectory.elapsed()
+        try:
+            reply = policy.respond(messages, TOOL_SCHEMAS, remaining)
+        except ReplyDeadlineError as exc:
+            termination = "time_limit"
+            trajectory.emit("limit", limit="time_limit", turns=turns, detail=str(exc))
+            break
+        except ContextOverflowError as exc:
+            shortened = compact(messages) if compactions < MAX_COMPACTIONS else 0
+            compactions += 1
+            trajectory.emit(
+                "context_compacted", turns=turns, shortened=shortened, detail=str(exc)[:500]
+            )
+            if shortened == 0:
+                termination = "context_overflow"
+                trajectory.emit("limit", limit="context_overflow", turns=turns)
+                break
+            continue
+        except ProviderError as exc:
+            termination = "provider_error"
+            trajectory.emit(
+                "provider_error", turns=turns, error=str(exc)[:2000], attempts=exc.attempts
+            )
+            break
+        for attempt in reply.retries:
+            trajectory.emit("retry", turn=turns + 1, **attempt)
         turns += 1
         usage.add(reply.usage)
         messages.append(reply.message)
@@ -64,6 +156,7 @@ def run_agent(
             "message",
             turn=turns,
             message=reply.message,
+            latency_s=round(reply.latency_s, 3),
             usage={
                 "tokens_in": reply.usage.tokens_in,
                 "tokens_out": reply.usage.tokens_out,
@@ -82,28 +175,45 @@ def run_agent(
             trajectory.emit("message", turn=turns, message=nudge)
             continue
         idle = 0
-        for call in calls:
-            function = call.get("function", {})
+        attachments: list[Message] = []
+        for n, call in enumerate(calls):
+            function = call.get("function") or {}
             name = str(function.get("name", ""))
-            outcome = toolbox.call(name, str(function.get("arguments", "")))
+            call_id = str(call.get("id", ""))
+            if termination is not None:  # calls after an accepted submission are not run
+                outcome_content = "Not run: the episode ended with the submission."
+                record: dict[str, Any] = {"skipped": True}
+                ends = False
+            else:
+                outcome = toolbox.call(name, str(function.get("arguments", "") or ""))
+                outcome_content, record, ends = (
+                    outcome.content,
+                    outcome.record,
+                    outcome.ends_episode,
+                )
+                attachments += outcome.attachments
             tool_message = {
                 "role": "tool",
-                "tool_call_id": call.get("id", ""),
+                "tool_call_id": call_id,
                 "name": name,
-                "content": outcome.content,
+                "content": outcome_content,
             }
             messages.append(tool_message)
             trajectory.emit(
                 "tool_result",
                 turn=turns,
                 tool=name,
-                call_id=call.get("id", ""),
+                call_id=call_id,
+                index=n,
                 message=tool_message,
-                **outcome.record,
+                **record,
             )
-            if outcome.ends_episode:
+            if ends:
                 termination = "submitted"
-                break
+        if termination is None:
+            for attachment in attachments:
+                messages.append(attachment)
+                trajectory.emit("message", turn=turns, message=for_record(attachment))
     trajectory.emit(
         "end",
         termination=termination,

@@ -8,10 +8,11 @@ archetype must lose exactly the stage its flaw belongs to.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_automedbench.agents.base import AgentContext, Message, Reply
+from pytest_automedbench.agents.base import AgentContext, Message, Policy, Reply
 from pytest_automedbench.agents.reference import reference_steps
 
 
@@ -34,7 +35,9 @@ class ScriptedPolicy:
         self._steps = steps
         self._next = 0
 
-    def respond(self, messages: list[Message], tools: list[dict[str, Any]]) -> Reply:
+    def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], timeout_s: float
+    ) -> Reply:
         if self._next >= len(self._steps):
             return Reply({"role": "assistant", "content": "I have nothing more to do."})
         step = self._steps[self._next]
@@ -61,3 +64,11 @@ def empty_agent(ctx: AgentContext) -> ScriptedPolicy:
     """Submits without producing anything (every submission attempt)."""
     submit = Step("Submitting.", "submit_results", {})
     return ScriptedPolicy("empty", [submit] * 3)
+
+
+#: Archetype name -> policy factory; the registry lists them with their descriptions.
+ARCHETYPES: dict[str, Callable[[AgentContext], Policy]] = {
+    "reference": reference_agent,
+    "no-validate": no_validate_agent,
+    "empty": empty_agent,
+}

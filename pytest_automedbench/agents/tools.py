@@ -7,6 +7,8 @@ the stage scorer can reason about what each call achieved without re-running it.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +22,15 @@ OUTPUT_HEAD = 4000
 OUTPUT_TAIL = 4000
 DEFAULT_EXEC_TIMEOUT_S = 600.0
 MAX_SUBMISSIONS = 3
+#: read_file: characters returned by default and at most; bytes read from the sandbox.
+READ_DEFAULT_CHARS = 20_000
+READ_MAX_CHARS = 100_000
+READ_MAX_BYTES = 4 * 1024**2
+#: write_file: the largest content accepted in one call.
+WRITE_MAX_CHARS = 2_000_000
+#: view_image: the largest file read, and the longest side sent to the model.
+IMAGE_MAX_BYTES = 20 * 1024**2
+IMAGE_MAX_SIDE = 1024
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -48,6 +59,57 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
+            "name": "read_file",
+            "description": (
+                "Read a text file (a path in your workspace, or an absolute path you can see). "
+                f"Returns at most max_chars characters (default {READ_DEFAULT_CHARS}) "
+                "from offset, and says when there is more."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "offset": {"type": "integer", "description": "first character (default 0)"},
+                    "max_chars": {"type": "integer"},
+                },
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": (
+                "Write a text file in your workspace (folders are created; an existing file "
+                "is replaced)."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "view_image",
+            "description": (
+                "Look at an image file (PNG, JPEG, GIF, BMP, TIFF or WebP): it is shown to you "
+                f"in the next message, downscaled to at most {IMAGE_MAX_SIDE} px. Convert other "
+                "formats (NIfTI, DICOM) to PNG with execute first."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
             "name": "submit_results",
             "description": (
                 "Submit the outputs for scoring. A format pre-check runs first; if it finds "
@@ -69,11 +131,27 @@ def truncate_middle(text: str, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL)
 
 @dataclass
 class ToolOutcome:
-    """What a call returns to the model (``content``) and to the trajectory (``record``)."""
+    """What a call returns to the model (``content``) and to the trajectory (``record``).
+
+    ``attachments`` are messages added after the tool results (an image for view_image:
+    tool messages cannot carry images in the chat-completions protocol).
+    """
 
     content: str
     record: dict[str, Any]
     ends_episode: bool = False
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _error(message: str, kind: str, **record: Any) -> ToolOutcome:
+    return ToolOutcome(f"ERROR: {message}", {"error": kind, **record})
+
+
+def _string_argument(arguments: dict[str, Any], key: str, tool: str) -> str | ToolOutcome:
+    value = arguments.get(key)
+    if not isinstance(value, str) or not value:
+        return _error(f"{tool} needs {key} (a non-empty string).", "malformed_arguments")
+    return value
 
 
 @dataclass
@@ -103,6 +181,12 @@ class Toolbox:
             )
         if name == "execute":
             return self._execute(arguments)
+        if name == "read_file":
+            return self._read_file(arguments)
+        if name == "write_file":
+            return self._write_file(arguments)
+        if name == "view_image":
+            return self._view_image(arguments)
         if name == "submit_results":
             return self._submit()
         known = ", ".join(t["function"]["name"] for t in TOOL_SCHEMAS)
@@ -140,6 +224,115 @@ class Toolbox:
             "observed": self.observe(),
         }
         return ToolOutcome("\n".join(parts), record)
+
+    def _read_file(self, arguments: dict[str, Any]) -> ToolOutcome:
+        path = _string_argument(arguments, "path", "read_file")
+        if isinstance(path, ToolOutcome):
+            return path
+        offset, limit = arguments.get("offset", 0), arguments.get("max_chars", READ_DEFAULT_CHARS)
+        if not isinstance(offset, int) or offset < 0 or not isinstance(limit, int) or limit < 1:
+            return _error(
+                "read_file: offset must be an integer >= 0 and max_chars >= 1.",
+                "malformed_arguments",
+            )
+        limit = min(limit, READ_MAX_CHARS)
+        try:
+            data = self.sandbox.read_file(path, READ_MAX_BYTES)
+        except OSError as exc:
+            return _error(f"read_file {path}: {exc.strerror or exc}", "file_error", path=path)
+        if b"\0" in data[:8192]:
+            return _error(
+                f"read_file {path}: a binary file ({len(data)} bytes read); inspect it with "
+                "execute (or view_image for pictures).",
+                "binary_file",
+                path=path,
+            )
+        text = data.decode("utf-8", errors="replace")
+        chunk = text[offset : offset + limit]
+        more = len(text) > offset + limit or len(data) >= READ_MAX_BYTES
+        note = (
+            f"\n[... more follows: call read_file with offset={offset + len(chunk)} ...]"
+            if more
+            else ""
+        )
+        record = {"path": path, "offset": offset, "chars": len(chunk), "truncated": more}
+        return ToolOutcome(chunk + note, record)
+
+    def _write_file(self, arguments: dict[str, Any]) -> ToolOutcome:
+        path = _string_argument(arguments, "path", "write_file")
+        if isinstance(path, ToolOutcome):
+            return path
+        content = arguments.get("content")
+        if not isinstance(content, str):
+            return _error("write_file needs content (a string).", "malformed_arguments")
+        if len(content) > WRITE_MAX_CHARS:
+            return _error(
+                f"write_file: content has {len(content)} characters, over {WRITE_MAX_CHARS}; "
+                "write large files with execute.",
+                "too_large",
+                path=path,
+            )
+        data = content.encode("utf-8")
+        try:
+            self.sandbox.write_file(path, data)
+        except OSError as exc:
+            return _error(f"write_file {path}: {exc.strerror or exc}", "file_error", path=path)
+        record = {
+            "path": path,
+            "bytes": len(data),
+            "content": truncate_middle(content),
+            "observed": self.observe(),
+        }
+        return ToolOutcome(f"Wrote {len(data)} bytes to {path}.", record)
+
+    def _view_image(self, arguments: dict[str, Any]) -> ToolOutcome:
+        from PIL import Image, UnidentifiedImageError
+
+        path = _string_argument(arguments, "path", "view_image")
+        if isinstance(path, ToolOutcome):
+            return path
+        try:
+            data = self.sandbox.read_file(path, IMAGE_MAX_BYTES + 1)
+        except OSError as exc:
+            return _error(f"view_image {path}: {exc.strerror or exc}", "file_error", path=path)
+        if len(data) > IMAGE_MAX_BYTES:
+            return _error(
+                f"view_image {path}: over {IMAGE_MAX_BYTES} bytes; save a smaller PNG first.",
+                "too_large",
+                path=path,
+            )
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                image.load()
+                size = image.size
+                shown = image.convert("RGB") if image.mode not in ("L", "RGB", "RGBA") else image
+                shown.thumbnail((IMAGE_MAX_SIDE, IMAGE_MAX_SIDE))
+                buffer = io.BytesIO()
+                shown.save(buffer, format="PNG")
+                shown_size = shown.size
+        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+            return _error(
+                f"view_image {path}: not an image Pillow can read ({exc}); convert it to PNG "
+                "with execute first.",
+                "not_an_image",
+                path=path,
+            )
+        url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+        scaled = "" if shown_size == size else f", shown at {shown_size[0]}x{shown_size[1]}"
+        caption = f"The image {path} ({size[0]}x{size[1]} px{scaled}), as requested:"
+        attachment = {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": caption},
+                {"type": "image_url", "image_url": {"url": url}},
+            ],
+        }
+        record = {"path": path, "size": list(size), "shown_size": list(shown_size)}
+        return ToolOutcome(
+            f"{path}: {size[0]}x{size[1]} px; the image follows in the next message.",
+            record,
+            attachments=[attachment],
+        )
 
     def _submit(self) -> ToolOutcome:
         self.submissions += 1
