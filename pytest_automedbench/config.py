@@ -15,6 +15,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pytest_automedbench.agents.registry import (
+    AgentEntry,
+    parse_definitions,
+    read_agents_file,
+    resolve_agent,
+)
+
 TIER_CHOICES: tuple[str, ...] = ("lite", "standard", "pro", "all")
 SANDBOX_CHOICES: tuple[str, ...] = ("auto", "local", "docker")
 DATA_SIZE_CHOICES: tuple[str, ...] = ("small", "realistic")
@@ -37,6 +44,11 @@ class RunConfig(BaseModel):
     #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.
     data_size: Literal["small", "realistic"] = "small"
     amb_out: Path = DEFAULT_OUT
+    #: Endpoint for every model agent (vLLM, Ollama, OpenRouter, a proxy).
+    agent_api_base: str | None = None
+    #: A YAML agents file, and the ``[tool.automedbench.agents]`` tables (raw settings).
+    agents_file: Path | None = None
+    agent_definitions: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("judge")
     @classmethod
@@ -50,6 +62,17 @@ class RunConfig(BaseModel):
     @property
     def tiers(self) -> tuple[str, ...]:
         return ("lite", "standard", "pro") if self.tier == "all" else (self.tier,)
+
+    def agent_entries(self) -> dict[str, AgentEntry]:
+        """Agents defined in pyproject and in the agents file (the file wins on a name)."""
+        entries = parse_definitions(self.agent_definitions, "[tool.automedbench.agents]")
+        if self.agents_file is not None:
+            entries.update(read_agents_file(self.agents_file))
+        return entries
+
+    def agent(self, name: str) -> AgentEntry:
+        """What ``--agent name`` stands for under this configuration."""
+        return resolve_agent(name, self.agent_entries(), self.agent_api_base)
 
     def scoring_hash(self) -> str:
         """Hash of the settings that change scores, so ledger records stay comparable."""
@@ -81,6 +104,8 @@ _PYPROJECT_KEYS: dict[str, str] = {
     "data_root": "data_root",
     "data_size": "data_size",
     "amb_out": "amb_out",
+    "agents_file": "agents_file",
+    "agent_api_base": "agent_api_base",
 }
 
 
@@ -98,8 +123,26 @@ def read_pyproject_section(path: Path) -> dict[str, Any]:
     return {k: v for k, v in section.items() if not isinstance(v, dict)}
 
 
+def read_pyproject_agents(path: Path) -> dict[str, Any]:
+    """The ``[tool.automedbench.agents.<name>]`` tables of a pyproject file."""
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    agents = data.get("tool", {}).get("automedbench", {}).get("agents", {})
+    if not isinstance(agents, dict):
+        raise ConfigError(f"{path}: [tool.automedbench.agents] must be a table of tables")
+    return agents
+
+
 def build_config(
-    cli: dict[str, Any], pyproject: dict[str, Any], pyproject_path: Path | None, base_dir: Path
+    cli: dict[str, Any],
+    pyproject: dict[str, Any],
+    pyproject_path: Path | None,
+    base_dir: Path,
+    agent_definitions: dict[str, Any] | None = None,
 ) -> RunConfig:
     """Merge CLI values (None = not given) over pyproject values; relative paths are
     resolved against ``base_dir`` (the pytest rootdir) so workers agree on them."""
@@ -122,11 +165,12 @@ def build_config(
         merged["agents"] = [merged["agents"]]
     if "agents" in merged:
         merged["agents"] = tuple(dict.fromkeys(merged["agents"]))  # de-duplicate, keep order
-    for key in ("data_root", "amb_out"):
+    for key in ("data_root", "amb_out", "agents_file"):
         if merged.get(key) is not None:
             path = Path(merged[key]).expanduser()
             merged[key] = path if path.is_absolute() else base_dir / path
     merged.setdefault("amb_out", base_dir / DEFAULT_OUT)
+    merged["agent_definitions"] = agent_definitions or {}
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as exc:

@@ -16,19 +16,20 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
-from pytest_automedbench.agents.registry import UnknownAgentError, get_agent
+from pytest_automedbench.agents.registry import UnknownAgentError
 from pytest_automedbench.config import (
     SANDBOX_CHOICES,
     TIER_CHOICES,
     ConfigError,
     build_config,
+    read_pyproject_agents,
     read_pyproject_section,
 )
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.outcome import CellInfrastructureError
 from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellKey, CellResult
-from pytest_automedbench.runner import CellPlan, infra_result, run_cell
+from pytest_automedbench.runner import CellPlan, infra_result, run_cell, unavailable_reason
 from pytest_automedbench.sandbox import SandboxError, resolve_backend
 from pytest_automedbench.session import (
     AutoMedBenchSession,
@@ -56,7 +57,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="amb_agent",
         default=None,
         metavar="NAME",
-        help="agent to benchmark (repeatable); default: reference (scripted, offline)",
+        help="agent to benchmark (repeatable): a scripted archetype (default: reference), "
+        "a named model (opus46, gpt54, gemini31pro, glm5, minimax25, qwen35), "
+        "litellm:<model>, replay:<trajectory file>, cmd:<name> or a name from the agents file",
+    )
+    group.addoption(
+        "--agents-file",
+        dest="amb_agents_file",
+        default=None,
+        metavar="FILE",
+        help="YAML file defining more agents (model endpoints, prices, command agents)",
+    )
+    group.addoption(
+        "--agent-api-base",
+        dest="amb_agent_api_base",
+        default=None,
+        metavar="URL",
+        help="endpoint for model agents (vLLM, Ollama, OpenRouter, a proxy)",
     )
     group.addoption(
         "--tier",
@@ -121,13 +138,19 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         "data_root": config.getoption("amb_data_root"),
         "data_size": config.getoption("amb_data_size"),
         "amb_out": config.getoption("amb_out"),
+        "agents_file": config.getoption("amb_agents_file"),
+        "agent_api_base": config.getoption("amb_agent_api_base"),
     }
     try:
         run_config = build_config(
-            cli, read_pyproject_section(pyproject), pyproject, config.rootpath
+            cli,
+            read_pyproject_section(pyproject),
+            pyproject,
+            config.rootpath,
+            read_pyproject_agents(pyproject),
         )
         for agent in run_config.agents:
-            get_agent(agent)
+            run_config.agent(agent)
         resolve_backend(run_config.sandbox)
     except (ConfigError, UnknownAgentError, SandboxError) as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -167,7 +190,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def _runs_for(session: AutoMedBenchSession, agent: str, task: TaskSpec) -> int:
     if session.config.runs is not None:
         return session.config.runs
-    return 1 if get_agent(agent).scripted else task.default_runs
+    return 1 if session.config.agent(agent).scripted else task.default_runs
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -215,6 +238,9 @@ def cell_result(
     cell: Cell, staged_task: StagedData, amb_session: AutoMedBenchSession
 ) -> Iterator[CellResult]:
     """Run the cell (in setup, so a harness fault is a pytest ERROR) and record it."""
+    reason = unavailable_reason(amb_session.config.agent(cell.key.agent))
+    if reason is not None:
+        pytest.skip(reason)
     staged = staged_task
     plan = CellPlan(
         key=cell.key,

@@ -16,9 +16,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pytest_automedbench.agents.base import AgentContext, Limits
+from pytest_automedbench.agents.base import (
+    INFRA_TERMINATIONS,
+    AgentContext,
+    AgentOutcome,
+    Limits,
+    Policy,
+)
 from pytest_automedbench.agents.loop import run_agent
-from pytest_automedbench.agents.registry import get_agent
+from pytest_automedbench.agents.registry import AgentEntry
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
@@ -29,6 +35,7 @@ from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluation import check_format, evaluate
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.observe import observe_outputs
+from pytest_automedbench.redact import redact
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox
 from pytest_automedbench.scoring import score_stages
@@ -37,7 +44,8 @@ from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import TaskSpec
 
 SYSTEM_PROMPT = """You are an autonomous medical-AI research engineer working in a sandbox.
-You act only through tools: `execute` runs bash or Python in your workspace, `submit_results`
+You act only through tools: `execute` runs bash or Python in your workspace, `read_file` and
+`write_file` read and write text files, `view_image` shows you a picture, `submit_results`
 hands in your outputs (a format pre-check tells you what is wrong, if anything).
 Work through the stages in order: S1 plan, S2 set up and inspect the data, S3 validate on a
 small pilot before scaling up, S4 run inference on every case, S5 check and submit.
@@ -93,14 +101,37 @@ def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
     }
 
 
+def unavailable_reason(entry: AgentEntry) -> str | None:
+    """Why a cell of this agent cannot run here (a missing API key): the cell is skipped."""
+    if entry.kind != "model":
+        return None
+    from pytest_automedbench.agents.model import missing_credentials
+
+    return missing_credentials(entry)
+
+
+def policy_for(entry: AgentEntry, ctx: AgentContext) -> Policy:
+    """The turn-by-turn policy of a scripted, model or replay agent."""
+    if entry.kind == "scripted" and entry.factory is not None:
+        return entry.factory(ctx)
+    if entry.kind == "model":
+        from pytest_automedbench.agents.model import policy_from_entry
+
+        return policy_from_entry(entry)
+    if entry.kind == "replay" and entry.path is not None:
+        from pytest_automedbench.agents.replay import load_replay
+
+        return load_replay(entry.path, ctx)
+    raise ValueError(f"agent {entry.name!r} of kind {entry.kind!r} has no turn-by-turn policy")
+
+
 def infra_result(plan: CellPlan, error: str, termination: str | None = None) -> CellResult:
     """The record of a cell the harness could not finish (never the agent's fault)."""
-    entry = get_agent(plan.key.agent)
-    model = f"scripted:{entry.name}" if entry.scripted else entry.name
+    model = plan.config.agent(plan.key.agent).model_label
     return CellResult(
         status="infra_error",
         termination=termination,
-        error=error,
+        error=redact(error),
         finished_at=_now(),
         **_base_fields(plan, model),
     )
@@ -126,7 +157,7 @@ def run_cell(plan: CellPlan) -> CellResult:
 
 def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     task, staged, key = plan.task, plan.staged, plan.key
-    entry = get_agent(key.agent)
+    entry = plan.config.agent(key.agent)
     workspace = plan.cell_dir / "workspace"
     sandbox: Sandbox = create_sandbox(
         plan.config.sandbox, SandboxSpec(public_dir=staged.public_dir, workspace_dir=workspace)
@@ -144,8 +175,8 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
             workspace=ws,
             outputs_dir=f"{ws}/{OUTPUTS_DIRNAME}",
             plan_dir=f"{ws}/plan",
+            case_ids=tuple(staged.case_ids),
         )
-        policy = entry.factory(ctx)
         brief = task.tiers[key.tier].render(
             public_dir=ctx.public_dir,
             workspace=ctx.workspace,
@@ -159,7 +190,8 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
             "start",
             run_id=plan.run_id,
             agent=key.agent,
-            model=policy.model,
+            agent_kind=entry.kind,
+            model=entry.model_label,
             task=task.id,
             tier=key.tier,
             run=key.run,
@@ -179,19 +211,29 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
             remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
         )
         try:
-            outcome = run_agent(policy, SYSTEM_PROMPT, kickoff, toolbox, limits, trajectory)
+            outcome = _run_agent(entry, ctx, kickoff, toolbox, limits, trajectory, sandbox)
         finally:
             write_conversation(
                 plan.cell_dir / "conversation.json",
                 conversation_from_events(trajectory.events),
                 {
                     "agent": key.agent,
-                    "model": policy.model,
+                    "model": entry.model_label,
                     "task": task.id,
                     "tier": key.tier,
                     "run": key.run,
                 },
             )
+    if outcome.termination in INFRA_TERMINATIONS:
+        detail = next(
+            (
+                e.get("error", "")
+                for e in reversed(trajectory.events)
+                if e["kind"] == outcome.termination
+            ),
+            "",
+        )
+        return infra_result(plan, f"{outcome.termination}: {detail}", outcome.termination)
     evaluation = evaluate(spec, outputs_host, staged.private_dir, plan.cell_dir / "evaluator")
     trajectory.emit(
         "evaluation",
@@ -240,8 +282,27 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         cost_usd=round(outcome.usage.cost_usd, 6),
         wall_s=outcome.wall_s,
         finished_at=_now(),
-        **_base_fields(plan, policy.model),
+        **_base_fields(plan, entry.model_label),
     )
     result.versions["evaluator"] = evaluation.evaluator_version
     (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
     return result
+
+
+def _run_agent(
+    entry: AgentEntry,
+    ctx: AgentContext,
+    kickoff: str,
+    toolbox: Toolbox,
+    limits: Limits,
+    trajectory: TrajectoryWriter,
+    sandbox: Sandbox,
+) -> AgentOutcome:
+    """Command agents run their own loop inside the sandbox; the rest answer turn by turn."""
+    if entry.kind == "command":
+        from pytest_automedbench.agents.external import run_command_agent
+
+        brief = f"{SYSTEM_PROMPT}\n\n{kickoff}"
+        return run_command_agent(entry, sandbox, brief, toolbox, limits, trajectory)
+    policy = policy_for(entry, ctx)
+    return run_agent(policy, SYSTEM_PROMPT, kickoff, toolbox, limits, trajectory)

@@ -2,7 +2,14 @@
 
 Written on the host, outside the agent's reach, one JSON object per line and
 flushed to disk per event, so a killed cell keeps everything up to its last
-step. ``conversation.json`` is the final, whole-conversation view.
+step. ``conversation.json`` is the final, whole-conversation view. Credential values
+from the host environment are masked in both (:mod:`pytest_automedbench.redact`).
+
+Schema (version 2): every event has ``v``, ``seq`` (0, 1, ... without gaps), ``t``
+(seconds since the cell started) and ``kind``: ``start``, ``message`` (with ``turn``,
+``usage`` and ``latency_s`` for assistant turns), ``retry``, ``tool_result``,
+``context_compacted``, ``limit``, ``provider_error``, ``evaluation``, ``crash``,
+``interrupted``, ``end``; command agents add ``start_command`` and ``transcript``.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-TRAJECTORY_SCHEMA_VERSION = 1
+from pytest_automedbench.redact import redact, secret_values
+
+TRAJECTORY_SCHEMA_VERSION = 2
 
 
 class TrajectoryWriter:
@@ -23,6 +32,7 @@ class TrajectoryWriter:
         self._file = path.open("a", encoding="utf-8")
         self._t0 = time.monotonic()
         self._seq = 0
+        self._secrets = secret_values()
         self.events: list[dict[str, Any]] = []
 
     def elapsed(self) -> float:
@@ -38,7 +48,7 @@ class TrajectoryWriter:
         }
         self._seq += 1
         self.events.append(event)
-        self._file.write(json.dumps(event, default=str) + "\n")
+        self._file.write(redact(json.dumps(event, default=str), self._secrets) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
         return event
@@ -64,7 +74,7 @@ def read_trajectory(path: Path) -> list[dict[str, Any]]:
 def write_conversation(path: Path, messages: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     payload = {"schema_version": TRAJECTORY_SCHEMA_VERSION, **meta, "messages": messages}
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+    tmp.write_text(redact(json.dumps(payload, indent=1, default=str)), encoding="utf-8")
     tmp.replace(path)
 
 

@@ -1,0 +1,169 @@
+"""How --agent names resolve: built-ins, named models, litellm:, replay:, cmd:, agents files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_automedbench.agents.registry import (
+    NAMED_MODELS,
+    SCRIPTED,
+    Prices,
+    UnknownAgentError,
+    parse_definitions,
+    read_agents_file,
+    resolve_agent,
+)
+from pytest_automedbench.config import RunConfig, build_config, read_pyproject_agents
+from pytest_automedbench.redact import MASK, redact, secret_values
+
+
+def test_paper_models_are_registered_with_prices_and_key_variables() -> None:
+    assert set(NAMED_MODELS) == {"opus46", "gpt54", "gemini31pro", "glm5", "minimax25", "qwen35"}
+    for entry in NAMED_MODELS.values():
+        assert entry.kind == "model" and entry.model and "/" in entry.model
+        assert entry.api_key_env and entry.api_key_env.endswith("_API_KEY")
+        assert entry.prices is not None and entry.prices.output_per_mtok > 0
+    assert Prices(5.0, 25.0).cost(1_000_000, 200_000) == pytest.approx(10.0)
+
+
+def test_scripted_archetypes_are_one_run_agents() -> None:
+    assert {
+        "reference",
+        "no-validate",
+        "no-plan",
+        "malformed",
+        "partial",
+        "empty",
+        "cheater",
+        "stuck",
+    } <= set(SCRIPTED)
+    assert all(resolve_agent(name).scripted for name in SCRIPTED)
+    assert not resolve_agent("qwen35").scripted
+
+
+def test_litellm_prefix_and_api_base_override() -> None:
+    entry = resolve_agent("litellm:openai/my-model", api_base="http://127.0.0.1:9/v1")
+    assert entry.kind == "model" and entry.model == "openai/my-model"
+    assert entry.api_base == "http://127.0.0.1:9/v1" and entry.prices is None
+    named = resolve_agent("gpt54", api_base="http://proxy/v1")
+    assert named.api_base == "http://proxy/v1" and named.model == "openai/gpt-5.4"
+    assert resolve_agent("reference", api_base="http://proxy/v1").api_base is None
+
+
+def test_replay_needs_an_existing_file(tmp_path: Path) -> None:
+    with pytest.raises(UnknownAgentError, match="does not exist"):
+        resolve_agent(f"replay:{tmp_path / 'nope.jsonl'}")
+    path = tmp_path / "t.jsonl"
+    path.write_text("")
+    entry = resolve_agent(f"replay:{path}")
+    assert entry.kind == "replay" and entry.path == path.resolve() and entry.scripted
+
+
+def test_unknown_names_list_the_valid_ones() -> None:
+    with pytest.raises(UnknownAgentError) as info:
+        resolve_agent("gpt-5")
+    message = str(info.value)
+    assert "'gpt-5'" in message and "qwen35" in message and "litellm:<model>" in message
+
+
+def test_agents_file_defines_models_and_commands(tmp_path: Path) -> None:
+    path = tmp_path / "agents.yaml"
+    path.write_text(
+        "agents:\n"
+        "  local-qwen:\n"
+        "    model: openai/Qwen/Qwen3.5-72B\n"
+        "    api_base: http://gpu-node:8000/v1\n"
+        "    input_usd_per_mtok: 0.5\n"
+        "    output_usd_per_mtok: 1.5\n"
+        "    temperature: 0.2\n"
+        "  codex:\n"
+        '    command: codex exec --full-auto "$(cat $AMB_BRIEF)"\n'
+        "    transcript: codex.jsonl\n"
+    )
+    entries = read_agents_file(path)
+    qwen = resolve_agent("local-qwen", entries)
+    assert qwen.kind == "model" and qwen.api_base == "http://gpu-node:8000/v1"
+    assert qwen.prices == Prices(0.5, 1.5) and qwen.options == {"temperature": 0.2}
+    codex = resolve_agent("cmd:codex", entries)
+    assert codex.kind == "command" and codex.transcript == "codex.jsonl"
+    assert codex.model_label == "cmd:codex" and not codex.scripted
+    with pytest.raises(UnknownAgentError, match="use --agent cmd:codex"):
+        resolve_agent("codex", entries)
+    with pytest.raises(UnknownAgentError, match="defined: codex"):
+        resolve_agent("cmd:claude", entries)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"model": "m", "command": "c"}, "exactly one of 'model' or 'command'"),
+        ({}, "exactly one of 'model' or 'command'"),
+        ({"model": "m", "api_key": "sk-123"}, "unknown key(s) api_key"),
+        ({"model": "m", "input_usd_per_mtok": 1}, "give both"),
+        ({"model": "m", "max_tokens": -1}, "max_tokens has an invalid value"),
+        ({"command": ""}, "command has an invalid value"),
+        ("openai/x", "must be a table"),
+    ],
+)
+def test_bad_definitions_name_the_agent_and_key(settings: object, message: str) -> None:
+    with pytest.raises(UnknownAgentError) as info:
+        parse_definitions({"mine": settings}, "agents file a.yaml")
+    assert "agents file a.yaml: agent 'mine'" in str(info.value) or "a.yaml" in str(info.value)
+    assert message in str(info.value)
+
+
+def test_definitions_cannot_shadow_scripted_agents() -> None:
+    with pytest.raises(UnknownAgentError, match="built-in scripted agent"):
+        parse_definitions({"reference": {"model": "m"}}, "pyproject")
+
+
+def test_pyproject_agents_table_reaches_the_run_config(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        "[tool.automedbench]\nagent = 'vllm'\nagent_api_base = 'http://127.0.0.1:8000/v1'\n"
+        "[tool.automedbench.agents.vllm]\nmodel = 'openai/served'\napi_key_env = 'VLLM_KEY'\n"
+    )
+    from pytest_automedbench.config import read_pyproject_section
+
+    config = build_config(
+        {}, read_pyproject_section(pyproject), pyproject, tmp_path, read_pyproject_agents(pyproject)
+    )
+    entry = config.agent("vllm")
+    assert entry.model == "openai/served" and entry.api_key_env == "VLLM_KEY"
+    assert entry.api_base == "http://127.0.0.1:8000/v1"  # the global endpoint wins
+    assert config.agents == ("vllm",)
+    assert RunConfig().agent("reference").kind == "scripted"
+
+
+def test_redact_masks_credential_values_only() -> None:
+    env = {
+        "OPENAI_API_KEY": "sk-live-0123456789",
+        "HF_TOKEN": "hf_abcdefghij",
+        "HOME": "/root",
+        "SHORT_TOKEN": "abc",
+    }
+    values = secret_values(env)
+    assert values == ["sk-live-0123456789", "hf_abcdefghij"]
+    text = "auth failed for sk-live-0123456789 (hf_abcdefghij) in /root, abc"
+    assert redact(text, values) == f"auth failed for {MASK} ({MASK}) in /root, abc"
+
+
+def test_trajectory_and_conversation_never_hold_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_automedbench.agents.trajectory import TrajectoryWriter, write_conversation
+
+    monkeypatch.setenv("PROVIDER_API_KEY", "sk-test-abcdef123456")
+    writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
+    writer.emit("provider_error", error="401: bad key sk-test-abcdef123456")
+    writer.close()
+    write_conversation(
+        tmp_path / "conversation.json",
+        [{"role": "tool", "content": "env: PROVIDER_API_KEY=sk-test-abcdef123456"}],
+        {"agent": "x"},
+    )
+    for name in ("trajectory.jsonl", "conversation.json"):
+        text = (tmp_path / name).read_text()
+        assert "sk-test-abcdef123456" not in text and MASK in text
