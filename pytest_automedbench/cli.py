@@ -1,4 +1,5 @@
-"""The ``automedbench`` command: list the catalogue, stage task data, re-score submissions.
+"""The ``automedbench`` command: list the catalogue and the agents, stage task data,
+re-score submissions.
 
 Everything here calls the same modules the pytest plugin uses, so staged data
 and listings are exactly what the benchmark cells see.
@@ -13,6 +14,15 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_automedbench.agents.registry import (
+    NAMED_MODELS,
+    SCRIPTED,
+    AgentEntry,
+    UnknownAgentError,
+    parse_definitions,
+    read_agents_file,
+)
+from pytest_automedbench.config import ConfigError, read_pyproject_agents
 from pytest_automedbench.evaluation import EvaluatorError, evaluate
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import StagingError, case_ids_of, private_case_ids
@@ -72,6 +82,55 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     print("  ".join(k.ljust(w) for k, w in widths.items()))
     for row in rows:
         print("  ".join(str(row[k]).ljust(w) for k, w in widths.items()))
+    return 0
+
+
+def _agent_row(entry: AgentEntry, source: str) -> dict[str, str]:
+    prices = (
+        f"${entry.prices.input_per_mtok:g} / ${entry.prices.output_per_mtok:g} per Mtok"
+        if entry.prices
+        else ""
+    )
+    target = {
+        "scripted": "offline",
+        "model": entry.model or "",
+        "command": entry.command or "",
+        "replay": str(entry.path),
+    }[entry.kind]
+    name = f"cmd:{entry.name}" if entry.kind == "command" else entry.name
+    return {
+        "agent": name,
+        "kind": entry.kind,
+        "runs": target,
+        "key": entry.api_key_env or "",
+        "prices": prices,
+        "from": source,
+        "about": entry.description,
+    }
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    """The agents --agent accepts here: built-ins, pyproject tables, an agents file."""
+    rows = [_agent_row(e, "built-in") for e in [*SCRIPTED.values(), *NAMED_MODELS.values()]]
+    pyproject = Path.cwd() / "pyproject.toml"
+    defined = parse_definitions(read_pyproject_agents(pyproject), str(pyproject))
+    rows += [_agent_row(e, "pyproject.toml") for e in defined.values()]
+    if args.agents_file is not None:
+        rows += [
+            _agent_row(e, str(args.agents_file))
+            for e in read_agents_file(args.agents_file).values()
+        ]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    shown = ("agent", "kind", "runs", "key", "prices")
+    widths = {k: max(len(k), *(len(r[k]) for r in rows)) for k in shown}
+    print("  ".join(k.ljust(widths[k]) for k in shown).rstrip())
+    for row in rows:
+        print("  ".join(row[k].ljust(widths[k]) for k in shown).rstrip())
+    print(
+        "also: litellm:<any litellm model>, replay:<trajectory file>, cmd:<defined command agent>"
+    )
     return 0
 
 
@@ -156,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tasks.add_argument("--json", action="store_true")
     tasks.set_defaults(func=cmd_tasks)
+    agents = sub.add_parser("agents", help="list the agents --agent accepts")
+    agents.add_argument("--agents-file", type=Path, default=None, help="a YAML agents file")
+    agents.add_argument("--json", action="store_true")
+    agents.set_defaults(func=cmd_agents)
     stage = sub.add_parser("stage", help="write a task's public/ and private/ split")
     stage.add_argument("task")
     stage.add_argument("--out", type=Path, required=True)
@@ -195,7 +258,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.suites = default_suites()
     try:
         return int(args.func(args))
-    except (TaskError, EvaluatorError, StagingError, ValueError, OSError) as exc:
+    except (
+        TaskError,
+        EvaluatorError,
+        StagingError,
+        UnknownAgentError,
+        ConfigError,
+        ValueError,
+        OSError,
+    ) as exc:
         print(f"automedbench: error: {exc}", file=sys.stderr)
         return 2
 

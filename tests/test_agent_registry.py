@@ -167,3 +167,22 @@ def test_trajectory_and_conversation_never_hold_a_key(
     for name in ("trajectory.jsonl", "conversation.json"):
         text = (tmp_path / name).read_text()
         assert "sk-test-abcdef123456" not in text and MASK in text
+
+
+def test_cli_lists_built_in_and_file_agents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from pytest_automedbench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "agents.yaml"
+    path.write_text("mine:\n  command: ./run-agent.sh\n")
+    assert main(["agents", "--agents-file", str(path), "--json"]) == 0
+    rows = {row["agent"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["cmd:mine"]["kind"] == "command" and rows["cmd:mine"]["runs"] == "./run-agent.sh"
+    assert rows["qwen35"]["key"] == "TOGETHERAI_API_KEY" and rows["reference"]["runs"] == "offline"
+    path.write_text("mine:\n  command: 3\n")
+    assert main(["agents", "--agents-file", str(path)]) == 2
+    assert "agent 'mine': command has an invalid value" in capsys.readouterr().err
