@@ -25,6 +25,8 @@ from pytest_automedbench.sandbox.base import ExecResult, Sandbox, SandboxError, 
 MAX_STREAM_BYTES = 1_000_000
 #: Environment variables passed through; everything else (API keys included) stays out.
 _PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+#: Leads each command's process group and kills it when the harness dies (even by SIGKILL).
+_GUARD = Path(__file__).with_name("guard.py")
 
 
 class LocalSandbox(Sandbox):
@@ -68,10 +70,11 @@ class LocalSandbox(Sandbox):
         if not self._started:
             raise SandboxError("exec() before start()")
         argv = ["bash", "-c", code] if language == "bash" else [sys.executable, "-c", code]
+        guarded = [sys.executable, "-I", "-S", str(_GUARD), str(os.getpid()), *argv]
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                argv,
+                guarded,
                 cwd=self.spec.workspace_dir,
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
