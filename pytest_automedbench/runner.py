@@ -198,6 +198,10 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
             sandbox=type(sandbox).__name__,
             data_source=staged.source,
             cases=len(staged.case_ids),
+            workspace=ctx.workspace,
+            public_dir=ctx.public_dir,
+            outputs_dir=ctx.outputs_dir,
+            plan_dir=ctx.plan_dir,
         )
         limits = Limits(wall_clock_s=float(task.time_limit_s))
         toolbox = Toolbox(
@@ -222,6 +226,10 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
                     "task": task.id,
                     "tier": key.tier,
                     "run": key.run,
+                    "workspace": ctx.workspace,
+                    "public_dir": ctx.public_dir,
+                    "outputs_dir": ctx.outputs_dir,
+                    "plan_dir": ctx.plan_dir,
                 },
             )
     if outcome.termination in INFRA_TERMINATIONS:

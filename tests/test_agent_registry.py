@@ -55,10 +55,13 @@ def test_litellm_prefix_and_api_base_override() -> None:
 def test_replay_needs_an_existing_file(tmp_path: Path) -> None:
     with pytest.raises(UnknownAgentError, match="does not exist"):
         resolve_agent(f"replay:{tmp_path / 'nope.jsonl'}")
-    path = tmp_path / "t.jsonl"
-    path.write_text("")
+    path = tmp_path / "steps.yaml"
+    path.write_text("- tool: execute\n  arguments: {language: bash, code: 'ls {public}'}\n")
     entry = resolve_agent(f"replay:{path}")
     assert entry.kind == "replay" and entry.path == path.resolve() and entry.scripted
+    path.write_text("- tool: 3\n")
+    with pytest.raises(UnknownAgentError, match=r"steps\.yaml: step 1"):
+        resolve_agent(f"replay:{path}")
 
 
 def test_unknown_names_list_the_valid_ones() -> None:

@@ -279,6 +279,12 @@ def resolve_agent(
         path = Path(name[len("replay:") :]).expanduser()
         if not path.is_file():
             raise UnknownAgentError(f"--agent {name}: trajectory file {path} does not exist")
+        from pytest_automedbench.agents.replay import ReplayFileError, read_replay
+
+        try:  # a bad file is a usage error now, not an infrastructure error in every cell
+            read_replay(path)
+        except ReplayFileError as exc:
+            raise UnknownAgentError(f"--agent {name}: {exc}") from None
         return AgentEntry(name, f"replay of {path}", "replay", path=path.resolve())
     elif name.startswith("cmd:"):
         target = definitions.get(name[len("cmd:") :])
