@@ -23,7 +23,7 @@ from pytest_automedbench.agents.registry import (
 )
 
 TIER_CHOICES: tuple[str, ...] = ("lite", "standard", "pro", "all")
-SANDBOX_CHOICES: tuple[str, ...] = ("auto", "local", "docker")
+SANDBOX_CHOICES: tuple[str, ...] = ("auto", "local", "process", "docker")
 DATA_SIZE_CHOICES: tuple[str, ...] = ("small", "realistic")
 DEFAULT_OUT = Path("automedbench-results")
 
@@ -38,7 +38,7 @@ class RunConfig(BaseModel):
     agents: tuple[str, ...] = ("reference",)
     tier: Literal["lite", "standard", "pro", "all"] = "all"
     runs: int | None = Field(default=None, ge=1)
-    sandbox: Literal["auto", "local", "docker"] = "auto"
+    sandbox: Literal["auto", "local", "process", "docker"] = "auto"
     judge: str = "rules"
     data_root: Path | None = None
     #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.

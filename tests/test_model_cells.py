@@ -19,12 +19,15 @@ pytestmark = pytest.mark.slow
 
 PRICE_IN, PRICE_OUT = 2.0, 8.0  # USD per million tokens, from the agents file
 
-#: The agent finds the public inputs from its workspace (<out>/runs/<run>/<agent>/<cell>/workspace).
+#: The agent finds the public inputs (a fixed script cannot read the brief's paths).
 ANSWER_ALL_YES = textwrap.dedent(
     """
     import json, pathlib
-    data = pathlib.Path.cwd().parents[4] / "data"
-    questions = json.loads(next(data.glob("vqa-rad*/*/public/questions.json")).read_text())
+    path = pathlib.Path("/public/questions.json")  # the namespace sandbox's view
+    if not path.exists():  # the process backend: host paths
+        data = pathlib.Path.cwd().parents[4] / "data"
+        path = next(data.glob("vqa-rad*/*/public/questions.json"))
+    questions = json.loads(path.read_text())
     out = pathlib.Path("outputs"); out.mkdir(exist_ok=True)
     answers = {q["question_id"]: "yes" for q in questions}
     (out / "answers.json").write_text(json.dumps(answers))

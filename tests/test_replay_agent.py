@@ -54,7 +54,9 @@ def cell(agent: str, staged: StagedData, cell_dir: Path) -> CellResult:
         key=CellKey(agent=agent, task=TASK.id, tier="lite", run=0),
         task=TASK,
         staged=staged,
-        config=RunConfig(amb_out=cell_dir.parent),
+        # The process backend shows host paths, which differ per cell: the case path
+        # rewriting exists for (a namespace sandbox shows /workspace to every cell).
+        config=RunConfig(amb_out=cell_dir.parent, sandbox="process"),
         run_id="replay",
         cell_dir=cell_dir,
     )

@@ -1,0 +1,340 @@
+"""The local backend: Linux namespaces through bubblewrap, as an unprivileged host uid.
+
+What the agent sees (and nothing else)::
+
+    /public      the task's public inputs, read-only
+    /workspace   its fresh workspace, writable (owned by the sandbox uid on the host)
+    /venv        the harness's Python environment, read-only (numpy, SimpleITK, ...)
+    /usr, /bin, /lib, /etc/{ssl,alternatives,...}   the host's programs, read-only
+    /tmp         a private tmpfs;  /proc  its own PID namespace;  /dev  a minimal one
+
+Every command runs as a **real unprivileged host uid** (one per sandbox, from
+:data:`UID_BASE`) with no capabilities, no new privileges and no nested user
+namespaces: bubblewrap started by root keeps every capability unless told otherwise,
+and with them ``open_by_handle_at`` reads any host file (see
+``../shared/reference/environment-sandbox-slurm-allure.md``).
+
+Dropping to that uid before bubblewrap runs means the bind sources must be reachable
+by it, and pytest's temporary folders (0700) or a pyenv under ``/root`` are not. So each
+call first enters a private mount namespace as root (``unshare --mount``), bind-mounts
+the sources onto empty folders of a per-sandbox staging directory under ``/tmp``, then
+drops privileges (``setpriv``) and starts bubblewrap from those mount points. The
+mounts exist only inside that namespace: nothing is left on the host if the harness
+dies. ``--die-with-parent`` ends the sandbox with the harness, and a per-call timeout
+kills the whole process group.
+
+Limits: RLIMIT_NPROC (per sandbox uid, so a fork bomb starves only its own cell),
+RLIMIT_FSIZE (largest file), RLIMIT_AS (address space = the memory limit), a bounded
+/tmp. Network: the host's network when ``network`` is on (the paper's agents download
+models; host loopback services are then reachable), none at all when off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from pytest_automedbench.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES, copy_tree_no_links
+
+PUBLIC = "/public"
+WORKSPACE = "/workspace"
+VENV = "/venv"
+#: Sandbox uids are drawn from [UID_BASE, UID_BASE + UID_SPAN): one per sandbox.
+UID_BASE = 200_000
+UID_SPAN = 800_000
+MAX_PROCESSES = 512
+MAX_FILE_BYTES = 20 * 1024**3
+TMPFS_BYTES = 2 * 1024**3
+#: Host files the sandbox may read (when they exist).
+ETC_FILES = (
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/mime.types",
+)
+NETWORK_ETC_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf")
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+REQUIRED_TOOLS = ("bwrap", "setpriv", "prlimit", "unshare", "mount")
+
+#: Runs as root inside the private mount namespace: bind each source onto its staging
+#: folder, then replace itself with the unprivileged command. Arguments: pairs of
+#: (source, target) ended by "--", then the command.
+_MOUNT_AND_DROP = """
+while [ "$1" != "--" ]; do mount --bind -- "$1" "$2" || exit 125; shift 2; done
+shift
+exec "$@"
+"""
+
+
+def bubblewrap_problem() -> str | None:
+    """Why this host cannot run the bubblewrap backend, or None."""
+    if sys.platform != "linux":
+        return "bubblewrap sandboxes need Linux"
+    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"missing {', '.join(missing)} (Debian: apt-get install bubblewrap util-linux)"
+    if os.geteuid() != 0:
+        return "the harness must run as root to drop each sandbox to its own unprivileged uid"
+    return None
+
+
+class BubblewrapSandbox(Sandbox):
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        self.uid = UID_BASE + secrets.randbelow(UID_SPAN)
+        self._stage: Path | None = None
+
+    @property
+    def public_path(self) -> str:
+        return PUBLIC
+
+    @property
+    def workspace_path(self) -> str:
+        return WORKSPACE
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        problem = bubblewrap_problem()
+        if problem is not None:
+            raise SandboxError(f"bubblewrap backend unavailable: {problem}")
+        if not self.spec.public_dir.is_dir():
+            raise SandboxError(f"public inputs not found: {self.spec.public_dir}")
+        workspace = self.spec.workspace_dir
+        workspace.mkdir(parents=True, exist_ok=True)
+        _chown_tree(workspace, self.uid)
+        stage = Path(tempfile.mkdtemp(prefix="amb-bwrap-"))
+        stage.chmod(0o755)
+        for name in ("public", "workspace", "venv", "python"):
+            (stage / name).mkdir()
+        (stage / "passwd").write_text(
+            f"root:x:0:0::/root:/usr/sbin/nologin\nagent:x:{self.uid}:{self.uid}::{WORKSPACE}:"
+            "/bin/bash\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
+        )
+        (stage / "group").write_text(f"root:x:0:\nagent:x:{self.uid}:\nnogroup:x:65534:\n")
+        for name in ("passwd", "group"):
+            (stage / name).chmod(0o644)
+        self._stage = stage
+
+    def stop(self) -> None:
+        if self._stage is not None:
+            shutil.rmtree(self._stage, ignore_errors=True)
+            self._stage = None
+
+    # ------------------------------------------------------------------ exec
+
+    def _python_roots(self) -> tuple[Path, Path]:
+        """The harness's environment (bound at /venv) and the interpreter install it
+        links to (bound at its own path, so the venv's symlinks resolve)."""
+        return Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()
+
+    def command(self, argv: list[str]) -> list[str]:
+        """The full host command line that runs ``argv`` inside this sandbox."""
+        if self._stage is None:
+            raise SandboxError("exec() before start()")
+        stage = self._stage
+        venv, base = self._python_roots()
+        mounts = [
+            (self.spec.public_dir, stage / "public"),
+            (self.spec.workspace_dir, stage / "workspace"),
+            (venv, stage / "venv"),
+        ]
+        if base != venv:
+            mounts.append((base, stage / "python"))
+        bwrap = [
+            "bwrap",
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-user",
+            "--disable-userns",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        for link in ("bin", "lib", "lib64", "sbin"):
+            target = Path("/") / link
+            if target.is_symlink():
+                bwrap += ["--symlink", os.readlink(target), f"/{link}"]
+            elif target.is_dir():
+                bwrap += ["--ro-bind", f"/{link}", f"/{link}"]
+        etc = list(ETC_FILES) + (list(NETWORK_ETC_FILES) if self.spec.network else [])
+        for path in etc:
+            bwrap += ["--ro-bind-try", path, path]
+        bwrap += [
+            "--ro-bind", str(stage / "passwd"), "/etc/passwd",
+            "--ro-bind", str(stage / "group"), "/etc/group",
+            "--ro-bind", str(stage / "public"), PUBLIC,
+            "--bind", str(stage / "workspace"), WORKSPACE,
+            "--ro-bind", str(stage / "venv"), VENV,
+        ]  # fmt: skip
+        if base != venv:
+            bwrap += ["--ro-bind", str(stage / "python"), str(base)]
+        bwrap += ["--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+        if not self.spec.network:
+            bwrap.append("--unshare-net")
+        bwrap += ["--clearenv", "--chdir", WORKSPACE]
+        for key, value in self._env().items():
+            bwrap += ["--setenv", key, value]
+        memory = self.spec.memory_mb * 1024**2
+        drop = [
+            "prlimit",
+            f"--nproc={MAX_PROCESSES}",
+            f"--fsize={MAX_FILE_BYTES}",
+            f"--as={memory}",
+            "--",
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+        pairs = [str(p) for source, target in mounts for p in (source, target)]
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            _MOUNT_AND_DROP,
+            "amb-sandbox",
+            *pairs,
+            "--",
+            *drop,
+            *bwrap,
+            "--",
+            *argv,
+        ]
+
+    def _env(self) -> dict[str, str]:
+        env = {
+            "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+            "HOME": WORKSPACE,
+            "USER": "agent",
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLCONFIGDIR": "/tmp",
+            "XDG_CACHE_HOME": f"{WORKSPACE}/.cache",
+            "VIRTUAL_ENV": VENV,
+        }
+        if Path(CA_BUNDLE).is_file():
+            env.update(SSL_CERT_FILE=CA_BUNDLE, REQUESTS_CA_BUNDLE=CA_BUNDLE, PIP_CERT=CA_BUNDLE)
+        return env
+
+    def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
+        argv = (
+            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code]
+        )
+        command = self.command(argv)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                cwd="/",
+                # bubblewrap's own init keeps this environment (the command gets --clearenv).
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start bubblewrap: {exc}") from exc
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            out, err = proc.communicate()
+        except BaseException:
+            _kill_group(proc)
+            proc.wait()
+            raise
+        if proc.returncode == 125 and b"mount" in err[:2000]:
+            raise SandboxError(f"sandbox setup failed: {err[:2000].decode(errors='replace')}")
+        return ExecResult(
+            exit_code=124 if timed_out else proc.returncode,
+            stdout=out[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
+            stderr=err[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
+            duration_s=round(time.monotonic() - start, 3),
+            timed_out=timed_out,
+        )
+
+    # ------------------------------------------------------------------ files
+
+    def _host_path(self, path: str, writable: bool) -> Path:
+        """A sandbox path (``/workspace/...``, ``/public/...`` or relative to the workspace)
+        as a host path, links resolved, refused when it leaves the allowed roots."""
+        roots = [(WORKSPACE, self.spec.workspace_dir)]
+        if not writable:
+            roots.append((PUBLIC, self.spec.public_dir))
+        inside = Path(path) if Path(path).is_absolute() else Path(WORKSPACE) / path
+        for mount, host_root in roots:
+            try:
+                rel = inside.relative_to(mount)
+            except ValueError:
+                continue
+            target = (host_root / rel).resolve()
+            if target.is_relative_to(host_root.resolve()):
+                return target
+            break
+        allowed = WORKSPACE if writable else f"{WORKSPACE} or {PUBLIC}"
+        raise PermissionError(13, f"{path} is outside {allowed}")
+
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        target = self._host_path(path, writable=False)
+        with target.open("rb") as fh:
+            return fh.read() if max_bytes is None else fh.read(max_bytes)
+
+    def write_file(self, path: str, data: bytes) -> None:
+        target = self._host_path(path, writable=True)
+        created = []
+        parent = target.parent
+        while not parent.exists():
+            created.append(parent)
+            parent = parent.parent
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        for item in [target, *created]:
+            os.chown(item, self.uid, self.uid)
+
+    def copy_out(self, path: str, dest: Path) -> list[str]:
+        return copy_tree_no_links(self._host_path(path, writable=False), dest)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give the workspace to the sandbox uid, without following links."""
+    os.chown(root, uid, uid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.chown(Path(folder) / name, uid, uid, follow_symlinks=False)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
