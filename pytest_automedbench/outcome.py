@@ -40,6 +40,11 @@ def describe_result(result: CellResult) -> str:
             )
             for item in lost:
                 lines.append(f"      - {item.question}: {item.score:.2f} ({item.evidence})")
+    for violation in result.violations[:5]:
+        lines.append(
+            f"  VIOLATION ({violation['category']}, event {violation['seq']}): "
+            f"{violation['evidence']}"
+        )
     if result.task_metrics:
         metrics = ", ".join(f"{k} {v:.3f}" for k, v in sorted(result.task_metrics.items()))
         lines.append(f"  TASK metrics: {metrics}")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_automedbench.scoring.models import StageScores
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
 
 CellStatus = Literal["scored", "infra_error"]
 
@@ -52,6 +52,9 @@ class CellResult(BaseModel):
     format_valid: bool | None = None
     completion_rate: float | None = None
     format_problems: list[str] = Field(default_factory=list)
+    #: Isolation violations found by the monitor (category, evidence, seq, tool); any one
+    #: sets S1-S5 = 0, excludes TASK (task_score None, the metrics kept) and OVERALL = 0.
+    violations: list[dict[str, Any]] = Field(default_factory=list)
     turns: int = 0
     tokens_in: int = 0
     tokens_out: int = 0

@@ -39,9 +39,17 @@ from pytest_automedbench.redact import redact
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox
 from pytest_automedbench.scoring import score_stages
-from pytest_automedbench.scoring.overall import agentic_score, is_resolved, overall_score, rate
+from pytest_automedbench.scoring.overall import (
+    agentic_score,
+    is_resolved,
+    overall_score,
+    rate,
+    zero_stages,
+)
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import TaskSpec
+from pytest_automedbench.violations import Policy as ViolationPolicy
+from pytest_automedbench.violations import find_violations
 
 SYSTEM_PROMPT = """You are an autonomous medical-AI research engineer working in a sandbox.
 You act only through tools: `execute` runs bash or Python in your workspace, `read_file` and
@@ -262,21 +270,38 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     stages = score_stages(
         judge_ctx, trajectory.events, evaluation.format, outcome.submitted, plan.config.judge
     )
+    violations = find_violations(
+        trajectory.events,
+        ViolationPolicy(
+            public_path=ctx.public_dir,
+            workspace_path=ctx.workspace,
+            forbidden_host_paths=(
+                str(staged.private_dir),
+                str(plan.config.amb_out / "ledger.jsonl"),
+            ),
+        ),
+    )
+    task_score: float | None = evaluation.task_score
+    if violations:
+        trajectory.emit("violations", violations=[v.as_dict() for v in violations])
+        stages = zero_stages(stages, f"isolation violation: {violations[0].evidence}")
+        task_score = None  # excluded, per the scoring contract
     agentic = agentic_score(stages)
-    overall = overall_score(agentic, evaluation.task_score)
+    overall = 0.0 if violations else overall_score(agentic, evaluation.task_score)
     rating = rate(
         task=evaluation.task_score,
         agentic=agentic,
         band_a=task.rating.a,
         band_b=task.rating.b,
         submission_valid=evaluation.format.valid,
+        violation=bool(violations),
     )
     result = CellResult(
         status="scored",
         termination=outcome.termination,
         stages=stages,
         agentic=agentic,
-        task_score=evaluation.task_score,
+        task_score=task_score,
         overall=overall,
         rating=rating,
         resolved=is_resolved(rating),
@@ -284,6 +309,7 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         format_valid=evaluation.format.valid,
         completion_rate=evaluation.completion_rate,
         format_problems=evaluation.format.problems[:20],
+        violations=[v.as_dict() for v in violations],
         turns=outcome.turns,
         tokens_in=outcome.usage.tokens_in,
         tokens_out=outcome.usage.tokens_out,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pytest_automedbench.scoring.models import STAGE_WEIGHTS, StageScores
+from pytest_automedbench.scoring.models import STAGE_WEIGHTS, ItemResult, Stage, StageScores
+
+STAGES: tuple[Stage, ...] = ("S1", "S2", "S3", "S4", "S5")
 
 Rating = Literal["A", "B", "C", "F"]
 
@@ -21,6 +23,23 @@ AGENTIC_FLOOR_B = 0.50
 def agentic_score(stages: StageScores) -> float:
     by_stage = stages.by_stage()
     return round(sum(STAGE_WEIGHTS[s] * by_stage[s] for s in STAGE_WEIGHTS), 6)
+
+
+def zero_stages(stages: StageScores, reason: str) -> StageScores:
+    """S1-S5 = 0 (an isolation violation): every item kept with its evidence, scored 0,
+    and the reason added to each stage."""
+    items = [item.model_copy(update={"score": 0.0, "auto": False}) for item in stages.items]
+    items += [
+        ItemResult(
+            stage=stage,
+            id=f"{stage.lower()}-violation",
+            question="No isolation violation",
+            score=0.0,
+            evidence=reason,
+        )
+        for stage in STAGES
+    ]
+    return StageScores(s1=0.0, s2=0.0, s3=0.0, s4=0.0, s5=0.0, items=items, judge=stages.judge)
 
 
 def overall_score(agentic: float, task: float) -> float:
