@@ -182,9 +182,16 @@ def pytest_configure_node(node: Any) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash[SESSION_KEY]
-    return [f"automedbench: run {session.run_id}"] + [
-        f"automedbench: {line}" for line in session.config.describe()
-    ]
+    backend = resolve_backend(session.config.sandbox)
+    isolation = {
+        "local": "bubblewrap namespaces, unprivileged uid",
+        "process": "NO isolation: install bubblewrap for the local backend",
+    }.get(backend, backend)
+    return (
+        [f"automedbench: run {session.run_id}"]
+        + [f"automedbench: {line}" for line in session.config.describe()]
+        + [f"automedbench: sandbox backend: {backend} ({isolation})"]
+    )
 
 
 def _runs_for(session: AutoMedBenchSession, agent: str, task: TaskSpec) -> int:
