@@ -26,6 +26,10 @@ class SandboxSpec(BaseModel):
     workspace_dir: Path
     network: bool = True
     memory_mb: int = 8192
+    #: Processes per sandbox (RLIMIT_NPROC of its uid), largest file, private /tmp size.
+    max_processes: int = 512
+    max_file_mb: int = 20 * 1024
+    tmp_mb: int = 2 * 1024
 
 
 class ExecResult(BaseModel):

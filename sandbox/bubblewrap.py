@@ -19,23 +19,27 @@ by it, and pytest's temporary folders (0700) or a pyenv under ``/root`` are not.
 call first enters a private mount namespace as root (``unshare --mount``), bind-mounts
 the sources onto empty folders of a per-sandbox staging directory under ``/tmp``, then
 drops privileges (``setpriv``) and starts bubblewrap from those mount points. The
-mounts exist only inside that namespace: nothing is left on the host if the harness
-dies. ``--die-with-parent`` ends the sandbox with the harness, and a per-call timeout
-kills the whole process group.
+bind mounts exist only inside that namespace. ``--die-with-parent`` ends the sandbox
+with the harness, and a per-call timeout kills the whole process group.
 
-Limits: RLIMIT_NPROC (per sandbox uid, so a fork bomb starves only its own cell),
-RLIMIT_FSIZE (largest file), RLIMIT_AS (address space = the memory limit), a bounded
-/tmp. Network: the host's network when ``network`` is on (the paper's agents download
-models; host loopback services are then reachable), none at all when off.
+Limits (from :class:`SandboxSpec`): RLIMIT_NPROC (per sandbox uid, so a fork bomb
+starves only its own cell), RLIMIT_FSIZE (largest file), RLIMIT_AS (address space = the
+memory limit), and a private /tmp that is a size-capped tmpfs mounted on the host for the
+sandbox's lifetime (it persists across calls, like a container's; a harness that dies
+leaves it mounted until the next sandbox sweeps it). Network: the host's network when
+``network`` is on (the paper's agents download models; host loopback services are then
+reachable), none at all when off.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -52,9 +56,9 @@ VENV = "/venv"
 #: Sandbox uids are drawn from [UID_BASE, UID_BASE + UID_SPAN): one per sandbox.
 UID_BASE = 200_000
 UID_SPAN = 800_000
-MAX_PROCESSES = 512
-MAX_FILE_BYTES = 20 * 1024**3
-TMPFS_BYTES = 2 * 1024**3
+#: Staging folders live here, named with this prefix; a file inside names the owner pid.
+STAGE_PREFIX = "amb-bwrap-"
+OWNER_FILE = "owner.pid"
 #: Host files the sandbox may read (when they exist).
 ETC_FILES = (
     "/etc/ssl",
@@ -112,13 +116,26 @@ class BubblewrapSandbox(Sandbox):
             raise SandboxError(f"bubblewrap backend unavailable: {problem}")
         if not self.spec.public_dir.is_dir():
             raise SandboxError(f"public inputs not found: {self.spec.public_dir}")
+        sweep_stale_stages()
         workspace = self.spec.workspace_dir
         workspace.mkdir(parents=True, exist_ok=True)
         _chown_tree(workspace, self.uid)
-        stage = Path(tempfile.mkdtemp(prefix="amb-bwrap-"))
+        workspace.chmod(0o700)  # the mount view hides it already; the mode is a second wall
+        stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
         stage.chmod(0o755)
-        for name in ("public", "workspace", "venv", "python"):
+        (stage / OWNER_FILE).write_text(str(os.getpid()))
+        for name in ("public", "workspace", "venv", "python", "tmp"):
             (stage / name).mkdir()
+        tmp = stage / "tmp"
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={self.spec.tmp_mb}m,mode=0700,"
+             f"uid={self.uid},gid={self.uid},nosuid,nodev", "amb-sandbox-tmp", str(tmp)],
+            capture_output=True,
+        )  # fmt: skip
+        if mounted.returncode != 0:
+            shutil.rmtree(stage, ignore_errors=True)
+            detail = mounted.stderr.decode(errors="replace").strip()
+            raise SandboxError(f"cannot mount the sandbox's /tmp: {detail}")
         (stage / "passwd").write_text(
             f"root:x:0:0::/root:/usr/sbin/nologin\nagent:x:{self.uid}:{self.uid}::{WORKSPACE}:"
             "/bin/bash\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
@@ -130,7 +147,7 @@ class BubblewrapSandbox(Sandbox):
 
     def stop(self) -> None:
         if self._stage is not None:
-            shutil.rmtree(self._stage, ignore_errors=True)
+            _remove_stage(self._stage)
             self._stage = None
 
     # ------------------------------------------------------------------ exec
@@ -187,7 +204,7 @@ class BubblewrapSandbox(Sandbox):
         ]  # fmt: skip
         if base != venv:
             bwrap += ["--ro-bind", str(stage / "python"), str(base)]
-        bwrap += ["--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+        bwrap += ["--bind", str(stage / "tmp"), "/tmp", "--proc", "/proc", "--dev", "/dev"]
         if not self.spec.network:
             bwrap.append("--unshare-net")
         bwrap += ["--clearenv", "--chdir", WORKSPACE]
@@ -196,8 +213,8 @@ class BubblewrapSandbox(Sandbox):
         memory = self.spec.memory_mb * 1024**2
         drop = [
             "prlimit",
-            f"--nproc={MAX_PROCESSES}",
-            f"--fsize={MAX_FILE_BYTES}",
+            f"--nproc={self.spec.max_processes}",
+            f"--fsize={self.spec.max_file_mb * 1024**2}",
             f"--as={memory}",
             "--",
             "setpriv",
@@ -307,12 +324,11 @@ class BubblewrapSandbox(Sandbox):
         raise PermissionError(13, f"{path} is outside {allowed}")
 
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
-        target = self._host_path(path, writable=False)
-        with target.open("rb") as fh:
-            return fh.read() if max_bytes is None else fh.read(max_bytes)
+        return read_regular_file(self._host_path(path, writable=False), path, max_bytes)
 
     def write_file(self, path: str, data: bytes) -> None:
         target = self._host_path(path, writable=True)
+        refuse_special_file(target, path)
         created = []
         parent = target.parent
         while not parent.exists():
@@ -325,6 +341,42 @@ class BubblewrapSandbox(Sandbox):
 
     def copy_out(self, path: str, dest: Path) -> list[str]:
         return copy_tree_no_links(self._host_path(path, writable=False), dest)
+
+
+def read_regular_file(target: Path, shown: str, max_bytes: int | None) -> bytes:
+    """Read a regular file only: a FIFO or device planted by the agent would block or
+    misbehave in the harness (opened non-blocking, then checked)."""
+    fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise PermissionError(errno.EACCES, f"{shown} is not a regular file")
+        return fh.read() if max_bytes is None else fh.read(max_bytes)
+
+
+def refuse_special_file(target: Path, shown: str) -> None:
+    """Writing over a FIFO, socket or device would block or escape: only regular files."""
+    if target.exists() and not target.is_file():
+        raise PermissionError(errno.EACCES, f"{shown} is not a regular file")
+
+
+def _remove_stage(stage: Path) -> None:
+    subprocess.run(["umount", "-l", str(stage / "tmp")], capture_output=True)
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def sweep_stale_stages(root: Path | None = None) -> list[Path]:
+    """Remove staging folders left by harnesses that died (their owner pid is gone)."""
+    removed = []
+    for stage in Path(root or tempfile.gettempdir()).glob(f"{STAGE_PREFIX}*"):
+        try:
+            owner = int((stage / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if owner == os.getpid() or Path(f"/proc/{owner}").exists():
+            continue
+        _remove_stage(stage)
+        removed.append(stage)
+    return removed
 
 
 def _chown_tree(root: Path, uid: int) -> None:

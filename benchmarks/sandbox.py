@@ -1,0 +1,248 @@
+"""Sandbox overheads against bare process starts, measured in one run.
+
+Not a test: wall-clock numbers depend on the machine and on what else runs on it, so
+this only prints them.  Each comparison runs both sides in the same process, interleaved
+(so a busy neighbour hurts both alike), and prints the ratio, which is what carries
+across machines.  Every timed call must succeed, or the run stops: a fast failure is not
+a measurement.
+
+(a) exec round trip of ``true`` (through bash) and of ``python -c pass``: the ``local``
+    backend (bubblewrap, an unprivileged uid, fresh namespaces per call) and the
+    ``process`` backend (no isolation) vs a bare ``subprocess.run`` of the same command
+    line on the host (best of ``--repeats``; the issue asks for the ratio to be printed);
+(b) one cell's sandbox lifecycle, ``start()`` + one ``exec`` + ``stop()`` on a fresh
+    workspace, vs one exec in an already started sandbox (median, as the Docker target
+    is a median);
+(c) the Docker backend, when ``pytest_automedbench.sandbox.BACKENDS`` has one: our exec
+    round trip vs a bare ``docker exec`` of the same command into the same container
+    (target <= 1.5x), and the container lifecycle per cell (target <= 2 s median).  The
+    backend must expose the started container's id or name as ``container_id``.
+
+    .venv/bin/python benchmarks/sandbox.py            # best of 30, lifecycle median of 15
+    .venv/bin/python benchmarks/sandbox.py --quick    # fewer rounds for a busy machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pytest_automedbench.sandbox import BACKENDS, Sandbox, SandboxSpec
+from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
+
+Language = Literal["bash", "python"]
+#: (label, language, code, the same command line as the backend runs it, bare)
+COMMANDS: list[tuple[str, Language, str, list[str]]] = [
+    ("true", "bash", "true", ["bash", "-c", "true"]),
+    ("python -c pass", "python", "pass", [sys.executable, "-c", "pass"]),
+]
+
+
+@dataclass
+class Row:
+    check: str
+    ours: str
+    reference: str
+    ratio: str
+    target: str
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def best_of(repeats: int, *fns: Callable[[], None]) -> list[float]:
+    """Best wall time of each function over ``repeats`` rounds, run interleaved."""
+    for fn in fns:  # warm-up: page cache, imports, the first namespace setup
+        fn()
+    best = [float("inf")] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best
+
+
+def median_of(repeats: int, fn: Callable[[], None]) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bare(argv: list[str]) -> Callable[[], None]:
+    """The reference: the same command as a plain child process, output captured."""
+
+    def run() -> None:
+        subprocess.run(argv, capture_output=True, check=True, stdin=subprocess.DEVNULL)
+
+    return run
+
+
+def sandboxed(box: Sandbox, language: Language, code: str) -> Callable[[], None]:
+    def run() -> None:
+        result = box.exec(language, code, timeout_s=60)
+        if result.exit_code != 0:
+            raise SystemExit(f"{type(box).__name__} exec of {code!r} failed: {result}")
+
+    return run
+
+
+def new_spec(root: Path, public: Path, name: str) -> SandboxSpec:
+    # Network off: the per-cell default for honest work is on, but off is the stricter
+    # (slightly slower: one more namespace) configuration.
+    return SandboxSpec(public_dir=public, workspace_dir=root / name, network=False)
+
+
+# --------------------------------------------------------------------------- (a), (b)
+
+
+def bench_exec(backend: str, root: Path, public: Path, repeats: int) -> list[Row]:
+    box = BACKENDS[backend](new_spec(root, public, f"ws-exec-{backend}"))
+    box.start()
+    rows = []
+    try:
+        for label, language, code, argv in COMMANDS:
+            ours, reference = best_of(repeats, sandboxed(box, language, code), bare(argv))
+            rows.append(
+                Row(
+                    f"(a) {backend} exec `{label}`",
+                    ms(ours),
+                    f"bare subprocess {ms(reference)}",
+                    f"{ours / reference:.1f}x (+{ms(ours - reference)})",
+                    "report",
+                )
+            )
+    finally:
+        box.stop()
+    return rows
+
+
+def bench_lifecycle(backend: str, root: Path, public: Path, repeats: int) -> Row:
+    counter = iter(range(10**6))
+
+    def cell() -> None:
+        box = BACKENDS[backend](new_spec(root, public, f"ws-cell-{backend}-{next(counter)}"))
+        box.start()
+        try:
+            sandboxed(box, "bash", "true")()
+        finally:
+            box.stop()
+
+    warm = BACKENDS[backend](new_spec(root, public, f"ws-warm-{backend}"))
+    warm.start()
+    try:
+        one_exec = median_of(repeats, sandboxed(warm, "bash", "true"))
+    finally:
+        warm.stop()
+    lifecycle = median_of(repeats, cell)
+    return Row(
+        f"(b) {backend} start+exec+stop, one cell",
+        f"median {ms(lifecycle)}",
+        f"one exec when started {ms(one_exec)}",
+        f"{lifecycle / one_exec:.1f}x (+{ms(lifecycle - one_exec)})",
+        "report (Docker: <= 2 s)",
+    )
+
+
+# --------------------------------------------------------------------------- (c) Docker
+
+
+def bench_docker(root: Path, public: Path, repeats: int) -> list[Row]:
+    exec_check = "(c) docker exec round trip"
+    life_check = "(c) docker container lifecycle, one cell"
+    if "docker" not in BACKENDS:
+        why = "n/a: Docker backend not built yet"
+        return [Row(exec_check, why, "", "", "<= 1.5x"), Row(life_check, why, "", "", "<= 2 s")]
+    docker_cli = shutil.which("docker")
+    box = BACKENDS["docker"](new_spec(root, public, "ws-docker"))
+    box.start()
+    rows = []
+    try:
+        container = getattr(box, "container_id", None)
+        for label, language, code, _ in COMMANDS:
+            check = f"{exec_check} `{label}`"
+            ours = sandboxed(box, language, code)
+            if docker_cli is None or not isinstance(container, str):
+                (ours_s,) = best_of(repeats, ours)
+                why = "no docker CLI" if docker_cli is None else "backend has no container_id"
+                rows.append(Row(check, ms(ours_s), f"n/a: {why}", "", "<= 1.5x"))
+                continue
+            inner = ["bash", "-c", code] if language == "bash" else ["python", "-c", code]
+            ours_s, bare_s = best_of(repeats, ours, bare([docker_cli, "exec", container, *inner]))
+            rows.append(
+                Row(
+                    check,
+                    ms(ours_s),
+                    f"bare docker exec {ms(bare_s)}",
+                    f"{ours_s / bare_s:.2f}x",
+                    "<= 1.5x",
+                )
+            )
+    finally:
+        box.stop()
+    lifecycle = bench_lifecycle("docker", root, public, max(3, repeats // 3))
+    rows.append(Row(life_check, lifecycle.ours, lifecycle.reference, lifecycle.ratio, "<= 2 s"))
+    return rows
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a busy machine)")
+    parser.add_argument("--repeats", type=int, help="best of this many exec rounds")
+    args = parser.parse_args()
+    repeats = args.repeats or (8 if args.quick else 30)
+    cells = max(3, repeats // 2)
+    problem = bubblewrap_problem()
+    print(
+        f"{'quick' if args.quick else 'full'}: exec best of {repeats}, lifecycle median of "
+        f"{cells}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
+        f"backends {', '.join(sorted(BACKENDS))}",
+        flush=True,
+    )
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="amb-bench-sandbox-") as tmp:
+        root = Path(tmp)
+        public = root / "public"
+        public.mkdir()
+        (public / "input.txt").write_text("public input\n")
+        for backend in ("local", "process"):
+            if backend == "local" and problem is not None:
+                why = f"n/a: {problem}"
+                rows.append(Row("(a) local exec", why, "", "", "report"))
+                rows.append(Row("(b) local start+exec+stop", why, "", "", "report"))
+                continue
+            print(f"  (a) {backend} exec ...", flush=True)
+            rows += bench_exec(backend, root, public, repeats)
+            print(f"  (b) {backend} lifecycle ...", flush=True)
+            rows.append(bench_lifecycle(backend, root, public, cells))
+        print("  (c) docker ...", flush=True)
+        rows += bench_docker(root, public, repeats)
+
+    headers = Row("check", "ours", "reference (same run)", "ratio", "target")
+    fields = ("check", "ours", "reference", "ratio", "target")
+    widths = [max(len(getattr(r, f)) for r in [headers, *rows]) for f in fields]
+    for row in [headers, *rows]:
+        cells_text = (getattr(row, f) for f in fields)
+        print("  ".join(c.ljust(w) for c, w in zip(cells_text, widths, strict=True)).rstrip())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,715 @@
+"""The bubblewrap (``local``) backend, exercised for real: the view, the identity, the
+environment, the namespaces, the limits, process cleanup and the host-side file tools.
+
+Every check runs a command inside a real sandbox and looks at the result from both
+sides (what the agent saw, what the host sees), because a sandbox that merely *says* it
+is isolated is the failure mode this backend exists to prevent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from pytest_automedbench.sandbox import BubblewrapSandbox, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox import bubblewrap as bw
+from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
+
+_PROBLEM = bubblewrap_problem()
+pytestmark = pytest.mark.skipif(
+    _PROBLEM is not None, reason=f"bubblewrap backend cannot run here: {_PROBLEM}"
+)
+
+#: Process states that are still running code (everything but zombie/dead).
+_LIVE_STATES = "D,R,S,T,t"
+
+
+class MakeBox(Protocol):
+    def __call__(
+        self, name: str = "ws", *, network: bool = False, memory_mb: int = 8192
+    ) -> BubblewrapSandbox: ...
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def live_pids(uid: int) -> list[int]:
+    """Processes of this real uid that are not zombies (``pgrep -U``).
+
+    Zombies are excluded on purpose: bubblewrap's pid-1 init is reparented to the host's
+    init when its monitor exits first, and lingers as a zombie until that init reaps it.
+    A zombie runs no code and holds no file, so it is not an escape.
+    """
+    proc = subprocess.run(
+        ["pgrep", "-U", str(uid), "-r", _LIVE_STATES], capture_output=True, text=True
+    )
+    return [int(pid) for pid in proc.stdout.split()]
+
+
+def wait_gone(uid: int, within_s: float = 2.0) -> list[int]:
+    """The live processes of ``uid`` still there after ``within_s`` (empty when all went)."""
+    deadline = time.monotonic() + within_s
+    while (left := live_pids(uid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def kill_leftovers(uid: int) -> None:
+    """Only for cleanup after a failed assertion: SIGKILL this test's sandbox processes."""
+    for pid in live_pids(uid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_ok(box: BubblewrapSandbox, code: str, language: str = "python") -> str:
+    result = box.exec("python" if language == "python" else "bash", code, timeout_s=60)
+    assert result.exit_code == 0, result
+    out: str = result.stdout
+    return out
+
+
+def run_json(box: BubblewrapSandbox, code: str) -> Any:
+    return json.loads(run_ok(box, textwrap.dedent(code)).strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def public(tmp_path: Path) -> Path:
+    public = tmp_path / "public"
+    (public / "cases").mkdir(parents=True)
+    (public / "input.txt").write_text("hello")
+    (public / "cases" / "case_0001.txt").write_text("case one")
+    root_only = public / "root_only.txt"
+    root_only.write_text("only root reads this")
+    root_only.chmod(0o600)
+    # World-writable on the host: only the read-only mount can stop a write to it.
+    writable = public / "open.txt"
+    writable.write_text("anyone may write")
+    writable.chmod(0o666)
+    return public
+
+
+@pytest.fixture
+def make_box(tmp_path: Path, public: Path) -> Iterator[MakeBox]:
+    boxes: list[BubblewrapSandbox] = []
+
+    def make(name: str = "ws", *, network: bool = False, **limits: int) -> BubblewrapSandbox:
+        spec = SandboxSpec(
+            public_dir=public, workspace_dir=tmp_path / name, network=network, **limits
+        )
+        box = BubblewrapSandbox(spec)
+        box.start()
+        boxes.append(box)
+        return box
+
+    yield make
+    for box in boxes:
+        box.stop()
+        kill_leftovers(box.uid)
+
+
+@pytest.fixture
+def box(make_box: MakeBox) -> BubblewrapSandbox:
+    return make_box()
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[str]:
+    """An HTTP server on the host's loopback that answers a token: stands in for the
+    evaluator, the judge proxy or any other host-local service."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"host-loopback-token"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+_FETCH = """
+import json, urllib.request
+try:
+    body = urllib.request.urlopen({url!r}, timeout=5).read().decode()
+    print(json.dumps({{"ok": True, "body": body}}))
+except OSError as exc:
+    print(json.dumps({{"ok": False, "error": repr(exc)}}))
+"""
+
+
+# --------------------------------------------------------------------------- the view
+
+
+def expected_root() -> set[str]:
+    """The top of the sandbox's file system: its own mounts, the host's program folders
+    (bound or symlinked when the host has them), and the first component of the base
+    interpreter's install when the venv links to one outside /usr (pyenv under /root)."""
+    names = {"dev", "etc", "proc", "public", "tmp", "usr", "venv", "workspace"}
+    for link in ("bin", "lib", "lib64", "sbin"):
+        host = Path("/") / link
+        if host.is_symlink() or host.is_dir():
+            names.add(link)
+    base = Path(sys.base_prefix).resolve()
+    if base != Path(sys.prefix).resolve():
+        names.add(base.parts[1])
+    return names
+
+
+def test_root_holds_only_the_sandbox_view(box: BubblewrapSandbox, tmp_path: Path) -> None:
+    view = run_json(
+        box,
+        f"""
+        import json, os
+        print(json.dumps({{
+            "root": sorted(os.listdir("/")),
+            "etc": sorted(os.listdir("/etc")),
+            "dev": sorted(os.listdir("/dev")),
+            "sys": os.path.exists("/sys"),
+            "host_tmp_path": os.path.exists({str(tmp_path)!r}),
+            "public": sorted(os.listdir("/public")),
+        }}))
+        """,
+    )
+    assert set(view["root"]) == expected_root()
+    assert not view["sys"]
+    assert not view["host_tmp_path"], "a host path is visible inside the sandbox"
+    allowed_etc = {Path(p).name for p in bw.ETC_FILES} | {"passwd", "group"}
+    assert set(view["etc"]) <= allowed_etc, set(view["etc"]) - allowed_etc
+    assert "shadow" not in view["etc"] and "resolv.conf" not in view["etc"]
+    minimal_dev = {"core", "fd", "full", "null", "ptmx", "pts", "random", "shm"}
+    minimal_dev |= {"stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+    assert set(view["dev"]) <= minimal_dev, set(view["dev"]) - minimal_dev
+    assert view["public"] == ["cases", "input.txt", "open.txt", "root_only.txt"]
+
+
+def test_base_interpreter_path_exposes_only_itself(box: BubblewrapSandbox) -> None:
+    """When the venv links to an interpreter outside /usr (pyenv in /root), only the
+    chain of folders down to that install appears, not the rest of /root."""
+    base = Path(sys.base_prefix).resolve()
+    if base == Path(sys.prefix).resolve() or base.is_relative_to("/usr"):
+        pytest.skip("the interpreter lives inside the venv or /usr: nothing extra is bound")
+    ancestors = [p for p in reversed(base.parents) if p != Path("/")]
+    listings = run_json(
+        box,
+        f"""
+        import json, os
+        print(json.dumps([sorted(os.listdir(p)) for p in {[str(p) for p in ancestors]!r}]))
+        """,
+    )
+    for folder, listing in zip(ancestors, listings, strict=True):
+        assert listing == [base.relative_to(folder).parts[0]], (folder, listing)
+
+
+def test_public_is_read_only_workspace_writable_and_owned_by_the_sandbox_uid(
+    box: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    result = run_json(
+        box,
+        """
+        import json, os
+        import errno
+        def attempt(path, mode="w"):
+            try:
+                with open(path, mode) as fh:
+                    fh.write("x")
+                return "ok"
+            except OSError as exc:
+                return errno.errorcode[exc.errno]
+        print(json.dumps({
+            "new_public": attempt("/public/new.txt"),
+            "overwrite_public": attempt("/public/open.txt", "a"),
+            "venv": attempt("/venv/planted.py"),
+            "usr": attempt("/usr/planted"),
+            "workspace": attempt("/workspace/out.txt"),
+            "tmp": attempt("/tmp/scratch"),
+            "root_only": attempt("/public/root_only.txt", "r"),
+        }))
+        """,
+    )
+    assert result["new_public"] == "EROFS"
+    assert result["overwrite_public"] == "EROFS"
+    assert result["venv"] == "EROFS"
+    assert result["usr"] == "EROFS"
+    assert result["workspace"] == "ok"
+    assert result["tmp"] == "ok"
+    # A real unprivileged uid: host DAC applies, so a root-only 0600 file is unreadable.
+    assert result["root_only"] == "EACCES"
+    written = tmp_path / "ws" / "out.txt"
+    assert written.read_text() == "x"
+    assert written.stat().st_uid == box.uid
+    assert (tmp_path / "public" / "open.txt").read_text() == "anyone may write"
+    assert not (tmp_path / "public" / "new.txt").exists()
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def test_runs_as_its_own_unprivileged_uid_without_capabilities(box: BubblewrapSandbox) -> None:
+    who = run_json(
+        box,
+        """
+        import getpass, json, os, socket
+        status = dict(
+            line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines()
+            if ":\\t" in line
+        )
+        print(json.dumps({
+            "uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
+            "groups": os.getgroups(), "user": getpass.getuser(), "home": os.path.expanduser("~"),
+            "host": socket.gethostname(),
+            **{k: status[k].strip() for k in
+               ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")},
+        }))
+        """,
+    )
+    assert box.uid != 0
+    assert (who["uid"], who["euid"], who["gid"]) == (box.uid, box.uid, box.uid)
+    assert who["groups"] == []
+    for field in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(who[field], 16) == 0, (field, who[field])
+    assert who["NoNewPrivs"] == "1"
+    assert who["user"] == "agent"
+    assert who["home"] == "/workspace"
+    assert who["host"] == "sandbox"
+    # No way back up: nested user namespaces are disabled, mounting is refused.
+    nested = box.exec("bash", "unshare -Ur true", timeout_s=30)
+    assert nested.exit_code != 0, nested
+    mount = box.exec("bash", "mount -t tmpfs none /workspace", timeout_s=30)
+    assert mount.exit_code != 0, mount
+
+
+def test_environment_is_an_allow_list(
+    box: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_PROVIDER_API_KEY", "sk-fake-provider-0123456789")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-openai-0123456789")
+    result = box.exec("bash", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'", 30)
+    assert result.exit_code == 0, result
+    assert "FAKE_PROVIDER_API_KEY" not in result.stdout
+    assert "sk-fake" not in result.stdout
+    env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    assert env["HOME"] == "/workspace"
+    assert env["USER"] == "agent"
+    assert env["PATH"].split(":")[0] == "/venv/bin"
+
+
+# --------------------------------------------------------------------------- namespaces
+
+
+def test_pid_namespace_shows_only_the_sandbox(box: BubblewrapSandbox) -> None:
+    host_sleep = subprocess.Popen(["sleep", "30"])
+    try:
+        listing = run_json(
+            box,
+            """
+            import json, os, subprocess
+            pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+            comms = [open(f"/proc/{p}/comm").read().strip() for p in pids]
+            ps = subprocess.run(["ps", "-eo", "comm="], capture_output=True, text=True).stdout
+            print(json.dumps({"pids": pids, "comms": comms, "ps": ps.split(),
+                              "root1": sorted(os.listdir("/proc/1/root"))}))
+            """,
+        )
+    finally:
+        host_sleep.kill()
+        host_sleep.wait()
+    # bubblewrap's init is pid 1, then this python (and its ps child, gone by now).
+    assert listing["pids"][0] == 1
+    assert len(listing["pids"]) <= 3, listing
+    assert all(c == "bwrap" or c.startswith("python") for c in listing["comms"]), listing
+    assert "sleep" not in listing["ps"]
+    assert all(c in ("bwrap", "ps") or c.startswith("python") for c in listing["ps"]), listing
+    assert set(listing["root1"]) == expected_root(), "/proc/1/root must be the sandbox root"
+
+
+def test_network_off_has_only_loopback_and_cannot_reach_the_host(
+    make_box: MakeBox, loopback_server: str
+) -> None:
+    box = make_box(network=False)
+    names = run_json(box, "import json, socket; print(json.dumps(socket.if_nameindex()))")
+    assert [name for _, name in names] == ["lo"]
+    fetched = run_json(box, _FETCH.format(url=loopback_server))
+    assert fetched["ok"] is False
+    assert "Connection refused" in fetched["error"]
+
+
+def test_network_on_reaches_the_host_loopback_a_known_property(
+    make_box: MakeBox, loopback_server: str
+) -> None:
+    """With ``network=True`` the sandbox shares the host's network namespace, so host
+    services bound to 127.0.0.1 ARE reachable (the evaluator and the judge must not
+    listen there unauthenticated). This pins the property so that a change to it is
+    noticed, in either direction."""
+    box = make_box(network=True)
+    fetched = run_json(box, _FETCH.format(url=loopback_server))
+    assert fetched == {"ok": True, "body": "host-loopback-token"}
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_limits_match_the_backend_constants(make_box: MakeBox) -> None:
+    box = make_box(memory_mb=2048)
+    limits = run_json(
+        box,
+        """
+        import json, os, resource
+        vfs = os.statvfs("/tmp")
+        print(json.dumps({
+            "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
+            "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+            "as": resource.getrlimit(resource.RLIMIT_AS)[0],
+            "tmp_bytes": vfs.f_blocks * vfs.f_frsize,
+            "tmp_entries": os.listdir("/tmp"),
+        }))
+        """,
+    )
+    assert limits["nproc"] == box.spec.max_processes
+    assert limits["fsize"] == box.spec.max_file_mb * 1024**2
+    assert limits["as"] == 2048 * 1024**2
+    assert limits["tmp_bytes"] == box.spec.tmp_mb * 1024**2
+    assert limits["tmp_entries"] == []
+
+
+def test_fork_bomb_is_contained_and_the_host_can_still_spawn(
+    make_box: MakeBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A small cap keeps a real fork bomb cheap on a shared machine while exercising the
+    # same RLIMIT_NPROC as the default.
+    box = make_box(max_processes=48)
+    results: list[Any] = []
+    bomb = threading.Thread(
+        target=lambda: results.append(box.exec("bash", "b(){ b | b & }; b; sleep 10", 3))
+    )
+    bomb.start()
+    peak = 0
+    while bomb.is_alive():
+        peak = max(peak, len(live_pids(box.uid)))
+        time.sleep(0.02)
+    bomb.join()
+    (result,) = results
+    assert result.exit_code != 0
+    assert "Resource temporarily unavailable" in result.stderr
+    assert 10 < peak <= 48, f"peak of {peak} processes for the sandbox uid"
+    assert wait_gone(box.uid) == []
+    assert subprocess.run(["true"]).returncode == 0
+    assert run_ok(box, "echo alive", "bash").strip() == "alive"
+
+
+def test_memory_limit_makes_a_large_allocation_fail(make_box: MakeBox) -> None:
+    box = make_box(memory_mb=256)
+    result = box.exec(
+        "python",
+        "small = bytearray(64 << 20); print('64 MiB ok', flush=True); big = bytearray(1 << 30)",
+        timeout_s=60,
+    )
+    assert result.exit_code != 0
+    assert "64 MiB ok" in result.stdout
+    assert "MemoryError" in result.stderr
+
+
+def test_file_size_limit_refuses_a_large_file(
+    make_box: MakeBox, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    box = make_box(max_file_mb=8)
+    outcome = run_json(
+        box,
+        """
+        import errno, json
+        with open("/workspace/small.bin", "wb") as fh:
+            fh.write(b"\\0" * (4 << 20))
+        try:
+            with open("/workspace/big.bin", "wb") as fh:
+                fh.write(b"\\0" * (16 << 20))
+            print(json.dumps("written"))
+        except OSError as exc:
+            print(json.dumps(errno.errorcode[exc.errno]))
+        """,
+    )
+    assert outcome == "EFBIG"
+    assert (tmp_path / "ws" / "small.bin").stat().st_size == 4 << 20
+    assert (tmp_path / "ws" / "big.bin").stat().st_size <= 8 * 1024**2
+
+
+def test_tmp_is_a_bounded_tmpfs(make_box: MakeBox, monkeypatch: pytest.MonkeyPatch) -> None:
+    box = make_box(tmp_mb=16)
+    outcome = run_json(
+        box,
+        """
+        import errno, json
+        try:
+            with open("/tmp/fill.bin", "wb") as fh:
+                fh.write(b"\\0" * (32 << 20))
+            print(json.dumps("written"))
+        except OSError as exc:
+            print(json.dumps(errno.errorcode[exc.errno]))
+        """,
+    )
+    assert outcome == "ENOSPC"
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def test_timeout_kills_the_whole_group(box: BubblewrapSandbox) -> None:
+    start = time.monotonic()
+    result = box.exec("bash", "sleep 100 & sleep 100", timeout_s=1)
+    assert result.timed_out and result.exit_code == 124
+    assert time.monotonic() - start < 10
+    assert wait_gone(box.uid) == [], "a sandbox process survived the timeout"
+
+
+def test_background_processes_do_not_outlive_their_call(box: BubblewrapSandbox) -> None:
+    """The pid namespace ends with the command, so nothing of the agent runs between
+    tool calls (which is what lets the host-side file tools trust the workspace)."""
+    result = box.exec("bash", "nohup sleep 100 >/dev/null 2>&1 & echo started", timeout_s=10)
+    assert (result.exit_code, result.stdout.strip()) == (0, "started")
+    assert wait_gone(box.uid) == []
+
+
+_CHILD = """
+import json, sys
+from pathlib import Path
+from pytest_automedbench.sandbox import BubblewrapSandbox, SandboxSpec
+box = BubblewrapSandbox(SandboxSpec(public_dir=Path(sys.argv[1]), workspace_dir=Path(sys.argv[2])))
+box.start()
+print(json.dumps({"uid": box.uid, "stage": str(box._stage)}), flush=True)
+box.exec("bash", "sleep 300", 600)
+"""
+
+
+def test_sandbox_dies_with_the_harness(public: Path, tmp_path: Path) -> None:
+    harness = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(public), str(tmp_path / "ws")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert harness.stdout is not None
+    info = json.loads(harness.stdout.readline())
+    uid = int(info["uid"])
+    try:
+        deadline = time.monotonic() + 20
+        while not live_pids(uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert live_pids(uid), "the sandboxed sleep never started"
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        assert wait_gone(uid, within_s=2.0) == [], "sandbox processes outlived the harness"
+    finally:
+        harness.kill()
+        harness.wait()
+        kill_leftovers(uid)
+        # A SIGKILLed harness cannot run stop(): its staging folder is left behind.
+        stage = Path(info["stage"])
+        if stage.name.startswith("amb-bwrap-"):
+            subprocess.run(["rm", "-rf", "--", str(stage)], check=False)
+
+
+# --------------------------------------------------------------------------- two cells
+
+
+def test_two_sandboxes_get_different_uids_and_cannot_see_each_other(
+    make_box: MakeBox, tmp_path: Path
+) -> None:
+    first, second = make_box("ws_a"), make_box("ws_b")
+    assert first.uid != second.uid
+    run_ok(second, "echo second-cell-secret > /workspace/secret.txt", "bash")
+    host_secret = tmp_path / "ws_b" / "secret.txt"
+    assert host_secret.stat().st_uid == second.uid
+    probe = first.exec(
+        "bash",
+        f"cat {host_secret}; cat /proc/1/root{host_secret}; ls -A /workspace; "
+        f"cat /workspace/../ws_b/secret.txt",
+        timeout_s=30,
+    )
+    assert "second-cell-secret" not in probe.stdout
+    assert "secret.txt" not in probe.stdout
+    with pytest.raises(PermissionError):
+        first.read_file(str(host_secret))
+    with pytest.raises(PermissionError):
+        first.read_file("../ws_b/secret.txt")
+
+
+# --------------------------------------------------------------------------- file tools
+
+
+def test_file_tools_confine_reads_to_workspace_and_public(
+    box: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    run_ok(box, "echo notes > /workspace/notes.txt; ln -s notes.txt alias.txt", "bash")
+    assert box.read_file("/public/input.txt") == b"hello"
+    assert box.read_file("/public/cases/case_0001.txt", max_bytes=4) == b"case"
+    assert box.read_file("notes.txt") == b"notes\n"
+    assert box.read_file("/workspace/notes.txt") == b"notes\n"
+    assert box.read_file("alias.txt") == b"notes\n", "a link inside the workspace is fine"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("reference answer")
+    for path in (
+        "../outside.txt",
+        "/workspace/../outside.txt",
+        "/public/../outside.txt",
+        "/etc/passwd",
+        str(outside),  # host paths are not sandbox paths
+        str(tmp_path / "public" / "input.txt"),
+    ):
+        with pytest.raises(PermissionError):
+            box.read_file(path)
+
+
+def test_file_tools_refuse_links_planted_in_the_workspace(
+    box: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    secret = tmp_path / "references" / "label.txt"
+    secret.parent.mkdir()
+    secret.write_text("reference answer")
+    workspace = tmp_path / "ws"
+    # Planted by the host (as a compromised helper might) and by the agent itself.
+    os.symlink(secret, workspace / "host_link")
+    os.symlink(secret.parent, workspace / "host_dir_link")
+    run_ok(box, "ln -s / rootlink; ln -s ../references/label.txt rel_link", "bash")
+    for path in ("host_link", "host_dir_link/label.txt", "rootlink/etc/shadow", "rel_link"):
+        with pytest.raises(PermissionError):
+            box.read_file(path)
+    for path in ("host_link", "host_dir_link/new.txt", "rootlink/tmp/x", "/public/new.txt"):
+        with pytest.raises(PermissionError):
+            box.write_file(path, b"tampered")
+    assert secret.read_text() == "reference answer"
+    assert sorted(p.name for p in secret.parent.iterdir()) == ["label.txt"]
+    assert not (tmp_path / "public" / "new.txt").exists()
+
+
+def test_write_file_creates_files_owned_by_the_sandbox_uid(
+    box: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    box.write_file("deep/er/out.txt", b"first")
+    box.write_file("/workspace/top.txt", b"top")
+    host = tmp_path / "ws"
+    for path in (host / "deep", host / "deep" / "er", host / "deep" / "er" / "out.txt"):
+        assert path.stat().st_uid == box.uid, path
+        assert path.stat().st_gid == box.uid, path
+    assert (host / "top.txt").stat().st_uid == box.uid
+    # ... so the agent can go on editing what the tool wrote.
+    run_ok(box, "echo ' second' >> deep/er/out.txt; rm top.txt", "bash")
+    assert (host / "deep" / "er" / "out.txt").read_text() == "first second\n"
+    assert not (host / "top.txt").exists()
+
+
+def test_copy_out_skips_links(box: BubblewrapSandbox, tmp_path: Path) -> None:
+    run_ok(
+        box,
+        "mkdir -p out/sub && echo pred > out/sub/case.txt && "
+        "ln -s /public/input.txt out/pub_link && ln -s / out/root_link && mkfifo out/pipe",
+        "bash",
+    )
+    dest = tmp_path / "copied"
+    skipped = box.copy_out("/workspace/out", dest)
+    assert sorted(skipped) == ["pipe", "pub_link", "root_link"]
+    assert (dest / "sub" / "case.txt").read_text() == "pred\n"
+    assert sorted(p.name for p in dest.iterdir()) == ["sub"]
+
+
+def test_read_file_does_not_hang_on_a_fifo(box: BubblewrapSandbox, tmp_path: Path) -> None:
+    run_ok(box, "mkfifo /workspace/trap", "bash")
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            outcome.append(box.read_file("trap"))
+        except OSError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(2)
+    hung = reader.is_alive()
+    if hung:  # release the reader so the thread does not outlive the test
+        os.close(os.open(tmp_path / "ws" / "trap", os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+    assert not hung, "read_file blocked on a FIFO"
+    assert isinstance(outcome[0], PermissionError)
+    with pytest.raises(PermissionError, match="not a regular file"):
+        box.write_file("trap", b"x")
+
+
+def test_tmp_persists_across_calls_and_is_removed_at_stop(box: BubblewrapSandbox) -> None:
+    run_ok(box, "echo kept > /tmp/downloaded.txt", "bash")
+    assert run_ok(box, "cat /tmp/downloaded.txt", "bash").strip() == "kept"
+    stage = box._stage
+    assert stage is not None and (stage / "tmp" / "downloaded.txt").exists()
+    box.stop()
+    assert not stage.exists()
+
+
+def test_stale_stages_of_dead_harnesses_are_swept(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name, owner in (("amb-bwrap-dead", dead.pid), ("amb-bwrap-live", os.getpid())):
+        (tmp_path / name / "tmp").mkdir(parents=True)
+        (tmp_path / name / "owner.pid").write_text(str(owner))
+    assert bw.sweep_stale_stages(tmp_path) == [tmp_path / "amb-bwrap-dead"]
+    assert (tmp_path / "amb-bwrap-live").exists() and not (tmp_path / "amb-bwrap-dead").exists()
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_harness_venv_works_inside(box: BubblewrapSandbox) -> None:
+    out = run_ok(box, "import numpy, SimpleITK, sys; print(sys.prefix, numpy.zeros(3).sum())")
+    assert out.split() == ["/venv", "0.0"]
+
+
+def test_workspace_under_a_private_folder_still_works(
+    box: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    """pytest's tmp_path sits below a 0700 folder that the sandbox uid cannot traverse
+    on the host: the staged mounts are what make the workspace reachable anyway."""
+    private = [p for p in tmp_path.parents if stat.S_IMODE(p.stat().st_mode) & 0o077 == 0]
+    assert private, f"precondition: some parent of {tmp_path} should be private (0700)"
+    out = run_ok(box, "cat /public/input.txt > copy.txt && cat copy.txt", "bash")
+    assert out == "hello"
+    assert (tmp_path / "ws" / "copy.txt").read_text() == "hello"
+
+
+def test_staging_folder_is_removed_at_stop(box: BubblewrapSandbox) -> None:
+    stage = box._stage
+    assert stage is not None and stage.is_dir()
+    assert f"agent:x:{box.uid}:" in (stage / "passwd").read_text()
+    box.stop()
+    assert not stage.exists()
+    with pytest.raises(SandboxError):
+        box.exec("bash", "true", timeout_s=5)
+
+
+def test_start_refuses_a_missing_public_dir(tmp_path: Path) -> None:
+    spec = SandboxSpec(public_dir=tmp_path / "nope", workspace_dir=tmp_path / "ws")
+    with pytest.raises(SandboxError, match="nope"):
+        BubblewrapSandbox(spec).start()
