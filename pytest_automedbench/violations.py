@@ -65,6 +65,21 @@ CODE_MARKERS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     ("references", re.compile(r"(?<![A-Za-z0-9_])references?/", re.I), "a references folder"),
     (
+        "references",
+        re.compile(r"/public/\.\.(?=/|\s|$|['\"])"),
+        "the parent of the public inputs (where references would sit)",
+    ),
+    (
+        "host_escape",
+        re.compile(r"(?:/workspace|\$\{?PWD\}?|\$\{?HOME\}?)/\.\.(?=/|\s|$|['\"])"),
+        "the parent of the workspace",
+    ),
+    (
+        "host_escape",
+        re.compile(r"(?:\.\./){3,}|(?:/\.\.){3,}|(?:%/\*\}.*){2,}", re.S),
+        "folders far above the workspace",
+    ),
+    (
         "runtime_socket",
         re.compile(r"(docker|containerd|podman|crio)\.sock", re.I),
         "a container runtime socket",

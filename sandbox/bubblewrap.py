@@ -61,6 +61,7 @@ STAGE_PREFIX = "amb-bwrap-"
 OWNER_FILE = "owner.pid"
 #: Host files the sandbox may read (when they exist).
 ETC_FILES = (
+    "/etc/hosts",  # "localhost" must resolve with the network off too (torch.distributed, dask)
     "/etc/ssl",
     "/etc/ca-certificates",
     "/etc/alternatives",
@@ -68,18 +69,24 @@ ETC_FILES = (
     "/etc/localtime",
     "/etc/mime.types",
 )
-NETWORK_ETC_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf")
+NETWORK_ETC_FILES = ("/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/gai.conf")
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 REQUIRED_TOOLS = ("bwrap", "setpriv", "prlimit", "unshare", "mount")
 
-#: Runs as root inside the private mount namespace: bind each source onto its staging
-#: folder, then replace itself with the unprivileged command. Arguments: pairs of
+#: Runs as root inside the private mount namespace: join the sandbox's memory cgroup
+#: (first argument, "-" for none), bind each source onto its staging folder, then replace
+#: itself with the unprivileged command. Arguments: the cgroup.procs file, pairs of
 #: (source, target) ended by "--", then the command.
 _MOUNT_AND_DROP = """
+if [ "$1" != "-" ]; then echo $$ > "$1" || exit 125; fi
+shift
 while [ "$1" != "--" ]; do mount --bind -- "$1" "$2" || exit 125; shift 2; done
 shift
 exec "$@"
 """
+#: Where this host keeps cgroup v1 memory and v2 controllers.
+CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def bubblewrap_problem() -> str | None:
@@ -99,6 +106,9 @@ class BubblewrapSandbox(Sandbox):
         super().__init__(spec)
         self.uid = UID_BASE + secrets.randbelow(UID_SPAN)
         self._stage: Path | None = None
+        #: The sandbox's own memory cgroup (all its processes together), when the host
+        #: lets us make one; otherwise each process gets RLIMIT_AS = memory_mb instead.
+        self.cgroup: Path | None = None
 
     @property
     def public_path(self) -> str:
@@ -136,6 +146,7 @@ class BubblewrapSandbox(Sandbox):
             shutil.rmtree(stage, ignore_errors=True)
             detail = mounted.stderr.decode(errors="replace").strip()
             raise SandboxError(f"cannot mount the sandbox's /tmp: {detail}")
+        self.cgroup = make_memory_cgroup(f"amb-sandbox-{self.uid}", self.spec.memory_mb)
         (stage / "passwd").write_text(
             f"root:x:0:0::/root:/usr/sbin/nologin\nagent:x:{self.uid}:{self.uid}::{WORKSPACE}:"
             "/bin/bash\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
@@ -149,6 +160,9 @@ class BubblewrapSandbox(Sandbox):
         if self._stage is not None:
             _remove_stage(self._stage)
             self._stage = None
+        if self.cgroup is not None:
+            remove_cgroup(self.cgroup)
+            self.cgroup = None
 
     # ------------------------------------------------------------------ exec
 
@@ -205,9 +219,11 @@ class BubblewrapSandbox(Sandbox):
         if base != venv:
             bwrap += ["--ro-bind", str(stage / "python"), str(base)]
         bwrap += ["--bind", str(stage / "tmp"), "/tmp", "--proc", "/proc", "--dev", "/dev"]
+        # /dev/shm and the root itself would otherwise be unbounded tmpfs the agent can fill.
+        bwrap += ["--size", str(self.spec.tmp_mb * 1024**2), "--tmpfs", "/dev/shm"]
         if not self.spec.network:
             bwrap.append("--unshare-net")
-        bwrap += ["--clearenv", "--chdir", WORKSPACE]
+        bwrap += ["--remount-ro", "/", "--clearenv", "--chdir", WORKSPACE]
         for key, value in self._env().items():
             bwrap += ["--setenv", key, value]
         memory = self.spec.memory_mb * 1024**2
@@ -215,7 +231,7 @@ class BubblewrapSandbox(Sandbox):
             "prlimit",
             f"--nproc={self.spec.max_processes}",
             f"--fsize={self.spec.max_file_mb * 1024**2}",
-            f"--as={memory}",
+            *([] if self.cgroup is not None else [f"--as={memory}"]),
             "--",
             "setpriv",
             f"--reuid={self.uid}",
@@ -237,6 +253,7 @@ class BubblewrapSandbox(Sandbox):
             "-c",
             _MOUNT_AND_DROP,
             "amb-sandbox",
+            str(self.cgroup / "cgroup.procs") if self.cgroup is not None else "-",
             *pairs,
             "--",
             *drop,
@@ -310,6 +327,8 @@ class BubblewrapSandbox(Sandbox):
         roots = [(WORKSPACE, self.spec.workspace_dir)]
         if not writable:
             roots.append((PUBLIC, self.spec.public_dir))
+        if "\0" in path:
+            raise PermissionError(errno.EACCES, "a path with a NUL byte")
         inside = Path(path) if Path(path).is_absolute() else Path(WORKSPACE) / path
         for mount, host_root in roots:
             try:
@@ -357,6 +376,48 @@ def refuse_special_file(target: Path, shown: str) -> None:
     """Writing over a FIFO, socket or device would block or escape: only regular files."""
     if target.exists() and not target.is_file():
         raise PermissionError(errno.EACCES, f"{shown} is not a regular file")
+
+
+def make_memory_cgroup(name: str, memory_mb: int) -> Path | None:
+    """A memory cgroup for one sandbox (v1 under our own memory cgroup, or v2 under the
+    root with the memory controller), swap included where the host accounts it; None when
+    the host does not allow it."""
+    limit = str(memory_mb * 1024**2)
+    if (CGROUP_ROOT / "cgroup.controllers").is_file():  # pure v2
+        if "memory" not in (CGROUP_ROOT / "cgroup.subtree_control").read_text().split():
+            return None
+        group, files = CGROUP_ROOT / name, {"memory.max": limit, "memory.swap.max": "0"}
+    elif CGROUP_V1_MEMORY.is_dir():
+        own = ""
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "memory" in controllers.split(","):
+                own = path.lstrip("/")
+        group = CGROUP_V1_MEMORY / own / name
+        files = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
+    else:
+        return None
+    try:
+        group.mkdir(exist_ok=True)
+        for file, value in files.items():
+            with contextlib.suppress(FileNotFoundError):  # no swap accounting on this host
+                (group / file).write_text(value)
+    except OSError:
+        remove_cgroup(group)
+        return None
+    return group
+
+
+def remove_cgroup(group: Path) -> None:
+    """Remove a sandbox cgroup once its last process (maybe a zombie) is gone."""
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
 
 
 def _remove_stage(stage: Path) -> None:

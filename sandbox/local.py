@@ -111,6 +111,8 @@ class LocalSandbox(Sandbox):
 
     def _inside(self, path: str, roots: tuple[Path, ...]) -> Path:
         """The path, links resolved, if it lies under one of ``roots``."""
+        if "\0" in path:
+            raise PermissionError(errno.EACCES, "a path with a NUL byte")
         target = self._resolve(path).resolve()
         if not any(target.is_relative_to(root.resolve()) for root in roots):
             where = " or ".join(str(root) for root in roots)

@@ -238,7 +238,7 @@ class Toolbox:
         limit = min(limit, READ_MAX_CHARS)
         try:
             data = self.sandbox.read_file(path, READ_MAX_BYTES)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
             return _error(f"read_file {path}: {exc.strerror or exc}", "file_error", path=path)
         if b"\0" in data[:8192]:
             return _error(
@@ -275,7 +275,7 @@ class Toolbox:
         data = content.encode("utf-8")
         try:
             self.sandbox.write_file(path, data)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
             return _error(f"write_file {path}: {exc.strerror or exc}", "file_error", path=path)
         record = {
             "path": path,
@@ -293,7 +293,7 @@ class Toolbox:
             return path
         try:
             data = self.sandbox.read_file(path, IMAGE_MAX_BYTES + 1)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
             return _error(f"view_image {path}: {exc.strerror or exc}", "file_error", path=path)
         if len(data) > IMAGE_MAX_BYTES:
             return _error(
