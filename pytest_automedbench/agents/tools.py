@@ -147,6 +147,11 @@ def _error(message: str, kind: str, **record: Any) -> ToolOutcome:
     return ToolOutcome(f"ERROR: {message}", {"error": kind, **record})
 
 
+def _why(exc: OSError | ValueError) -> str:
+    """An OS error's own words (``No such file or directory``), else the message."""
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+
+
 def _string_argument(arguments: dict[str, Any], key: str, tool: str) -> str | ToolOutcome:
     value = arguments.get(key)
     if not isinstance(value, str) or not value:
@@ -239,7 +244,7 @@ class Toolbox:
         try:
             data = self.sandbox.read_file(path, READ_MAX_BYTES)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-            return _error(f"read_file {path}: {exc.strerror or exc}", "file_error", path=path)
+            return _error(f"read_file {path}: {_why(exc)}", "file_error", path=path)
         if b"\0" in data[:8192]:
             return _error(
                 f"read_file {path}: a binary file ({len(data)} bytes read); inspect it with "
@@ -276,7 +281,7 @@ class Toolbox:
         try:
             self.sandbox.write_file(path, data)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-            return _error(f"write_file {path}: {exc.strerror or exc}", "file_error", path=path)
+            return _error(f"write_file {path}: {_why(exc)}", "file_error", path=path)
         record = {
             "path": path,
             "bytes": len(data),
@@ -294,7 +299,7 @@ class Toolbox:
         try:
             data = self.sandbox.read_file(path, IMAGE_MAX_BYTES + 1)
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-            return _error(f"view_image {path}: {exc.strerror or exc}", "file_error", path=path)
+            return _error(f"view_image {path}: {_why(exc)}", "file_error", path=path)
         if len(data) > IMAGE_MAX_BYTES:
             return _error(
                 f"view_image {path}: over {IMAGE_MAX_BYTES} bytes; save a smaller PNG first.",
