@@ -134,8 +134,13 @@ def test_a_killed_cell_is_recorded_with_its_trajectory(
 ) -> None:
     # Stage the data with a quick agent first, so the timeout falls inside the cell.
     run_suites(pytester, tmp_path, "--tier=lite", "--agent=empty")
-    # pytest-timeout interrupts the cell mid-run (the reference agent needs longer).
-    result = run_suites(pytester, tmp_path, "--tier=lite", "--timeout=4")
+    # An agent that works for a minute: pytest-timeout interrupts it mid-call.
+    steps = tmp_path / "slow-agent.yaml"
+    steps.write_text(
+        "- {tool: execute, arguments: {language: bash, code: 'echo started'}}\n"
+        "- {tool: execute, arguments: {language: bash, code: 'sleep 60'}}\n"
+    )
+    result = run_suites(pytester, tmp_path, "--tier=lite", "--timeout=4", f"--agent=replay:{steps}")
     result.assert_outcomes(errors=1)
     record = ledger(tmp_path)[-1]
     assert record["status"] == "infra_error" and record["termination"] == "interrupted"

@@ -12,6 +12,7 @@ import contextlib
 import http.server
 import json
 import os
+import resource
 import signal
 import stat
 import subprocess
@@ -394,7 +395,16 @@ def test_limits_match_the_backend_constants(make_box: MakeBox) -> None:
     )
     assert limits["nproc"] == box.spec.max_processes
     assert limits["fsize"] == box.spec.max_file_mb * 1024**2
-    assert limits["as"] == 2048 * 1024**2
+    if box.cgroup is not None:  # the memory limit holds for the sandbox's processes together
+        limit_file = next(
+            box.cgroup / name
+            for name in ("memory.limit_in_bytes", "memory.max")
+            if (box.cgroup / name).exists()
+        )
+        assert int(limit_file.read_text()) == 2048 * 1024**2
+        assert limits["as"] == resource.RLIM_INFINITY
+    else:  # no cgroup here: each process gets the address-space limit instead
+        assert limits["as"] == 2048 * 1024**2
     assert limits["tmp_bytes"] == box.spec.tmp_mb * 1024**2
     assert limits["tmp_entries"] == []
 
@@ -433,7 +443,26 @@ def test_memory_limit_makes_a_large_allocation_fail(make_box: MakeBox) -> None:
     )
     assert result.exit_code != 0
     assert "64 MiB ok" in result.stdout
-    assert "MemoryError" in result.stderr
+    if box.cgroup is not None:  # the cgroup's OOM killer ends the process
+        assert result.exit_code in (137, -9), result
+    else:  # RLIMIT_AS refuses the allocation
+        assert "MemoryError" in result.stderr
+
+
+def test_processes_together_stay_under_the_memory_limit(make_box: MakeBox) -> None:
+    """Four workers of 100 MiB each do not fit in 256 MiB (a per-process limit would let
+    them); skipped where the host gives no memory cgroup."""
+    box = make_box(memory_mb=256)
+    if box.cgroup is None:
+        pytest.skip("no memory cgroup on this host: the limit is per process")
+    result = box.exec(
+        "bash",
+        "for i in 1 2 3 4; do python -c 'import time; b = bytearray(100 << 20); "
+        'b[::4096] = b"x" * len(b[::4096]); time.sleep(3)\' & done; wait; echo done',
+        timeout_s=60,
+    )
+    assert "done" in result.stdout
+    assert "Killed" in result.stderr  # bash reports its workers killed by the OOM killer
 
 
 def test_file_size_limit_refuses_a_large_file(
