@@ -109,8 +109,8 @@ _PYPROJECT_KEYS: dict[str, str] = {
 }
 
 
-def read_pyproject_section(path: Path) -> dict[str, Any]:
-    """The ``[tool.automedbench]`` table of a pyproject file, minus sub-tables (agents, slurm)."""
+def _automedbench_table(path: Path) -> dict[str, Any]:
+    """The whole ``[tool.automedbench]`` table of a pyproject file ({} when there is none)."""
     if not path.is_file():
         return {}
     try:
@@ -120,18 +120,17 @@ def read_pyproject_section(path: Path) -> dict[str, Any]:
     section = data.get("tool", {}).get("automedbench", {})
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: [tool.automedbench] must be a table")
-    return {k: v for k, v in section.items() if not isinstance(v, dict)}
+    return section
+
+
+def read_pyproject_section(path: Path) -> dict[str, Any]:
+    """The ``[tool.automedbench]`` settings, minus sub-tables (agents, slurm)."""
+    return {k: v for k, v in _automedbench_table(path).items() if not isinstance(v, dict)}
 
 
 def read_pyproject_agents(path: Path) -> dict[str, Any]:
     """The ``[tool.automedbench.agents.<name>]`` tables of a pyproject file."""
-    if not path.is_file():
-        return {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
-    agents = data.get("tool", {}).get("automedbench", {}).get("agents", {})
+    agents = _automedbench_table(path).get("agents", {})
     if not isinstance(agents, dict):
         raise ConfigError(f"{path}: [tool.automedbench.agents] must be a table of tables")
     return agents

@@ -38,7 +38,6 @@ import errno
 import os
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_automedbench.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
-from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES, copy_tree_no_links
+from pytest_automedbench.sandbox.local import copy_tree_no_links, run_process_group
 
 PUBLIC = "/public"
 WORKSPACE = "/workspace"
@@ -283,41 +282,17 @@ class BubblewrapSandbox(Sandbox):
         argv = (
             ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code]
         )
-        command = self.command(argv)
-        start = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                cwd="/",
-                # bubblewrap's own init keeps this environment (the command gets --clearenv).
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-            )
-        except OSError as exc:
-            raise SandboxError(f"cannot start bubblewrap: {exc}") from exc
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            out, err = proc.communicate()
-        except BaseException:
-            _kill_group(proc)
-            proc.wait()
-            raise
-        if proc.returncode == 125 and b"mount" in err[:2000]:
-            raise SandboxError(f"sandbox setup failed: {err[:2000].decode(errors='replace')}")
-        return ExecResult(
-            exit_code=124 if timed_out else proc.returncode,
-            stdout=out[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
-            stderr=err[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
-            duration_s=round(time.monotonic() - start, 3),
-            timed_out=timed_out,
+        result = run_process_group(
+            self.command(argv),
+            timeout_s,
+            cwd="/",
+            # bubblewrap's own init keeps this environment (the command gets --clearenv).
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            what="bubblewrap",
         )
+        if result.exit_code == 125 and "mount" in result.stderr[:2000]:
+            raise SandboxError(f"sandbox setup failed: {result.stderr[:2000]}")
+        return result
 
     # ------------------------------------------------------------------ files
 
@@ -446,8 +421,3 @@ def _chown_tree(root: Path, uid: int) -> None:
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
             os.chown(Path(folder) / name, uid, uid, follow_symlinks=False)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)

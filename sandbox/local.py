@@ -71,36 +71,8 @@ class LocalSandbox(Sandbox):
             raise SandboxError("exec() before start()")
         argv = ["bash", "-c", code] if language == "bash" else [sys.executable, "-c", code]
         guarded = [sys.executable, "-I", "-S", str(_GUARD), str(os.getpid()), *argv]
-        start = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                guarded,
-                cwd=self.spec.workspace_dir,
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise SandboxError(f"cannot start {argv[0]}: {exc}") from exc
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            out, err = proc.communicate()
-        except BaseException:  # the cell itself is being killed: take the children along
-            _kill_group(proc)
-            proc.wait()
-            raise
-        return ExecResult(
-            exit_code=124 if timed_out else proc.returncode,
-            stdout=out[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
-            stderr=err[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
-            duration_s=round(time.monotonic() - start, 3),
-            timed_out=timed_out,
+        return run_process_group(
+            guarded, timeout_s, cwd=self.spec.workspace_dir, env=self._env(), what=argv[0]
         )
 
     def _resolve(self, path: str) -> Path:
@@ -141,6 +113,44 @@ class LocalSandbox(Sandbox):
     def stop(self) -> None:
         shutil.rmtree(self.spec.workspace_dir / ".tmp", ignore_errors=True)
         self._started = False
+
+
+def run_process_group(
+    argv: list[str], timeout_s: float, *, cwd: Path | str, env: dict[str, str], what: str
+) -> ExecResult:
+    """Run ``argv`` as the leader of a new session, kill its whole group on timeout or when
+    the caller is interrupted, and keep at most :data:`MAX_STREAM_BYTES` of each stream."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise SandboxError(f"cannot start {what}: {exc}") from exc
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        out, err = proc.communicate()
+    except BaseException:  # the cell itself is being killed: take the children along
+        _kill_group(proc)
+        proc.wait()
+        raise
+    return ExecResult(
+        exit_code=124 if timed_out else proc.returncode,
+        stdout=out[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
+        stderr=err[:MAX_STREAM_BYTES].decode("utf-8", errors="replace"),
+        duration_s=round(time.monotonic() - start, 3),
+        timed_out=timed_out,
+    )
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
