@@ -366,9 +366,12 @@ def toolbox(tmp_path: Path) -> Iterator[Toolbox]:
     box.stop()
 
 
-def run_loop(policy: LiteLLMPolicy, toolbox: Toolbox, tmp_path: Path) -> Any:
+def run_loop(
+    policy: LiteLLMPolicy, toolbox: Toolbox, tmp_path: Path, wall_clock_s: float = 60
+) -> Any:
     writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
-    outcome = run_agent(policy, "system", "kickoff", toolbox, Limits(wall_clock_s=60), writer)
+    limits = Limits(wall_clock_s=wall_clock_s)
+    outcome = run_agent(policy, "system", "kickoff", toolbox, limits, writer)
     writer.close()
     return outcome, read_trajectory(tmp_path / "trajectory.jsonl")
 
@@ -437,3 +440,22 @@ def test_loop_ends_as_provider_error_when_the_server_keeps_failing(
     (failure,) = [e for e in events if e["kind"] == "provider_error"]
     assert [a["status"] for a in failure["attempts"]] == [500, 500, 500]
     assert events[-1]["kind"] == "end" and events[-1]["termination"] == "provider_error"
+
+
+def test_loop_ends_on_the_wall_clock_when_a_reply_comes_too_late(
+    server: FakeOpenAI, toolbox: Toolbox, tmp_path: Path
+) -> None:
+    """One quick turn, then a reply that would arrive after the cell's time is up: the
+    loop stops waiting at the limit and records a time limit, not a provider error."""
+    server.push(
+        ToolCallReply((ToolCall("call_1", "execute", '{"language": "bash", "code": "true"}'),)),
+        TextReply("far too late", delay_s=10.0),
+    )
+    started = time.monotonic()
+    outcome, events = run_loop(make_policy(server), toolbox, tmp_path, wall_clock_s=3.0)
+    assert time.monotonic() - started < 8.0
+    assert outcome.termination == "time_limit" and outcome.turns == 1
+    (limit,) = [e for e in events if e["kind"] == "limit"]
+    assert limit["limit"] == "time_limit"
+    assert not [e for e in events if e["kind"] in ("provider_error", "retry")]
+    assert events[-1]["kind"] == "end" and events[-1]["termination"] == "time_limit"
