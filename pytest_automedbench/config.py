@@ -25,6 +25,7 @@ from pytest_automedbench.agents.registry import (
 TIER_CHOICES: tuple[str, ...] = ("lite", "standard", "pro", "all")
 SANDBOX_CHOICES: tuple[str, ...] = ("auto", "local", "process", "docker")
 DATA_SIZE_CHOICES: tuple[str, ...] = ("small", "realistic")
+NETWORK_CHOICES: tuple[str, ...] = ("on", "off")
 DEFAULT_OUT = Path("automedbench-results")
 
 
@@ -39,6 +40,8 @@ class RunConfig(BaseModel):
     tier: Literal["lite", "standard", "pro", "all"] = "all"
     runs: int | None = Field(default=None, ge=1)
     sandbox: Literal["auto", "local", "process", "docker"] = "auto"
+    #: Network inside the agent's sandbox: on (the paper's agents download models) or off.
+    sandbox_network: Literal["on", "off"] = "on"
     judge: str = "rules"
     data_root: Path | None = None
     #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.
@@ -79,6 +82,7 @@ class RunConfig(BaseModel):
         payload = {
             "judge": self.judge,
             "sandbox": self.sandbox,
+            "sandbox_network": self.sandbox_network,
             "data_root": str(self.data_root),
             "data_size": self.data_size,
         }
@@ -88,7 +92,8 @@ class RunConfig(BaseModel):
         runs = str(self.runs) if self.runs is not None else "task default (1 for scripted agents)"
         return [
             f"agents: {', '.join(self.agents)}",
-            f"tier: {self.tier}  runs: {runs}  sandbox: {self.sandbox}  judge: {self.judge}",
+            f"tier: {self.tier}  runs: {runs}  sandbox: {self.sandbox} "
+            f"(network {self.sandbox_network})  judge: {self.judge}",
             f"data-root: {self.data_root or f'(synthetic data, {self.data_size})'}  "
             f"results: {self.amb_out}",
         ]
@@ -100,6 +105,7 @@ _PYPROJECT_KEYS: dict[str, str] = {
     "tier": "tier",
     "runs": "runs",
     "sandbox": "sandbox",
+    "sandbox_network": "sandbox_network",
     "judge": "judge",
     "data_root": "data_root",
     "data_size": "data_size",
@@ -180,6 +186,7 @@ def build_config(
             "tier": TIER_CHOICES,
             "sandbox": SANDBOX_CHOICES,
             "data_size": DATA_SIZE_CHOICES,
+            "sandbox_network": NETWORK_CHOICES,
         }.get(field)
         hint = f"; valid values: {', '.join(choices)}" if choices else ""
         raise ConfigError(f"{origin}: {err['msg']} (got {err.get('input')!r}){hint}") from exc

@@ -98,6 +98,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="agent sandbox backend (default: auto)",
     )
     group.addoption(
+        "--sandbox-network",
+        dest="amb_sandbox_network",
+        choices=("on", "off"),
+        default=None,
+        help="network inside the agent sandbox (default: on; agents download models)",
+    )
+    group.addoption(
         "--judge",
         dest="amb_judge",
         default=None,
@@ -134,6 +141,7 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         "tier": config.getoption("amb_tier"),
         "runs": config.getoption("amb_runs"),
         "sandbox": config.getoption("amb_sandbox"),
+        "sandbox_network": config.getoption("amb_sandbox_network"),
         "judge": config.getoption("amb_judge"),
         "data_root": config.getoption("amb_data_root"),
         "data_size": config.getoption("amb_data_size"),

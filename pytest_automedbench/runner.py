@@ -168,7 +168,12 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     entry = plan.config.agent(key.agent)
     workspace = plan.cell_dir / "workspace"
     sandbox: Sandbox = create_sandbox(
-        plan.config.sandbox, SandboxSpec(public_dir=staged.public_dir, workspace_dir=workspace)
+        plan.config.sandbox,
+        SandboxSpec(
+            public_dir=staged.public_dir,
+            workspace_dir=workspace,
+            network=plan.config.sandbox_network == "on",
+        ),
     )
     spec = task.eval_spec(staged.case_ids)
     deliverables = task.deliverables(staged.case_ids)

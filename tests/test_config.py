@@ -99,7 +99,7 @@ def test_report_header_echoes_resolved_configuration(
         [
             "automedbench: run *",
             "automedbench: agents: reference",
-            "automedbench: tier: lite  runs: task default*sandbox: auto  judge: rules",
+            "automedbench: tier: lite  runs: task default*sandbox: auto (network on)  judge: rules",
             f"automedbench: data-root: (synthetic data, small)  results: {tmp_path}/res",
         ]
     )
@@ -112,3 +112,12 @@ def test_data_size_is_validated_and_part_of_the_scoring_hash(tmp_path: Path) -> 
     assert small.scoring_hash() != realistic.scoring_hash()
     with pytest.raises(ConfigError, match="valid values: small, realistic"):
         build_config({}, {"data_size": "huge"}, tmp_path / "pyproject.toml", tmp_path)
+
+
+def test_sandbox_network_is_validated_and_part_of_the_scoring_hash(tmp_path: Path) -> None:
+    on = build_config({}, {}, None, tmp_path)
+    off = build_config({"sandbox_network": "off"}, {}, None, tmp_path)
+    assert on.sandbox_network == "on" and off.sandbox_network == "off"
+    assert on.scoring_hash() != off.scoring_hash()
+    with pytest.raises(ConfigError, match="valid values: on, off"):
+        build_config({}, {"sandbox_network": "maybe"}, tmp_path / "pyproject.toml", tmp_path)

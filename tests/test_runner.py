@@ -110,3 +110,27 @@ def test_an_interrupt_is_written_down_and_re_raised(
     with pytest.raises(KeyboardInterrupt):
         run_cell(plan_for("exploding", staged, tmp_path))
     assert events(tmp_path)[-1]["kind"] == "interrupted"
+
+
+@pytest.mark.parametrize("network", ["on", "off"])
+def test_sandbox_network_setting_reaches_the_agent(
+    staged: StagedData, tmp_path: Path, network: str
+) -> None:
+    from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
+
+    if (problem := bubblewrap_problem()) is not None:
+        pytest.skip(problem)
+    steps = tmp_path / "steps.yaml"
+    steps.write_text("- {tool: execute, arguments: {language: bash, code: 'cat /proc/net/dev'}}\n")
+    plan = CellPlan(
+        key=CellKey(agent=f"replay:{steps}", task=TASK.id, tier="lite", run=0),
+        task=TASK,
+        staged=staged,
+        config=RunConfig(amb_out=tmp_path, sandbox="local", sandbox_network=network),  # type: ignore[arg-type]
+        run_id="test",
+        cell_dir=tmp_path / "cell",
+    )
+    run_cell(plan)
+    (call,) = [e for e in events(tmp_path) if e["kind"] == "tool_result"]
+    interfaces = {line.split(":")[0].strip() for line in call["stdout"].splitlines()[2:]}
+    assert interfaces == {"lo"} if network == "off" else len(interfaces) > 1, interfaces
