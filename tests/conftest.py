@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from pytest_automedbench.tasks import TaskSpec
 
 pytest_plugins = ["pytester"]
 
@@ -15,3 +20,17 @@ SUITES = REPO / "suites"
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def run_reference_solve(
+    task: TaskSpec, public: Path, outputs: Path, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run a task's reference ``solve.py`` on staged public inputs, with its shared modules
+    importable from beside it (as in the agent's workspace)."""
+    libraries = {str(lib.parent) for lib in task.reference_libraries}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(libraries))}
+    argv = [sys.executable, str(task.reference_dir / "solve.py"), "--inputs", str(public)]
+    argv += ["--outputs", str(outputs), "--pattern", task.output_pattern]
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=env
+    )

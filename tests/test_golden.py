@@ -3,9 +3,6 @@ synthetic data, scored by the real evaluator. Proves each synthetic task is solv
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +12,7 @@ from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import stage_synthetic
 from pytest_automedbench.tasks import TaskSpec, discover_tasks
 
-from .conftest import SUITES
+from .conftest import SUITES, run_reference_solve
 
 TASKS = discover_tasks(SUITES)
 
@@ -36,26 +33,7 @@ def test_reference_solution_reaches_its_band(task: TaskSpec, tmp_path: Path) -> 
         layout=task.case_layout,
     )
     outputs = tmp_path / "outputs"
-    # solve.py imports its shared modules from beside it, as in the agent's workspace.
-    libraries = {str(lib.parent) for lib in task.reference_libraries}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(libraries))}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(task.reference_dir / "solve.py"),
-            "--inputs",
-            str(staged.public_dir),
-            "--outputs",
-            str(outputs),
-            "--pattern",
-            task.output_pattern,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        env=env,
-    )
+    proc = run_reference_solve(task, staged.public_dir, outputs, timeout_s=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = evaluate(
         task.eval_spec(staged.case_ids), outputs, staged.private_dir, tmp_path / "eval"

@@ -4,7 +4,6 @@ trajectory its name promises (issue 5); the scoring tests rely on these behaviou
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
 from pytest_automedbench.tasks import TaskSpec, load_task
 
-from .conftest import SUITES
+from .conftest import SUITES, run_reference_solve
 
 SEG = load_task(SUITES / "segmentation" / "kidney-tumor-seg")
 VQA = load_task(SUITES / "vqa" / "vqa-rad")
@@ -295,19 +294,8 @@ def test_malformed_breaks_every_track(track: str, tmp_path: Path) -> None:
     assert task.track == track
     staged = stage(task, tmp_path / "data", n_cases)
     outputs = tmp_path / "outputs"
-    libraries = os.pathsep.join(sorted({str(lib.parent) for lib in task.reference_libraries}))
-    solve = [
-        sys.executable,
-        str(task.reference_dir / "solve.py"),
-        "--inputs",
-        str(staged.public_dir),
-        "--outputs",
-        str(outputs),
-        "--pattern",
-        task.output_pattern,
-    ]
-    env = {**os.environ, "PYTHONPATH": libraries}
-    subprocess.run(solve, check=True, capture_output=True, env=env, timeout=120)
+    solved = run_reference_solve(task, staged.public_dir, outputs, timeout_s=120)
+    assert solved.returncode == 0, solved.stderr[-3000:]
     spec = task.eval_spec(staged.case_ids)
     assert check_format(spec, outputs, staged.private_dir, tmp_path / "before").valid
     breaker = BREAK_OUTPUTS[track].format(

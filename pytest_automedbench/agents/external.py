@@ -158,20 +158,13 @@ def run_command_agent(
     parts.append("stdout:\n" + stdout)
     if result.stderr:
         parts.append("stderr:\n" + stderr)
-    tool_message: Message = {
-        "role": "tool",
-        "tool_call_id": "command",
-        "name": "execute",
-        "content": "\n".join(parts),
-    }
-    messages.append(tool_message)
-    trajectory.emit(
-        "tool_result",
-        turn=1,
+    _record_tool_result(
+        trajectory,
+        messages,
         tool="execute",
         call_id="command",
         index=0,
-        message=tool_message,
+        content="\n".join(parts),
         language="bash",
         code=entry.command,
         exit_code=result.exit_code,
@@ -190,20 +183,13 @@ def run_command_agent(
     else:
         termination = "finished"
         submission = toolbox.call("submit_results", "{}")
-        submit_message: Message = {
-            "role": "tool",
-            "tool_call_id": "submit",
-            "name": "submit_results",
-            "content": submission.content,
-        }
-        messages.append(submit_message)
-        trajectory.emit(
-            "tool_result",
-            turn=1,
+        _record_tool_result(
+            trajectory,
+            messages,
             tool="submit_results",
             call_id="submit",
             index=1,
-            message=submit_message,
+            content=submission.content,
             **submission.record,
         )
     trajectory.emit(
@@ -223,4 +209,23 @@ def run_command_agent(
         wall_s=round(trajectory.elapsed(), 3),
         submitted=toolbox.submitted,
         messages=messages,
+    )
+
+
+def _record_tool_result(
+    trajectory: TrajectoryWriter,
+    messages: list[Message],
+    *,
+    tool: str,
+    call_id: str,
+    index: int,
+    content: str,
+    **record: Any,
+) -> None:
+    """A tool message in the conversation and its ``tool_result`` event, shaped as the
+    agent loop writes them (turn 1: a command agent's episode is one turn)."""
+    message: Message = {"role": "tool", "tool_call_id": call_id, "name": tool, "content": content}
+    messages.append(message)
+    trajectory.emit(
+        "tool_result", turn=1, tool=tool, call_id=call_id, index=index, message=message, **record
     )
