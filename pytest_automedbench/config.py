@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -42,6 +43,10 @@ class RunConfig(BaseModel):
     sandbox: Literal["auto", "local", "process", "docker"] = "auto"
     #: Network inside the agent's sandbox: on (the paper's agents download models) or off.
     sandbox_network: Literal["on", "off"] = "on"
+    #: Docker backend: the base image ("debootstrap" builds one from a Debian mirror, else
+    #: a registry image with python3) and the GPUs given to agent containers ("all", "0,1").
+    docker_base: str = "debootstrap"
+    gpus: str | None = None
     judge: str = "rules"
     data_root: Path | None = None
     #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.
@@ -61,6 +66,13 @@ class RunConfig(BaseModel):
         if value.startswith("llm:") and len(value) > len("llm:"):
             return value
         raise ValueError(f"judge {value!r} is not 'rules' or 'llm:<litellm model>'")
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_syntax(cls, value: str | None) -> str | None:
+        if value is None or value == "all" or re.fullmatch(r"[\w-]+(,[\w-]+)*", value):
+            return value
+        raise ValueError(f"gpus {value!r} is not 'all' or a comma-separated list of device ids")
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -106,6 +118,8 @@ _PYPROJECT_KEYS: dict[str, str] = {
     "runs": "runs",
     "sandbox": "sandbox",
     "sandbox_network": "sandbox_network",
+    "docker_base": "docker_base",
+    "gpus": "gpus",
     "judge": "judge",
     "data_root": "data_root",
     "data_size": "data_size",
@@ -165,7 +179,7 @@ def build_config(
     for field, value in cli.items():
         if value is not None:
             merged[field] = value
-            source[field] = f"--{field.rstrip('s').replace('_', '-')}"
+            source[field] = "--agent" if field == "agents" else f"--{field.replace('_', '-')}"
     if isinstance(merged.get("agents"), str):
         merged["agents"] = [merged["agents"]]
     if "agents" in merged:

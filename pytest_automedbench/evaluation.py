@@ -1,8 +1,9 @@
 """Host side of the evaluator: copy the submission out, run the evaluator apart, read JSON.
 
-The evaluator runs as its own process (later its own container) that is handed
-only a copy of the submission, the private references and a spec; the host
-never scores anything itself and only parses the evaluator's JSON.
+The evaluator runs apart from the harness, as its own host process or (with the Docker
+backend) in its own container without network, and is handed only a copy of the
+submission, the private references and a spec; the host never scores anything itself
+and only parses the evaluator's JSON.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,8 +27,25 @@ class EvaluatorError(RuntimeError):
     """The evaluator could not produce a verdict: an infrastructure fault."""
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where the evaluator runs: a host process, or a fresh container per verdict."""
+
+    container: bool = False
+    run_id: str = ""
+    docker_base: str = "debootstrap"
+
+
+HOST_PROCESS = Placement()
+
+
 def _run(
-    spec: EvalSpec, submission: Path, references: Path, workdir: Path, format_only: bool
+    spec: EvalSpec,
+    submission: Path,
+    references: Path,
+    workdir: Path,
+    format_only: bool,
+    placement: Placement,
 ) -> str:
     workdir.mkdir(parents=True, exist_ok=True)
     copied = workdir / "submission"
@@ -38,6 +57,62 @@ def _run(
     spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
     out = workdir / ("format.json" if format_only else "evaluation.json")
     out.unlink(missing_ok=True)
+    if placement.container:
+        rc, detail = _in_container(spec_path, copied, references, out, format_only, placement)
+    else:
+        rc, detail = _in_process(spec_path, copied, references, out, format_only, workdir)
+    if rc != 0 or not out.exists():
+        raise EvaluatorError(f"evaluator failed (exit {rc}) on {spec.task_id}: {detail}")
+    text = out.read_text(encoding="utf-8")
+    if skipped:
+        (workdir / "skipped_links.txt").write_text("\n".join(skipped), encoding="utf-8")
+    return text
+
+
+def _in_container(
+    spec_path: Path,
+    submission: Path,
+    references: Path,
+    out: Path,
+    format_only: bool,
+    placement: Placement,
+) -> tuple[int, str]:
+    from pytest_automedbench.sandbox.docker import run_evaluator_container
+
+    args = ["--spec", "/in/spec.json", "--submission", "/in/submission"]
+    args += ["--references", "/in/references", "--out", f"/out/{out.name}"]
+    if format_only:
+        args.append("--format-only")
+    mounts = {
+        spec_path: ("/in/spec.json", "ro"),
+        submission: ("/in/submission", "ro"),
+        references: ("/in/references", "ro"),
+    }
+    out_dir = out.parent / "out"
+    rc, logs = run_evaluator_container(
+        args,
+        mounts,
+        out_dir,
+        EVALUATOR_TIMEOUT_S,
+        run_id=placement.run_id,
+        docker_base=placement.docker_base,
+    )
+    produced = out_dir / out.name
+    if rc == 124:
+        return rc, f"evaluator timed out after {EVALUATOR_TIMEOUT_S:.0f} s"
+    if produced.is_file():
+        produced.replace(out)
+    return rc, logs[-2000:]
+
+
+def _in_process(
+    spec_path: Path,
+    submission: Path,
+    references: Path,
+    out: Path,
+    format_only: bool,
+    workdir: Path,
+) -> tuple[int, str]:
     argv = [
         sys.executable,
         "-m",
@@ -45,7 +120,7 @@ def _run(
         "--spec",
         str(spec_path),
         "--submission",
-        str(copied),
+        str(submission),
         "--references",
         str(references),
         "--out",
@@ -66,27 +141,32 @@ def _run(
         )
     except subprocess.TimeoutExpired as exc:
         raise EvaluatorError(f"evaluator timed out after {EVALUATOR_TIMEOUT_S:.0f} s") from exc
-    if proc.returncode != 0 or not out.exists():
-        raise EvaluatorError(
-            f"evaluator failed (exit {proc.returncode}) on {spec.task_id}: {proc.stderr[-2000:]}"
-        )
-    text = out.read_text(encoding="utf-8")
-    if skipped:
-        (workdir / "skipped_links.txt").write_text("\n".join(skipped), encoding="utf-8")
-    return text
+    return proc.returncode, proc.stderr[-2000:]
 
 
-def check_format(spec: EvalSpec, submission: Path, references: Path, workdir: Path) -> FormatReport:
+def check_format(
+    spec: EvalSpec,
+    submission: Path,
+    references: Path,
+    workdir: Path,
+    placement: Placement = HOST_PROCESS,
+) -> FormatReport:
     """The pre-submission check shown to the agent: format only, no scores."""
-    text = _run(spec, submission, references, workdir, format_only=True)
+    text = _run(spec, submission, references, workdir, True, placement)
     try:
         return FormatReport.model_validate_json(text)
     except ValidationError as exc:
         raise EvaluatorError(f"evaluator wrote an unreadable format report: {exc}") from exc
 
 
-def evaluate(spec: EvalSpec, submission: Path, references: Path, workdir: Path) -> EvaluationResult:
-    text = _run(spec, submission, references, workdir, format_only=False)
+def evaluate(
+    spec: EvalSpec,
+    submission: Path,
+    references: Path,
+    workdir: Path,
+    placement: Placement = HOST_PROCESS,
+) -> EvaluationResult:
+    text = _run(spec, submission, references, workdir, False, placement)
     try:
         return EvaluationResult.model_validate_json(text)
     except ValidationError as exc:

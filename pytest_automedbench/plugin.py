@@ -105,6 +105,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="network inside the agent sandbox (default: on; agents download models)",
     )
     group.addoption(
+        "--docker-base",
+        dest="amb_docker_base",
+        default=None,
+        metavar="IMAGE",
+        help="base of the Docker images: 'debootstrap' (default, built from a Debian "
+        "mirror) or a registry image that has python3",
+    )
+    group.addoption(
+        "--gpus",
+        dest="amb_gpus",
+        default=None,
+        metavar="all|IDS",
+        help="GPUs passed to agent containers (Docker backend): 'all' or '0,1'",
+    )
+    group.addoption(
         "--judge",
         dest="amb_judge",
         default=None,
@@ -142,6 +157,8 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         "runs": config.getoption("amb_runs"),
         "sandbox": config.getoption("amb_sandbox"),
         "sandbox_network": config.getoption("amb_sandbox_network"),
+        "docker_base": config.getoption("amb_docker_base"),
+        "gpus": config.getoption("amb_gpus"),
         "judge": config.getoption("amb_judge"),
         "data_root": config.getoption("amb_data_root"),
         "data_size": config.getoption("amb_data_size"),
@@ -192,6 +209,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash[SESSION_KEY]
     backend = resolve_backend(session.config.sandbox)
     isolation = {
+        "docker": f"containers from base {session.config.docker_base}, unprivileged uid",
         "local": "bubblewrap namespaces, unprivileged uid",
         "process": "NO isolation: install bubblewrap for the local backend",
     }.get(backend, backend)

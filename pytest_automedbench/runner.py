@@ -32,12 +32,12 @@ from pytest_automedbench.agents.trajectory import (
     write_conversation,
 )
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.evaluation import check_format, evaluate
+from pytest_automedbench.evaluation import Placement, check_format, evaluate
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.observe import observe_outputs
 from pytest_automedbench.redact import redact
 from pytest_automedbench.results import CellKey, CellResult
-from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox
+from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox, resolve_backend
 from pytest_automedbench.scoring import score_stages
 from pytest_automedbench.scoring.overall import (
     agentic_score,
@@ -167,13 +167,21 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     task, staged, key = plan.task, plan.staged, plan.key
     entry = plan.config.agent(key.agent)
     workspace = plan.cell_dir / "workspace"
+    backend = resolve_backend(plan.config.sandbox)
     sandbox: Sandbox = create_sandbox(
-        plan.config.sandbox,
+        backend,
         SandboxSpec(
             public_dir=staged.public_dir,
             workspace_dir=workspace,
             network=plan.config.sandbox_network == "on",
+            gpus=plan.config.gpus,
+            run_id=plan.run_id,
+            docker_base=plan.config.docker_base,
         ),
+    )
+    # With the Docker backend the evaluator gets its own container too.
+    placement = Placement(
+        container=backend == "docker", run_id=plan.run_id, docker_base=plan.config.docker_base
     )
     spec = task.eval_spec(staged.case_ids)
     deliverables = task.deliverables(staged.case_ids)
@@ -220,7 +228,7 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         toolbox = Toolbox(
             sandbox=sandbox,
             precheck=lambda: check_format(
-                spec, outputs_host, staged.private_dir, plan.cell_dir / "precheck"
+                spec, outputs_host, staged.private_dir, plan.cell_dir / "precheck", placement
             ),
             observe=lambda: observe_outputs(
                 workspace, outputs_host, deliverables, single_file_kind
@@ -255,7 +263,9 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
             "",
         )
         return infra_result(plan, f"{outcome.termination}: {detail}", outcome.termination)
-    evaluation = evaluate(spec, outputs_host, staged.private_dir, plan.cell_dir / "evaluator")
+    evaluation = evaluate(
+        spec, outputs_host, staged.private_dir, plan.cell_dir / "evaluator", placement
+    )
     trajectory.emit(
         "evaluation",
         task_score=evaluation.task_score,

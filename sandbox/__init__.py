@@ -8,22 +8,32 @@ from __future__ import annotations
 
 from pytest_automedbench.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox.bubblewrap import BubblewrapSandbox, bubblewrap_problem
+from pytest_automedbench.sandbox.docker import DockerSandbox, docker_problem
 from pytest_automedbench.sandbox.local import LocalSandbox
 
-#: ``local`` isolates with Linux namespaces (bubblewrap); ``process`` is a plain
-#: subprocess in a scrubbed environment, for hosts without bubblewrap: no isolation.
-BACKENDS: dict[str, type[Sandbox]] = {"local": BubblewrapSandbox, "process": LocalSandbox}
+#: ``docker`` runs each cell in its own containers; ``local`` isolates with Linux
+#: namespaces (bubblewrap); ``process`` is a plain subprocess in a scrubbed environment,
+#: for hosts with neither: no isolation.
+BACKENDS: dict[str, type[Sandbox]] = {
+    "docker": DockerSandbox,
+    "local": BubblewrapSandbox,
+    "process": LocalSandbox,
+}
 
 
 def resolve_backend(requested: str) -> str:
-    """Map the ``--sandbox`` choice to a backend that exists in this release.
+    """Map the ``--sandbox`` choice to a backend that can run here.
 
-    ``auto`` picks ``local`` (bubblewrap) where it can run, else ``process``; asking for
-    ``local`` where it cannot run, or for ``docker`` before its backend lands, is refused
-    with the reason rather than silently downgraded.
+    ``auto`` picks ``docker`` when a daemon answers, else ``local`` (bubblewrap) where it
+    can run, else ``process``; asking for a backend that cannot run is refused with the
+    reason rather than silently downgraded.
     """
     if requested == "auto":
+        if docker_problem() is None:
+            return "docker"
         return "local" if bubblewrap_problem() is None else "process"
+    if requested == "docker" and (problem := docker_problem()) is not None:
+        raise SandboxError(f"sandbox backend 'docker' cannot run here: {problem}")
     if requested == "local" and (problem := bubblewrap_problem()) is not None:
         raise SandboxError(f"sandbox backend 'local' (bubblewrap) cannot run here: {problem}")
     if requested not in BACKENDS:
@@ -41,6 +51,7 @@ def create_sandbox(requested: str, spec: SandboxSpec) -> Sandbox:
 __all__ = [
     "BACKENDS",
     "BubblewrapSandbox",
+    "DockerSandbox",
     "ExecResult",
     "LocalSandbox",
     "Sandbox",

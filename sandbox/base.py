@@ -30,6 +30,13 @@ class SandboxSpec(BaseModel):
     max_processes: int = 512
     max_file_mb: int = 20 * 1024
     tmp_mb: int = 2 * 1024
+    #: CPUs (fractions allowed) and GPUs ("all" or "0,1") for the Docker backend.
+    cpus: float | None = None
+    gpus: str | None = None
+    #: Run the sandbox belongs to (a label on its containers) and the Docker base image
+    #: ("debootstrap" builds one from a Debian mirror; else a registry image reference).
+    run_id: str = ""
+    docker_base: str = "debootstrap"
 
 
 class ExecResult(BaseModel):

@@ -34,11 +34,9 @@ reachable), none at all when off.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import secrets
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -46,15 +44,20 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pytest_automedbench.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
-from pytest_automedbench.sandbox.local import copy_tree_no_links, run_process_group
+from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.local import run_process_group
+from pytest_automedbench.sandbox.mounted import (
+    PUBLIC,
+    UID_BASE,
+    UID_SPAN,
+    VENV,
+    WORKSPACE,
+    MountedFiles,
+    agent_environment,
+    chown_tree,
+    passwd_files,
+)
 
-PUBLIC = "/public"
-WORKSPACE = "/workspace"
-VENV = "/venv"
-#: Sandbox uids are drawn from [UID_BASE, UID_BASE + UID_SPAN): one per sandbox.
-UID_BASE = 200_000
-UID_SPAN = 800_000
 #: Staging folders live here, named with this prefix; a file inside names the owner pid.
 STAGE_PREFIX = "amb-bwrap-"
 OWNER_FILE = "owner.pid"
@@ -69,7 +72,6 @@ ETC_FILES = (
     "/etc/mime.types",
 )
 NETWORK_ETC_FILES = ("/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/gai.conf")
-CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 REQUIRED_TOOLS = ("bwrap", "setpriv", "prlimit", "unshare", "mount")
 
 #: Runs as root inside the private mount namespace: join the sandbox's memory cgroup
@@ -100,7 +102,7 @@ def bubblewrap_problem() -> str | None:
     return None
 
 
-class BubblewrapSandbox(Sandbox):
+class BubblewrapSandbox(MountedFiles):
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self.uid = UID_BASE + secrets.randbelow(UID_SPAN)
@@ -108,14 +110,6 @@ class BubblewrapSandbox(Sandbox):
         #: The sandbox's own memory cgroup (all its processes together), when the host
         #: lets us make one; otherwise each process gets RLIMIT_AS = memory_mb instead.
         self.cgroup: Path | None = None
-
-    @property
-    def public_path(self) -> str:
-        return PUBLIC
-
-    @property
-    def workspace_path(self) -> str:
-        return WORKSPACE
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -128,7 +122,7 @@ class BubblewrapSandbox(Sandbox):
         sweep_stale_stages()
         workspace = self.spec.workspace_dir
         workspace.mkdir(parents=True, exist_ok=True)
-        _chown_tree(workspace, self.uid)
+        chown_tree(workspace, self.uid)
         workspace.chmod(0o700)  # the mount view hides it already; the mode is a second wall
         stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
         stage.chmod(0o755)
@@ -146,12 +140,8 @@ class BubblewrapSandbox(Sandbox):
             detail = mounted.stderr.decode(errors="replace").strip()
             raise SandboxError(f"cannot mount the sandbox's /tmp: {detail}")
         self.cgroup = make_memory_cgroup(f"amb-sandbox-{self.uid}", self.spec.memory_mb)
-        (stage / "passwd").write_text(
-            f"root:x:0:0::/root:/usr/sbin/nologin\nagent:x:{self.uid}:{self.uid}::{WORKSPACE}:"
-            "/bin/bash\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
-        )
-        (stage / "group").write_text(f"root:x:0:\nagent:x:{self.uid}:\nnogroup:x:65534:\n")
-        for name in ("passwd", "group"):
+        for name, text in passwd_files(self.uid).items():
+            (stage / name).write_text(text)
             (stage / name).chmod(0o644)
         self._stage = stage
 
@@ -223,7 +213,7 @@ class BubblewrapSandbox(Sandbox):
         if not self.spec.network:
             bwrap.append("--unshare-net")
         bwrap += ["--remount-ro", "/", "--clearenv", "--chdir", WORKSPACE]
-        for key, value in self._env().items():
+        for key, value in agent_environment().items():
             bwrap += ["--setenv", key, value]
         memory = self.spec.memory_mb * 1024**2
         drop = [
@@ -261,23 +251,6 @@ class BubblewrapSandbox(Sandbox):
             *argv,
         ]
 
-    def _env(self) -> dict[str, str]:
-        env = {
-            "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
-            "HOME": WORKSPACE,
-            "USER": "agent",
-            "TMPDIR": "/tmp",
-            "LANG": "C.UTF-8",
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "MPLCONFIGDIR": "/tmp",
-            "XDG_CACHE_HOME": f"{WORKSPACE}/.cache",
-            "VIRTUAL_ENV": VENV,
-        }
-        if Path(CA_BUNDLE).is_file():
-            env.update(SSL_CERT_FILE=CA_BUNDLE, REQUESTS_CA_BUNDLE=CA_BUNDLE, PIP_CERT=CA_BUNDLE)
-        return env
-
     def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
         argv = (
             ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code]
@@ -293,64 +266,6 @@ class BubblewrapSandbox(Sandbox):
         if result.exit_code == 125 and "mount" in result.stderr[:2000]:
             raise SandboxError(f"sandbox setup failed: {result.stderr[:2000]}")
         return result
-
-    # ------------------------------------------------------------------ files
-
-    def _host_path(self, path: str, writable: bool) -> Path:
-        """A sandbox path (``/workspace/...``, ``/public/...`` or relative to the workspace)
-        as a host path, links resolved, refused when it leaves the allowed roots."""
-        roots = [(WORKSPACE, self.spec.workspace_dir)]
-        if not writable:
-            roots.append((PUBLIC, self.spec.public_dir))
-        if "\0" in path:
-            raise PermissionError(errno.EACCES, "a path with a NUL byte")
-        inside = Path(path) if Path(path).is_absolute() else Path(WORKSPACE) / path
-        for mount, host_root in roots:
-            try:
-                rel = inside.relative_to(mount)
-            except ValueError:
-                continue
-            target = (host_root / rel).resolve()
-            if target.is_relative_to(host_root.resolve()):
-                return target
-            break
-        allowed = WORKSPACE if writable else f"{WORKSPACE} or {PUBLIC}"
-        raise PermissionError(13, f"{path} is outside {allowed}")
-
-    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
-        return read_regular_file(self._host_path(path, writable=False), path, max_bytes)
-
-    def write_file(self, path: str, data: bytes) -> None:
-        target = self._host_path(path, writable=True)
-        refuse_special_file(target, path)
-        created = []
-        parent = target.parent
-        while not parent.exists():
-            created.append(parent)
-            parent = parent.parent
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        for item in [target, *created]:
-            os.chown(item, self.uid, self.uid)
-
-    def copy_out(self, path: str, dest: Path) -> list[str]:
-        return copy_tree_no_links(self._host_path(path, writable=False), dest)
-
-
-def read_regular_file(target: Path, shown: str, max_bytes: int | None) -> bytes:
-    """Read a regular file only: a FIFO or device planted by the agent would block or
-    misbehave in the harness (opened non-blocking, then checked)."""
-    fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise PermissionError(errno.EACCES, f"{shown} is not a regular file")
-        return fh.read() if max_bytes is None else fh.read(max_bytes)
-
-
-def refuse_special_file(target: Path, shown: str) -> None:
-    """Writing over a FIFO, socket or device would block or escape: only regular files."""
-    if target.exists() and not target.is_file():
-        raise PermissionError(errno.EACCES, f"{shown} is not a regular file")
 
 
 def make_memory_cgroup(name: str, memory_mb: int) -> Path | None:
@@ -413,11 +328,3 @@ def sweep_stale_stages(root: Path | None = None) -> list[Path]:
         _remove_stage(stage)
         removed.append(stage)
     return removed
-
-
-def _chown_tree(root: Path, uid: int) -> None:
-    """Give the workspace to the sandbox uid, without following links."""
-    os.chown(root, uid, uid, follow_symlinks=False)
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            os.chown(Path(folder) / name, uid, uid, follow_symlinks=False)

@@ -1,0 +1,443 @@
+"""The Docker backend: one agent container per cell, one evaluator container per verdict.
+
+The agent container (image from :mod:`images`)::
+
+    /public      the task's public inputs, read-only bind mount
+    /workspace   the cell's fresh workspace, writable (owned by the sandbox uid)
+    /venv        the scientific Python stack (in the image)
+    /tmp         a size-capped tmpfs;  root file system read-only
+
+It runs a tiny reaper as pid 1 under ``nobody``; every command is a ``docker exec`` as
+the sandbox's own unprivileged uid (one per sandbox, as in the bubblewrap backend), with
+all capabilities dropped, no new privileges, pids/memory(/CPU) limits and, optionally,
+GPUs. Private references are never mounted into it. Network: a dedicated bridge network
+whose traffic to the host itself is rejected (host services such as a judge or the
+evaluator are unreachable; the internet is not), or none.
+
+As in the bubblewrap backend, nothing outlives a call: when an exec ends (or times
+out) every process left in the container but its pid 1 is killed from the host, through
+the container's cgroup, so a background process cannot alter the submission later.
+
+The evaluator container has no network, runs as ``nobody``, sees the private references
+and a copy of the submission read-only and writes its JSON verdict to ``/out``.
+
+Containers carry labels naming the run, the role and the owning process; a harness that
+dies leaves them behind and the next start on this host removes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.images import LABEL, ImageSet, ensure_images
+from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
+from pytest_automedbench.sandbox.mounted import (
+    CA_BUNDLE,
+    PUBLIC,
+    UID_BASE,
+    UID_SPAN,
+    VENV,
+    WORKSPACE,
+    MountedFiles,
+    agent_environment,
+    chown_tree,
+    passwd_files,
+)
+
+NOBODY = 65534
+#: Seconds any single Docker API call may take; teardown never waits longer.
+API_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 15
+#: The agents' bridge network and its host-side interface name.
+AGENT_NETWORK = "automedbench-agents"
+AGENT_BRIDGE = "amb-agents0"
+#: pid 1 of the agent container: reaps orphans (a killed command's children), nothing else.
+REAPER = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: os._exit(0))\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.wait()\n"
+    "    except ChildProcessError:\n"
+    "        time.sleep(0.5)\n"
+)
+EVALUATOR_MEMORY_MB = 8192
+STAGE_PREFIX = "amb-docker-"
+
+_clients: dict[int, Any] = {}
+_swept = False
+_network_lock = threading.Lock()
+_network_ready = False
+
+
+def docker_client(timeout: int = API_TIMEOUT_S) -> Any:
+    """A Docker SDK client from the environment (``DOCKER_HOST`` or the local socket)."""
+    if timeout not in _clients:
+        import docker
+
+        _clients[timeout] = docker.from_env(timeout=timeout)
+    return _clients[timeout]
+
+
+def docker_problem() -> str | None:
+    """Why the Docker backend cannot run here, or None when a daemon answers."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker SDK is not installed (pip install docker)"
+    try:
+        client = docker.from_env(timeout=3)
+        client.ping()
+    except Exception as exc:
+        return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
+
+
+def owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def sweep_stale_containers(client: Any) -> list[str]:
+    """Remove this host's AutoMedBench containers whose owning process is gone."""
+    removed = []
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.owner"}):
+        owner = container.labels.get(f"{LABEL}.owner", "")
+        owner_host, _, pid = owner.rpartition(":")
+        if owner_host != host or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        if Path(f"/proc/{pid}").exists():
+            continue
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed.append(container.name)
+    for stage in Path(tempfile.gettempdir()).glob(f"{STAGE_PREFIX}*"):
+        owner_file = stage / "owner.pid"
+        with contextlib.suppress(OSError, ValueError):
+            if not Path(f"/proc/{int(owner_file.read_text())}").exists():
+                shutil.rmtree(stage, ignore_errors=True)
+    return removed
+
+
+def _sweep_once(client: Any) -> None:
+    global _swept
+    if not _swept:
+        _swept = True
+        sweep_stale_containers(client)
+
+
+def ensure_agent_network(client: Any) -> str:
+    """The agents' bridge network: no traffic between containers, none to the host."""
+    global _network_ready
+    with _network_lock:
+        if _network_ready:
+            return AGENT_NETWORK
+        import docker.errors
+
+        try:
+            client.networks.get(AGENT_NETWORK)
+        except docker.errors.NotFound:
+            with contextlib.suppress(docker.errors.APIError):  # a concurrent worker made it
+                client.networks.create(
+                    AGENT_NETWORK,
+                    driver="bridge",
+                    options={
+                        "com.docker.network.bridge.name": AGENT_BRIDGE,
+                        "com.docker.network.bridge.enable_icc": "false",
+                    },
+                    labels={f"{LABEL}.role": "agents"},
+                )
+        reject_host_traffic(AGENT_BRIDGE)
+        _network_ready = True
+        return AGENT_NETWORK
+
+
+def reject_host_traffic(bridge: str) -> None:
+    """Reject packets from the agents' bridge to the host itself (its loopback-bound or
+    all-interface services: a judge, a proxy, the Docker API over TCP). Forwarded traffic
+    to the internet is not affected."""
+    import subprocess
+
+    if shutil.which("iptables") is None:
+        raise SandboxError("iptables is missing: the agents' network cannot be kept off the host")
+    rule = ["INPUT", "-i", bridge, "-j", "REJECT"]
+    present = subprocess.run(["iptables", "-C", *rule], capture_output=True, check=False)
+    if present.returncode != 0:
+        added = subprocess.run(["iptables", "-I", *rule], capture_output=True, text=True)
+        if added.returncode != 0:
+            raise SandboxError(f"cannot keep the agents' network off the host: {added.stderr}")
+
+
+def _cgroup_procs(pid: int) -> list[Path]:
+    """The ``cgroup.procs`` files of the cgroups ``pid`` belongs to (v1 and v2)."""
+    files = []
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                candidate = Path("/sys/fs/cgroup") / path.lstrip("/") / "cgroup.procs"
+            elif "pids" in controllers.split(","):
+                candidate = Path("/sys/fs/cgroup/pids") / path.lstrip("/") / "cgroup.procs"
+            else:
+                continue
+            if candidate.is_file():
+                files.append(candidate)
+    return files
+
+
+class DockerSandbox(MountedFiles):
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        self.uid = UID_BASE + secrets.randbelow(UID_SPAN)
+        self.container_id: str | None = None
+        self.images: ImageSet | None = None
+        self._init_pid: int | None = None
+        self._procs: list[Path] = []
+        self._stage: Path | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if (problem := docker_problem()) is not None:
+            raise SandboxError(f"Docker backend unavailable: {problem}")
+        if not self.spec.public_dir.is_dir():
+            raise SandboxError(f"public inputs not found: {self.spec.public_dir}")
+        client = docker_client()
+        _sweep_once(client)
+        self.images = ensure_images(client, self.spec.docker_base)
+        workspace = self.spec.workspace_dir
+        workspace.mkdir(parents=True, exist_ok=True)
+        chown_tree(workspace, self.uid)
+        workspace.chmod(0o700)
+        stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
+        (stage / "owner.pid").write_text(str(os.getpid()))
+        for name, text in passwd_files(self.uid).items():
+            (stage / name).write_text(text)
+            (stage / name).chmod(0o644)
+        self._stage = stage
+        volumes = {
+            str(self.spec.public_dir): {"bind": PUBLIC, "mode": "ro"},
+            str(workspace): {"bind": WORKSPACE, "mode": "rw"},
+            str(stage / "passwd"): {"bind": "/etc/passwd", "mode": "ro"},
+            str(stage / "group"): {"bind": "/etc/group", "mode": "ro"},
+        }
+        if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
+            volumes[CA_BUNDLE] = {"bind": CA_BUNDLE, "mode": "ro"}
+        options = container_options(self.spec, self.uid)
+        options["network"] = ensure_agent_network(client) if self.spec.network else None
+        if not self.spec.network:
+            options["network_mode"] = "none"
+            del options["network"]
+        try:
+            container = client.containers.run(
+                self.images.agent,
+                ["python3", "-I", "-S", "-c", REAPER],
+                detach=True,
+                volumes=volumes,
+                labels=self._labels("agent"),
+                **options,
+            )
+        except Exception as exc:
+            self.stop()
+            raise SandboxError(f"cannot start the agent container: {exc}") from exc
+        self.container_id = container.id
+        container.reload()
+        self._init_pid = int(container.attrs["State"]["Pid"])
+        self._procs = _cgroup_procs(self._init_pid)
+
+    def _labels(self, role: str) -> dict[str, str]:
+        return {
+            f"{LABEL}.role": role,
+            f"{LABEL}.run": self.spec.run_id,
+            f"{LABEL}.owner": owner_label(),
+        }
+
+    def stop(self) -> None:
+        """Remove the container within :data:`STOP_TIMEOUT_S` (a container that does not
+        go in time is left labelled for the next start's sweep)."""
+        if self.container_id is not None:
+            container_id, self.container_id = self.container_id, None
+            with contextlib.suppress(Exception):
+                docker_client(STOP_TIMEOUT_S).api.remove_container(container_id, force=True)
+        if self._stage is not None:
+            shutil.rmtree(self._stage, ignore_errors=True)
+            self._stage = None
+
+    # ------------------------------------------------------------------ exec
+
+    def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
+        if self.container_id is None:
+            raise SandboxError("exec() before start()")
+        argv = (
+            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code]
+        )
+        api = docker_client().api
+        start = time.monotonic()
+        try:
+            exec_id = api.exec_create(
+                self.container_id,
+                argv,
+                user=f"{self.uid}:{self.uid}",
+                workdir=WORKSPACE,
+                environment=agent_environment(),
+            )["Id"]
+            stream = api.exec_start(exec_id, stream=True, demux=True)
+        except Exception as exc:
+            raise SandboxError(f"docker exec failed: {exc}") from exc
+        chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+        sizes = {"out": 0, "err": 0}
+
+        def read() -> None:
+            with contextlib.suppress(Exception):  # the stream ends when the processes die
+                for out, err in stream:
+                    for name, data in (("out", out), ("err", err)):
+                        if data and sizes[name] < MAX_STREAM_BYTES:
+                            chunks[name].append(data[: MAX_STREAM_BYTES - sizes[name]])
+                            sizes[name] += len(chunks[name][-1])
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            reader.join(timeout_s)
+            if reader.is_alive():
+                timed_out = True
+        finally:
+            self.kill_leftovers()  # nothing outlives a call, even when the caller is interrupted
+        reader.join(STOP_TIMEOUT_S)
+        exit_code = 124 if timed_out else self._exit_code(api, exec_id)
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=b"".join(chunks["out"]).decode("utf-8", errors="replace"),
+            stderr=b"".join(chunks["err"]).decode("utf-8", errors="replace"),
+            duration_s=round(time.monotonic() - start, 3),
+            timed_out=timed_out,
+        )
+
+    @staticmethod
+    def _exit_code(api: Any, exec_id: str) -> int:
+        for _ in range(200):
+            info = api.exec_inspect(exec_id)
+            if not info["Running"] and info["ExitCode"] is not None:
+                return int(info["ExitCode"])
+            time.sleep(0.01)
+        raise SandboxError(f"docker exec {exec_id[:12]} did not report an exit code")
+
+    def kill_leftovers(self) -> None:
+        """SIGKILL every process in the container but pid 1, until none is left."""
+        if self._init_pid is None:
+            return
+        for _ in range(100):
+            pids: set[int] = set()
+            for procs in self._procs:
+                with contextlib.suppress(OSError, ValueError):
+                    pids |= {int(p) for p in procs.read_text().split()}
+            pids.discard(self._init_pid)
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+
+def container_options(spec: SandboxSpec, uid: int | None) -> dict[str, Any]:
+    """The hardening and limits shared by both containers (the create call's arguments)."""
+    from docker.types import DeviceRequest, Ulimit
+
+    options: dict[str, Any] = {
+        "user": f"{NOBODY}:{NOBODY}",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": spec.max_processes,
+        "mem_limit": f"{spec.memory_mb}m",
+        "memswap_limit": f"{spec.memory_mb}m",
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={spec.tmp_mb}m,mode=1777"},
+        "shm_size": f"{spec.tmp_mb}m",
+        "ulimits": [
+            Ulimit(name="fsize", soft=spec.max_file_mb * 1024**2, hard=spec.max_file_mb * 1024**2)
+        ],
+        "hostname": "sandbox",
+        "environment": {"LANG": "C.UTF-8"},
+    }
+    if spec.cpus is not None:
+        options["nano_cpus"] = int(spec.cpus * 1e9)
+    if spec.gpus:
+        request = (
+            DeviceRequest(count=-1, capabilities=[["gpu"]])
+            if spec.gpus == "all"
+            else DeviceRequest(device_ids=spec.gpus.split(","), capabilities=[["gpu"]])
+        )
+        options["device_requests"] = [request]
+    return options
+
+
+# ---------------------------------------------------------------------- evaluator
+
+
+def run_evaluator_container(
+    args: list[str],
+    mounts: dict[Path, tuple[str, str]],
+    out_dir: Path,
+    timeout_s: float,
+    *,
+    run_id: str = "",
+    docker_base: str = "debootstrap",
+) -> tuple[int, str]:
+    """Run ``python -m pytest_automedbench.evaluators ARGS`` in a fresh evaluator
+    container (no network, read-only mounts but ``out_dir`` at ``/out``); returns the exit
+    code and the end of its output. A container that overruns is killed (exit 124)."""
+    client = docker_client()
+    _sweep_once(client)
+    images = ensure_images(client, docker_base)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(out_dir, NOBODY, NOBODY)
+    volumes = {str(host): {"bind": inside, "mode": mode} for host, (inside, mode) in mounts.items()}
+    volumes[str(out_dir)] = {"bind": "/out", "mode": "rw"}
+    spec = SandboxSpec(
+        public_dir=out_dir,
+        workspace_dir=out_dir,
+        network=False,
+        memory_mb=EVALUATOR_MEMORY_MB,
+        max_processes=256,
+    )
+    options = container_options(spec, None)
+    try:
+        container = client.containers.run(
+            images.evaluator,
+            [f"{VENV}/bin/python", "-m", "pytest_automedbench.evaluators", *args],
+            detach=True,
+            network_mode="none",
+            volumes=volumes,
+            labels={
+                f"{LABEL}.role": "evaluator",
+                f"{LABEL}.run": run_id,
+                f"{LABEL}.owner": owner_label(),
+            },
+            **options,
+        )
+    except Exception as exc:
+        raise SandboxError(f"cannot start the evaluator container: {exc}") from exc
+    try:
+        try:
+            status = container.wait(timeout=timeout_s)
+            exit_code = int(status.get("StatusCode", -1))
+        except Exception:  # the SDK reports a wait timeout as a connection error
+            exit_code = 124
+        logs = container.logs(stdout=True, stderr=True)[-4000:].decode(errors="replace")
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client(STOP_TIMEOUT_S).api.remove_container(container.id, force=True)
+    return exit_code, logs

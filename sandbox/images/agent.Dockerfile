@@ -1,0 +1,17 @@
+# The agent's image: a Debian userland with compilers and the scientific Python stack
+# in /venv, installed from a wheelhouse the host prepared (no network needed here).
+ARG BASE
+FROM ${BASE}
+ARG PACKAGES
+# A debootstrap-made base already has the packages; a registry base gets them from apt.
+RUN dpkg -s ${PACKAGES} >/dev/null 2>&1 || ( apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${PACKAGES} \
+    && rm -rf /var/lib/apt/lists/* )
+COPY wheels /tmp/wheels
+RUN python3 -m venv /venv \
+    && /venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels \
+       -r /tmp/wheels/requirements.txt \
+    && rm -rf /tmp/wheels
+ENV PATH=/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    VIRTUAL_ENV=/venv LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1
+WORKDIR /workspace

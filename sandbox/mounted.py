@@ -1,0 +1,134 @@
+"""File tools for backends whose workspace and public inputs are host folders mounted in.
+
+Both isolating backends (bubblewrap and Docker) bind-mount the task's public inputs at
+``/public`` and the cell's workspace at ``/workspace``, so the harness serves the agent's
+``read_file``/``write_file`` calls and copies the submission out from the host side, with
+links resolved and confined to those two roots. Nothing here runs inside the sandbox.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from pytest_automedbench.sandbox.base import Sandbox
+from pytest_automedbench.sandbox.local import copy_tree_no_links
+
+PUBLIC = "/public"
+WORKSPACE = "/workspace"
+VENV = "/venv"
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+#: Sandbox uids are drawn from [UID_BASE, UID_BASE + UID_SPAN): one per sandbox.
+UID_BASE = 200_000
+UID_SPAN = 800_000
+
+
+class MountedFiles(Sandbox):
+    """``read_file``/``write_file``/``copy_out`` on the host folders behind the mounts;
+    new files belong to the sandbox's own uid (``self.uid``)."""
+
+    uid: int
+
+    @property
+    def public_path(self) -> str:
+        return PUBLIC
+
+    @property
+    def workspace_path(self) -> str:
+        return WORKSPACE
+
+    def _host_path(self, path: str, writable: bool) -> Path:
+        """A sandbox path (``/workspace/...``, ``/public/...`` or relative to the workspace)
+        as a host path, links resolved, refused when it leaves the allowed roots."""
+        roots = [(WORKSPACE, self.spec.workspace_dir)]
+        if not writable:
+            roots.append((PUBLIC, self.spec.public_dir))
+        if "\0" in path:
+            raise PermissionError(errno.EACCES, "a path with a NUL byte")
+        inside = Path(path) if Path(path).is_absolute() else Path(WORKSPACE) / path
+        for mount, host_root in roots:
+            try:
+                rel = inside.relative_to(mount)
+            except ValueError:
+                continue
+            target = (host_root / rel).resolve()
+            if target.is_relative_to(host_root.resolve()):
+                return target
+            break
+        allowed = WORKSPACE if writable else f"{WORKSPACE} or {PUBLIC}"
+        raise PermissionError(errno.EACCES, f"{path} is outside {allowed}")
+
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        return read_regular_file(self._host_path(path, writable=False), path, max_bytes)
+
+    def write_file(self, path: str, data: bytes) -> None:
+        target = self._host_path(path, writable=True)
+        refuse_special_file(target, path)
+        created = []
+        parent = target.parent
+        while not parent.exists():
+            created.append(parent)
+            parent = parent.parent
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        for item in [target, *created]:
+            os.chown(item, self.uid, self.uid)
+
+    def copy_out(self, path: str, dest: Path) -> list[str]:
+        return copy_tree_no_links(self._host_path(path, writable=False), dest)
+
+
+def read_regular_file(target: Path, shown: str, max_bytes: int | None) -> bytes:
+    """Read a regular file only: a FIFO or device planted by the agent would block or
+    misbehave in the harness (opened non-blocking, then checked)."""
+    fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise PermissionError(errno.EACCES, f"{shown} is not a regular file")
+        return fh.read() if max_bytes is None else fh.read(max_bytes)
+
+
+def refuse_special_file(target: Path, shown: str) -> None:
+    """Writing over a FIFO, socket or device would block or escape: only regular files."""
+    if target.exists() and not target.is_file():
+        raise PermissionError(errno.EACCES, f"{shown} is not a regular file")
+
+
+def chown_tree(root: Path, uid: int) -> None:
+    """Give the workspace to the sandbox uid, without following links."""
+    os.chown(root, uid, uid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.chown(Path(folder) / name, uid, uid, follow_symlinks=False)
+
+
+def passwd_files(uid: int) -> dict[str, str]:
+    """``/etc/passwd`` and ``/etc/group`` naming the sandbox uid ``agent`` (``getpass``,
+    ``torch.compile`` and pip look the user up)."""
+    return {
+        "passwd": f"root:x:0:0::/root:/usr/sbin/nologin\nagent:x:{uid}:{uid}::{WORKSPACE}:"
+        "/bin/bash\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\nagent:x:{uid}:\nnogroup:x:65534:\n",
+    }
+
+
+def agent_environment() -> dict[str, str]:
+    """The agent's whole environment (an allow-list: no provider or judge key exists
+    in it), the same in every isolating backend."""
+    env = {
+        "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+        "HOME": WORKSPACE,
+        "USER": "agent",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLCONFIGDIR": "/tmp",
+        "XDG_CACHE_HOME": f"{WORKSPACE}/.cache",
+        "VIRTUAL_ENV": VENV,
+    }
+    if Path(CA_BUNDLE).is_file():
+        env.update(SSL_CERT_FILE=CA_BUNDLE, REQUESTS_CA_BUNDLE=CA_BUNDLE, PIP_CERT=CA_BUNDLE)
+    return env
