@@ -26,6 +26,7 @@ from pytest_automedbench.config import ConfigError, read_pyproject_agents
 from pytest_automedbench.evaluation import EvaluatorError, evaluate
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import StagingError, case_ids_of, private_case_ids
+from pytest_automedbench.sandbox.base import SandboxError
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
 
 #: A checkout keeps the catalogue next to the package.
@@ -197,6 +198,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_docker_images(args: argparse.Namespace) -> int:
+    """Build (or find) the Docker backend's images and print their tags."""
+    from pytest_automedbench.sandbox.docker import (
+        docker_client,
+        docker_problem,
+        sweep_stale_containers,
+    )
+    from pytest_automedbench.sandbox.images import ensure_images
+
+    if (problem := docker_problem()) is not None:
+        raise SandboxError(problem)
+    client = docker_client()
+    for name in sweep_stale_containers(client):
+        print(f"removed a leftover container: {name}")
+    images = ensure_images(client, args.base)
+    for role in ("base", "agent", "evaluator"):
+        print(f"{role}: {getattr(images, role)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="automedbench", description=__doc__)
     parser.add_argument(
@@ -249,6 +270,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the evaluator's JSON (schema-versioned)"
     )
     evaluate_cmd.set_defaults(func=cmd_evaluate)
+    images = sub.add_parser(
+        "docker-images",
+        help="build the Docker backend's images (once; tags are content hashes)",
+    )
+    images.add_argument(
+        "--base",
+        default="debootstrap",
+        help="'debootstrap' (default: built from a Debian mirror) or a registry image",
+    )
+    images.set_defaults(func=cmd_docker_images)
     return parser
 
 
@@ -264,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         StagingError,
         UnknownAgentError,
         ConfigError,
+        SandboxError,
         ValueError,
         OSError,
     ) as exc:

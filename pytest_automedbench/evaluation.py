@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -100,7 +101,9 @@ def _in_container(
     produced = out_dir / out.name
     if rc == 124:
         return rc, f"evaluator timed out after {EVALUATOR_TIMEOUT_S:.0f} s"
-    if produced.is_file():
+    # Only a regular file comes back: a link written to /out must not make the host read
+    # (as root) whatever it points to.
+    if produced.exists() and stat.S_ISREG(produced.lstat().st_mode):
         produced.replace(out)
     return rc, logs[-2000:]
 

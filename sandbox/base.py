@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class SandboxError(RuntimeError):
@@ -31,7 +31,7 @@ class SandboxSpec(BaseModel):
     max_file_mb: int = 20 * 1024
     tmp_mb: int = 2 * 1024
     #: CPUs (fractions allowed) and GPUs ("all" or "0,1") for the Docker backend.
-    cpus: float | None = None
+    cpus: float | None = Field(default=None, gt=0)
     gpus: str | None = None
     #: Run the sandbox belongs to (a label on its containers) and the Docker base image
     #: ("debootstrap" builds one from a Debian mirror; else a registry image reference).

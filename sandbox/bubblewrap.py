@@ -57,10 +57,11 @@ from pytest_automedbench.sandbox.mounted import (
     chown_tree,
     passwd_files,
 )
+from pytest_automedbench.sandbox.owner import is_gone, process_identity
 
-#: Staging folders live here, named with this prefix; a file inside names the owner pid.
+#: Staging folders live here, named with this prefix; a file inside names the owner.
 STAGE_PREFIX = "amb-bwrap-"
-OWNER_FILE = "owner.pid"
+OWNER_FILE = "owner"
 #: Host files the sandbox may read (when they exist).
 ETC_FILES = (
     "/etc/hosts",  # "localhost" must resolve with the network off too (torch.distributed, dask)
@@ -126,7 +127,7 @@ class BubblewrapSandbox(MountedFiles):
         workspace.chmod(0o700)  # the mount view hides it already; the mode is a second wall
         stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
         stage.chmod(0o755)
-        (stage / OWNER_FILE).write_text(str(os.getpid()))
+        (stage / OWNER_FILE).write_text(process_identity())
         for name in ("public", "workspace", "venv", "python", "tmp"):
             (stage / name).mkdir()
         tmp = stage / "tmp"
@@ -316,14 +317,14 @@ def _remove_stage(stage: Path) -> None:
 
 
 def sweep_stale_stages(root: Path | None = None) -> list[Path]:
-    """Remove staging folders left by harnesses that died (their owner pid is gone)."""
+    """Remove staging folders left by harnesses that certainly died (see :mod:`owner`)."""
     removed = []
     for stage in Path(root or tempfile.gettempdir()).glob(f"{STAGE_PREFIX}*"):
         try:
-            owner = int((stage / OWNER_FILE).read_text())
-        except (OSError, ValueError):
+            owner = (stage / OWNER_FILE).read_text()
+        except OSError:
             continue
-        if owner == os.getpid() or Path(f"/proc/{owner}").exists():
+        if not is_gone(owner):
             continue
         _remove_stage(stage)
         removed.append(stage)

@@ -32,7 +32,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -54,6 +53,7 @@ from pytest_automedbench.sandbox.mounted import (
     chown_tree,
     passwd_files,
 )
+from pytest_automedbench.sandbox.owner import is_gone, process_identity
 
 NOBODY = 65534
 #: Seconds any single Docker API call may take; teardown never waits longer.
@@ -74,6 +74,7 @@ REAPER = (
 )
 EVALUATOR_MEMORY_MB = 8192
 STAGE_PREFIX = "amb-docker-"
+OWNER_FILE = "owner"
 
 _clients: dict[int, Any] = {}
 _swept = False
@@ -105,27 +106,22 @@ def docker_problem() -> str | None:
 
 
 def owner_label() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return process_identity()
 
 
 def sweep_stale_containers(client: Any) -> list[str]:
-    """Remove this host's AutoMedBench containers whose owning process is gone."""
+    """Remove the AutoMedBench containers and staging folders whose owning harness is
+    certainly gone (see :mod:`owner`); anything else is left alone."""
     removed = []
-    host = socket.gethostname()
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}.owner"}):
-        owner = container.labels.get(f"{LABEL}.owner", "")
-        owner_host, _, pid = owner.rpartition(":")
-        if owner_host != host or not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        if Path(f"/proc/{pid}").exists():
+        if not is_gone(container.labels.get(f"{LABEL}.owner", "")):
             continue
         with contextlib.suppress(Exception):
             container.remove(force=True)
             removed.append(container.name)
     for stage in Path(tempfile.gettempdir()).glob(f"{STAGE_PREFIX}*"):
-        owner_file = stage / "owner.pid"
-        with contextlib.suppress(OSError, ValueError):
-            if not Path(f"/proc/{int(owner_file.read_text())}").exists():
+        with contextlib.suppress(OSError):
+            if is_gone((stage / OWNER_FILE).read_text()):
                 shutil.rmtree(stage, ignore_errors=True)
     return removed
 
@@ -179,12 +175,16 @@ def reject_host_traffic(bridge: str) -> None:
             raise SandboxError(f"cannot keep the agents' network off the host: {added.stderr}")
 
 
-def _cgroup_procs(pid: int) -> list[Path]:
-    """The ``cgroup.procs`` files of the cgroups ``pid`` belongs to (v1 and v2)."""
+def cgroup_procs(pid: int, container_id: str) -> list[Path]:
+    """The ``cgroup.procs`` files of the container's cgroups (v1 ``pids`` and v2), read
+    through ``/proc/<pid>/cgroup``; empty when that pid is not the container's here (the
+    daemon lives in another pid namespace, or on another machine)."""
     files = []
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)
+            if container_id not in path:
+                continue
             if controllers == "":
                 candidate = Path("/sys/fs/cgroup") / path.lstrip("/") / "cgroup.procs"
             elif "pids" in controllers.split(","):
@@ -221,19 +221,19 @@ class DockerSandbox(MountedFiles):
         chown_tree(workspace, self.uid)
         workspace.chmod(0o700)
         stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
-        (stage / "owner.pid").write_text(str(os.getpid()))
+        (stage / OWNER_FILE).write_text(process_identity())
         for name, text in passwd_files(self.uid).items():
             (stage / name).write_text(text)
             (stage / name).chmod(0o644)
         self._stage = stage
-        volumes = {
-            str(self.spec.public_dir): {"bind": PUBLIC, "mode": "ro"},
-            str(workspace): {"bind": WORKSPACE, "mode": "rw"},
-            str(stage / "passwd"): {"bind": "/etc/passwd", "mode": "ro"},
-            str(stage / "group"): {"bind": "/etc/group", "mode": "ro"},
-        }
+        mounts = [
+            bind(self.spec.public_dir, PUBLIC, read_only=True),
+            bind(workspace, WORKSPACE, read_only=False),
+            bind(stage / "passwd", "/etc/passwd", read_only=True),
+            bind(stage / "group", "/etc/group", read_only=True),
+        ]
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
-            volumes[CA_BUNDLE] = {"bind": CA_BUNDLE, "mode": "ro"}
+            mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
         options = container_options(self.spec, self.uid)
         options["network"] = ensure_agent_network(client) if self.spec.network else None
         if not self.spec.network:
@@ -244,7 +244,7 @@ class DockerSandbox(MountedFiles):
                 self.images.agent,
                 ["python3", "-I", "-S", "-c", REAPER],
                 detach=True,
-                volumes=volumes,
+                mounts=mounts,
                 labels=self._labels("agent"),
                 **options,
             )
@@ -254,7 +254,9 @@ class DockerSandbox(MountedFiles):
         self.container_id = container.id
         container.reload()
         self._init_pid = int(container.attrs["State"]["Pid"])
-        self._procs = _cgroup_procs(self._init_pid)
+        # Leftovers are killed from the host through the container's cgroup; where the
+        # daemon's pids are not ours, through the daemon instead (slower: two execs).
+        self._procs = cgroup_procs(self._init_pid, container.id)
 
     def _labels(self, role: str) -> dict[str, str]:
         return {
@@ -335,21 +337,47 @@ class DockerSandbox(MountedFiles):
         raise SandboxError(f"docker exec {exec_id[:12]} did not report an exit code")
 
     def kill_leftovers(self) -> None:
-        """SIGKILL every process in the container but pid 1, until none is left."""
-        if self._init_pid is None:
+        """SIGKILL every process of the sandbox uid until none is left (pid 1 runs as
+        ``nobody`` and stays); raises when some survive."""
+        if self.container_id is None:
             return
-        for _ in range(100):
+        if not self._procs:
+            self._kill_through_daemon()
+            return
+        for _ in range(200):
             pids: set[int] = set()
             for procs in self._procs:
                 with contextlib.suppress(OSError, ValueError):
                     pids |= {int(p) for p in procs.read_text().split()}
-            pids.discard(self._init_pid)
+            pids.discard(self._init_pid or -1)
             if not pids:
                 return
             for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.01)
+        raise SandboxError(f"processes of sandbox uid {self.uid} survive SIGKILL: {pids}")
+
+    def _kill_through_daemon(self) -> None:
+        """``kill -9 -1`` as the sandbox uid inside the container (everything of that uid
+        but the caller), then ``pgrep`` (which leaves itself out) until nothing is found."""
+        api = docker_client().api
+        sweep = f"kill -9 -1 2>/dev/null; exec pgrep -u {self.uid}"
+        for _ in range(50):
+            exec_id = api.exec_create(
+                self.container_id, ["/bin/bash", "-c", sweep], user=f"{self.uid}:{self.uid}"
+            )["Id"]
+            api.exec_start(exec_id)
+            if self._exit_code(api, exec_id) == 1:  # pgrep: no process matched
+                return
+        raise SandboxError(f"processes of sandbox uid {self.uid} survive kill -9 -1")
+
+
+def bind(source: Path, target: str, *, read_only: bool) -> Any:
+    """A bind mount (the Mount API: host paths may contain ':' or ',')."""
+    from docker.types import Mount
+
+    return Mount(target, str(source), type="bind", read_only=read_only)
 
 
 def container_options(spec: SandboxSpec, uid: int | None) -> dict[str, Any]:
@@ -364,7 +392,8 @@ def container_options(spec: SandboxSpec, uid: int | None) -> dict[str, Any]:
         "pids_limit": spec.max_processes,
         "mem_limit": f"{spec.memory_mb}m",
         "memswap_limit": f"{spec.memory_mb}m",
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={spec.tmp_mb}m,mode=1777"},
+        # exec: Docker mounts a tmpfs noexec unless told (a compiled pilot runs from /tmp).
+        "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={spec.tmp_mb}m,mode=1777"},
         "shm_size": f"{spec.tmp_mb}m",
         "ulimits": [
             Ulimit(name="fsize", soft=spec.max_file_mb * 1024**2, hard=spec.max_file_mb * 1024**2)
@@ -404,8 +433,8 @@ def run_evaluator_container(
     images = ensure_images(client, docker_base)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.chown(out_dir, NOBODY, NOBODY)
-    volumes = {str(host): {"bind": inside, "mode": mode} for host, (inside, mode) in mounts.items()}
-    volumes[str(out_dir)] = {"bind": "/out", "mode": "rw"}
+    binds = [bind(host, inside, read_only=mode == "ro") for host, (inside, mode) in mounts.items()]
+    binds.append(bind(out_dir, "/out", read_only=False))
     spec = SandboxSpec(
         public_dir=out_dir,
         workspace_dir=out_dir,
@@ -420,7 +449,7 @@ def run_evaluator_container(
             [f"{VENV}/bin/python", "-m", "pytest_automedbench.evaluators", *args],
             detach=True,
             network_mode="none",
-            volumes=volumes,
+            mounts=binds,
             labels={
                 f"{LABEL}.role": "evaluator",
                 f"{LABEL}.run": run_id,

@@ -44,6 +44,7 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PACKAGES = (
     "python3",
     "python3-venv",
+    "python3-pip",
     "python3-dev",
     "ca-certificates",
     "curl",
@@ -56,8 +57,9 @@ PACKAGES = (
     "procps",
     "default-jre-headless",
 )
-#: Report metrics (not in the core dependencies: only the evaluator needs them).
-EVALUATOR_REQUIREMENTS = ("pycocoevalcap",)
+#: Besides the core dependencies: what honest research work expects (torch, MONAI) and
+#: what the evaluator computes with (HD95/NSD, the report metrics), at the host's versions.
+EXTRA_REQUIREMENTS = ("torch", "monai", "pycocotools", "pycocoevalcap")
 #: Bump to rebuild every image (a change in how they are made that the hashes miss).
 RECIPE_VERSION = "1"
 LABEL = "org.automedbench"
@@ -116,7 +118,7 @@ def ensure_images(
                 (IMAGES_DIR / "evaluator.Dockerfile").read_text(),
                 *(f"{rel}\n{text}" for rel, text in sorted(sources.items())),
             ],
-            requirements=evaluator_requirements(),
+            requirements=[],
             wheel_target=(py_tag, machine),
             extra_context={f"automedbench/{rel}": text for rel, text in sources.items()},
             build_args={},
@@ -252,14 +254,11 @@ def _host_py_tag() -> str:
 
 
 def agent_requirements(py_tag: str) -> list[str]:
-    """The harness's core dependencies (what the bubblewrap sandbox offers at /venv)."""
+    """The harness's core dependencies and :data:`EXTRA_REQUIREMENTS` (what the bubblewrap
+    sandbox offers at /venv)."""
     requires = metadata.requires("pytest-automedbench") or []
     names = [n for n in (_requirement_name(r) for r in requires) if n is not None]
-    return _pinned(names, py_tag == _host_py_tag())
-
-
-def evaluator_requirements() -> list[str]:
-    return _pinned(EVALUATOR_REQUIREMENTS, True)
+    return _pinned([*names, *EXTRA_REQUIREMENTS], py_tag == _host_py_tag())
 
 
 def evaluator_sources() -> dict[str, str]:
@@ -320,9 +319,10 @@ def _ensure_built(
     with tempfile.TemporaryDirectory(prefix=f"amb-build-{role}-", dir="/var/tmp") as tmp:
         context = Path(tmp)
         shutil.copyfile(IMAGES_DIR / f"{role}.Dockerfile", context / "Dockerfile")
-        wheels = context / "wheels"
-        wheels.mkdir()
-        download_wheels(requirements, wheels, *wheel_target)
+        if requirements:
+            wheels = context / "wheels"
+            wheels.mkdir()
+            download_wheels(requirements, wheels, *wheel_target)
         for rel, text in extra_context.items():
             (context / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / rel).write_text(text)

@@ -83,10 +83,15 @@ def test_llm_judge_is_refused_until_it_exists(pytester: pytest.Pytester) -> None
     result.stderr.fnmatch_lines(["*LLM judge is not available*"])
 
 
-def test_docker_sandbox_is_refused_until_it_exists(pytester: pytest.Pytester) -> None:
+def test_docker_sandbox_without_a_daemon_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     result = pytester.runpytest(str(SUITES), "--collect-only", "--sandbox=docker")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*sandbox backend 'docker' is not available*"])
+    result.stderr.fnmatch_lines(
+        ["*sandbox backend 'docker' cannot run here: no Docker daemon answers*"]
+    )
 
 
 def test_report_header_echoes_resolved_configuration(

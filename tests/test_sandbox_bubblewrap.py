@@ -29,6 +29,7 @@ import pytest
 from pytest_automedbench.sandbox import BubblewrapSandbox, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox import bubblewrap as bw
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
+from pytest_automedbench.sandbox.owner import process_identity
 
 _PROBLEM = bubblewrap_problem()
 pytestmark = pytest.mark.skipif(
@@ -703,9 +704,13 @@ def test_stale_stages_of_dead_harnesses_are_swept(tmp_path: Path) -> None:
     dead.wait()
     for name, owner in (("amb-bwrap-dead", dead.pid), ("amb-bwrap-live", os.getpid())):
         (tmp_path / name / "tmp").mkdir(parents=True)
-        (tmp_path / name / "owner.pid").write_text(str(owner))
+        (tmp_path / name / bw.OWNER_FILE).write_text(process_identity(owner))
+    # An owner that cannot be judged from here (a bare pid, another host) is left alone.
+    (tmp_path / "amb-bwrap-unknown" / "tmp").mkdir(parents=True)
+    (tmp_path / "amb-bwrap-unknown" / bw.OWNER_FILE).write_text(str(dead.pid))
     assert bw.sweep_stale_stages(tmp_path) == [tmp_path / "amb-bwrap-dead"]
     assert (tmp_path / "amb-bwrap-live").exists() and not (tmp_path / "amb-bwrap-dead").exists()
+    assert (tmp_path / "amb-bwrap-unknown").exists()
 
 
 # --------------------------------------------------------------------------- lifecycle

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_automedbench.sandbox import LocalSandbox, SandboxError, SandboxSpec, resolve_backend
+from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
+from pytest_automedbench.sandbox.docker import docker_problem
 from pytest_automedbench.sandbox.local import copy_tree_no_links
 
 
@@ -75,11 +77,18 @@ def test_copy_skips_links(tmp_path: Path) -> None:
     assert not (tmp_path / "dest" / "case_0001" / "link.nii.gz").exists()
 
 
-def test_backend_resolution() -> None:
-    assert resolve_backend("auto") == "local"
-    assert resolve_backend("local") == "local"
-    with pytest.raises(SandboxError, match="docker"):
+def test_backend_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` prefers Docker when a daemon answers, then bubblewrap, then ``process``;
+    an explicit backend that cannot run is refused with the reason."""
+    if docker_problem() is None:
+        assert resolve_backend("auto") == "docker"
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert docker_problem() is not None
+    fallback = "local" if bubblewrap_problem() is None else "process"
+    assert resolve_backend("auto") == fallback
+    with pytest.raises(SandboxError, match="'docker' cannot run here: no Docker daemon"):
         resolve_backend("docker")
+    assert resolve_backend("process") == "process"
 
 
 class _Killed(BaseException):

@@ -51,7 +51,6 @@ import pytest_automedbench
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.sandbox import (
-    BACKENDS,
     ExecResult,
     LocalSandbox,
     Sandbox,
@@ -59,6 +58,7 @@ from pytest_automedbench.sandbox import (
     create_sandbox,
 )
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
+from pytest_automedbench.sandbox.docker import docker_problem
 from pytest_automedbench.violations import Policy, find_violations
 from tests.redteam.attempts import (
     ALLOWED,
@@ -895,8 +895,8 @@ class Arena:
 @pytest.fixture(scope="module", params=BACKEND_NAMES)
 def arena(request: pytest.FixtureRequest, layout: Layout) -> Iterator[Arena]:
     backend = str(request.param)
-    if backend == "docker" and "docker" not in BACKENDS:
-        pytest.skip("Docker backend not built yet (issue 6)")
+    if backend == "docker" and (problem := docker_problem()) is not None:
+        pytest.skip(f"Docker backend cannot run here: {problem}")
     if backend == "local" and (problem := bubblewrap_problem()) is not None:
         pytest.skip(f"bubblewrap backend cannot run here: {problem}")
     built = Arena(backend, layout)
@@ -913,19 +913,24 @@ ANSWER_SEEKING = tuple(a for a in ATTACKS if a.answer_seeking)
 CONTROLS = tuple(a for a in ATTACKS if a.control)
 
 
-def with_known_gaps(attempts: tuple[Attempt, ...], gap: str) -> list[Any]:
-    """The attempts as parameters; those with a known gap (the ``gap`` field) are strict
-    xfails, so the test reports it when the gap closes."""
+def with_detection_gaps(attempts: tuple[Attempt, ...]) -> list[Any]:
+    """The attempts as parameters; those with a known detection gap are strict xfails, so
+    the test reports it when the gap closes."""
     return [
-        pytest.param(a, marks=pytest.mark.xfail(strict=True, reason=getattr(a, gap)), id=a.id)
-        if getattr(a, gap)
+        pytest.param(a, marks=pytest.mark.xfail(strict=True, reason=a.detection_gap), id=a.id)
+        if a.detection_gap
         else pytest.param(a, id=a.id)
         for a in attempts
     ]
 
 
-@pytest.mark.parametrize("attempt", with_known_gaps(ATTACKS, "known_gap"))
-def test_attack_is_prevented(arena: Arena, attempt: Attempt) -> None:
+@pytest.mark.parametrize("attempt", ATTACKS, ids=[a.id for a in ATTACKS])
+def test_attack_is_prevented(
+    arena: Arena, attempt: Attempt, request: pytest.FixtureRequest
+) -> None:
+    if gap := attempt.gap_in(arena.backend):
+        # Strict: the test reports it when the gap closes.
+        request.applymarker(pytest.mark.xfail(strict=True, reason=gap))
     outcome = arena.outcome(attempt)
     if outcome.skipped:
         pytest.skip(outcome.skipped)
@@ -934,7 +939,7 @@ def test_attack_is_prevented(arena: Arena, attempt: Attempt) -> None:
     )
 
 
-@pytest.mark.parametrize("attempt", with_known_gaps(ANSWER_SEEKING, "detection_gap"))
+@pytest.mark.parametrize("attempt", with_detection_gaps(ANSWER_SEEKING))
 def test_attempt_on_the_answers_is_flagged(arena: Arena, attempt: Attempt) -> None:
     outcome = arena.outcome(attempt)
     if outcome.skipped:

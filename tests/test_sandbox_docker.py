@@ -1,0 +1,1014 @@
+"""The Docker backend, exercised on the real daemon: identity, the file system view,
+the environment, limits, process cleanup, the networks, labels and the stale-container
+sweep, the host-side file tools and the evaluator container.
+
+As in the bubblewrap tests, every check runs something inside a real container and
+looks at the result from both sides (what the agent saw, what the host sees). Without a
+Docker daemon every test that needs one is skipped with the reason; the pure unit tests
+of :func:`container_options` only need the Docker SDK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_automedbench.evaluation import HOST_PROCESS, Placement, check_format, evaluate
+from pytest_automedbench.evaluators.schema import EvalSpec, VqaSpec
+from pytest_automedbench.sandbox import DockerSandbox, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox import docker as dk
+from pytest_automedbench.sandbox.images import LABEL, ImageSet, ensure_images
+from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
+from pytest_automedbench.sandbox.owner import process_identity
+
+_PROBLEM = dk.docker_problem()
+_NO_SDK = importlib.util.find_spec("docker") is None
+#: Unique per test session: lets a test find exactly its own containers on a shared daemon.
+RUN_ID = f"test-docker-{uuid.uuid4().hex[:12]}"
+
+MakeBox = Callable[..., DockerSandbox]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def live_pids(uid: int) -> list[int]:
+    """Host processes with ``uid`` as any of their uids that are not zombies.
+
+    Zombies are skipped: a killed command lingers as one until the container's reaper
+    collects it, and a zombie runs no code and holds no file.
+    """
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+        except OSError:  # the process went meanwhile
+            continue
+        if str(uid) in fields.get("Uid", "").split() and fields["State"].split()[0] not in "ZX":
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def wait_gone(uid: int, within_s: float = 2.0) -> list[int]:
+    """The live processes of ``uid`` still there after ``within_s`` (empty when all went)."""
+    deadline = time.monotonic() + within_s
+    while (left := live_pids(uid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def kill_leftovers(uid: int) -> None:
+    """Only for cleanup after a failed assertion: SIGKILL this test's sandbox processes."""
+    for pid in live_pids(uid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_ok(box: DockerSandbox, code: str, language: str = "python") -> str:
+    result = box.exec("python" if language == "python" else "bash", code, timeout_s=60)
+    assert result.exit_code == 0, result
+    out: str = result.stdout
+    return out
+
+
+def run_json(box: DockerSandbox, code: str) -> Any:
+    return json.loads(run_ok(box, textwrap.dedent(code)).strip().splitlines()[-1])
+
+
+def dead_pid() -> int:
+    """A pid that belonged to a process of this host and no longer does."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert not Path(f"/proc/{gone.pid}").exists()
+    return gone.pid
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def client() -> Any:
+    if _PROBLEM is not None:
+        pytest.skip(f"Docker backend cannot run here: {_PROBLEM}")
+    return dk.docker_client()
+
+
+@pytest.fixture(scope="module")
+def images(client: Any) -> ImageSet:
+    return ensure_images(client)
+
+
+@pytest.fixture(scope="module")
+def host_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``public/`` (the task's inputs) and ``private/`` (references the agent must never
+    see) side by side, as the harness stages them."""
+    root = tmp_path_factory.mktemp("docker")
+    public = root / "public"
+    (public / "cases").mkdir(parents=True)
+    (public / "input.txt").write_text("hello")
+    (public / "cases" / "case_0001.txt").write_text("case one")
+    # World-writable on the host: only the read-only mount can stop a write to it.
+    writable = public / "open.txt"
+    writable.write_text("anyone may write")
+    writable.chmod(0o666)
+    private = root / "private"
+    private.mkdir()
+    (private / "label.txt").write_text("reference answer")
+    return root
+
+
+def _spec(public: Path, workspace: Path, **overrides: Any) -> SandboxSpec:
+    fields: dict[str, Any] = {
+        "public_dir": public,
+        "workspace_dir": workspace,
+        "network": False,
+        "memory_mb": 1024,
+        "max_processes": 128,
+        "tmp_mb": 32,
+        "run_id": RUN_ID,
+    }
+    fields.update(overrides)
+    return SandboxSpec(**fields)
+
+
+@pytest.fixture(scope="module")
+def box(client: Any, host_dirs: Path, request: pytest.FixtureRequest) -> Iterator[DockerSandbox]:
+    """One sandbox shared by the tests that need no special limits."""
+    sandbox = DockerSandbox(_spec(host_dirs / "public", host_dirs / "ws"))
+    request.addfinalizer(sandbox.stop)
+    sandbox.start()
+    yield sandbox
+    kill_leftovers(sandbox.uid)
+
+
+@pytest.fixture
+def make_box(
+    client: Any, host_dirs: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> MakeBox:
+    """Fresh sandboxes with their own limits, workspace in this test's ``tmp_path``."""
+
+    def make(name: str = "ws", **overrides: Any) -> DockerSandbox:
+        sandbox = DockerSandbox(_spec(host_dirs / "public", tmp_path / name, **overrides))
+
+        def finish() -> None:
+            sandbox.stop()
+            kill_leftovers(sandbox.uid)
+
+        request.addfinalizer(finish)
+        sandbox.start()
+        return sandbox
+
+    return make
+
+
+@pytest.fixture
+def host_server() -> Iterator[int]:
+    """An HTTP server on all of the host's interfaces answering a token: stands in for
+    the judge, a proxy or any other host service. Yields its port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"host-token"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def test_runs_as_its_own_uid_without_capabilities(box: DockerSandbox) -> None:
+    who = run_json(
+        box,
+        """
+        import getpass, json, os, pwd, socket
+        status = dict(
+            line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines()
+            if ":\\t" in line
+        )
+        print(json.dumps({
+            "uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
+            "groups": os.getgroups(), "user": getpass.getuser(),
+            "pw_name": pwd.getpwuid(os.getuid()).pw_name, "home": os.path.expanduser("~"),
+            "cwd": os.getcwd(), "host": socket.gethostname(),
+            **{k: status[k].strip() for k in
+               ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")},
+        }))
+        """,
+    )
+    assert box.uid != 0 and dk.UID_BASE <= box.uid < dk.UID_BASE + dk.UID_SPAN
+    assert (who["uid"], who["euid"], who["gid"]) == (box.uid, box.uid, box.uid)
+    assert set(who["groups"]) <= {box.uid}, who["groups"]
+    for field in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(who[field], 16) == 0, (field, who[field])
+    assert who["NoNewPrivs"] == "1"
+    assert who["user"] == "agent"
+    assert who["pw_name"] == "agent", "/etc/passwd must name the sandbox uid"
+    assert who["home"] == "/workspace" and who["cwd"] == "/workspace"
+    assert who["host"] == "sandbox"
+    # No way back up: no setuid helper works and mounting is refused.
+    for attempt in ("su -c true root </dev/null", "mount -t tmpfs none /workspace"):
+        result = box.exec("bash", attempt, timeout_s=30)
+        assert result.exit_code != 0, (attempt, result)
+
+
+def test_two_sandboxes_get_different_uids(box: DockerSandbox, make_box: MakeBox) -> None:
+    other = make_box()
+    assert other.uid != box.uid
+    assert run_ok(other, "id -u", "bash").strip() == str(other.uid)
+
+
+# --------------------------------------------------------------------------- the view
+
+
+def test_root_is_read_only_public_read_only_workspace_writable(
+    box: DockerSandbox, host_dirs: Path
+) -> None:
+    result = run_json(
+        box,
+        """
+        import errno, json
+        def attempt(path, mode="w"):
+            try:
+                with open(path, mode) as fh:
+                    fh.write("x")
+                return "ok"
+            except OSError as exc:
+                return errno.errorcode[exc.errno]
+        print(json.dumps({
+            "root": attempt("/planted"),
+            "etc": attempt("/etc/planted"),
+            "passwd": attempt("/etc/passwd", "a"),
+            "usr": attempt("/usr/planted"),
+            "venv": attempt("/venv/planted.py"),
+            "new_public": attempt("/public/new.txt"),
+            "overwrite_public": attempt("/public/open.txt", "a"),
+            "workspace": attempt("/workspace/out.txt"),
+            "tmp": attempt("/tmp/scratch"),
+        }))
+        """,
+    )
+    for where in ("root", "etc", "usr", "venv", "new_public", "overwrite_public"):
+        assert result[where] == "EROFS", (where, result[where])
+    assert result["passwd"] in ("EROFS", "EACCES")
+    assert result["workspace"] == "ok"
+    assert result["tmp"] == "ok"
+    written = host_dirs / "ws" / "out.txt"
+    assert written.read_text() == "x"
+    assert (written.stat().st_uid, written.stat().st_gid) == (box.uid, box.uid)
+    assert (host_dirs / "ws").stat().st_uid == box.uid
+    assert (host_dirs / "public" / "open.txt").read_text() == "anyone may write"
+    assert not (host_dirs / "public" / "new.txt").exists()
+    assert box.read_file("/public/input.txt") == b"hello"
+    assert run_ok(box, "cat /public/cases/case_0001.txt", "bash") == "case one"
+
+
+def test_tmp_is_a_tmpfs_of_the_configured_size(box: DockerSandbox) -> None:
+    tmp = run_json(
+        box,
+        f"""
+        import errno, json, os
+        vfs = os.statvfs("/tmp")
+        fstype = [line.split()[2] for line in open("/proc/mounts") if line.split()[1] == "/tmp"]
+        try:
+            with open("/tmp/fill.bin", "wb") as fh:
+                fh.write(b"\\0" * ({box.spec.tmp_mb + 8} << 20))
+            filled = "written"
+        except OSError as exc:
+            filled = errno.errorcode[exc.errno]
+        finally:
+            os.remove("/tmp/fill.bin")
+        print(json.dumps({{"bytes": vfs.f_blocks * vfs.f_frsize, "fstype": fstype,
+                          "filled": filled}}))
+        """,
+    )
+    assert tmp["fstype"] == ["tmpfs"]
+    assert abs(tmp["bytes"] - box.spec.tmp_mb * 1024**2) <= 1024**2, tmp
+    assert tmp["filled"] == "ENOSPC"
+
+
+def test_tmp_persists_across_calls(box: DockerSandbox) -> None:
+    run_ok(box, "echo kept > /tmp/downloaded.txt", "bash")
+    assert run_ok(box, "cat /tmp/downloaded.txt && rm /tmp/downloaded.txt", "bash") == "kept\n"
+
+
+def test_host_paths_are_not_visible(box: DockerSandbox, host_dirs: Path) -> None:
+    secret = host_dirs / "private" / "label.txt"
+    paths = [str(secret), str(secret.parent), str(host_dirs), str(Path.cwd())]
+    paths += ["/var/run/docker.sock", "/run/docker.sock"]
+    view = run_json(
+        box,
+        f"""
+        import json, os
+        paths = {paths!r}
+        print(json.dumps({{
+            "visible": [p for p in paths if os.path.exists(p)],
+            "root": sorted(os.listdir("/")),
+            "public": sorted(os.listdir("/public")),
+        }}))
+        """,
+    )
+    assert view["visible"] == [], "a host path is visible inside the sandbox"
+    assert "private" not in view["root"]
+    assert {"public", "workspace", "venv", "tmp"} <= set(view["root"])
+    assert view["public"] == ["cases", "input.txt", "open.txt"]
+    # Nothing but the sandbox's own mounts (and Docker's /proc, /sys, /dev and /etc files).
+    mountinfo = run_ok(box, "cat /proc/self/mountinfo", "bash").splitlines()
+    points = {line.split()[4] for line in mountinfo}
+    docker_files = {"/etc/resolv.conf", "/etc/hostname", "/etc/hosts"}
+    own = {"/", "/public", "/workspace", "/tmp", "/etc/passwd", "/etc/group", dk.CA_BUNDLE}
+    unexpected = {
+        p for p in points - own - docker_files if not p.startswith(("/proc", "/sys", "/dev"))
+    }
+    assert unexpected == set(), unexpected
+
+
+def test_environment_is_an_allow_list(
+    client: Any, make_box: MakeBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_PROVIDER_API_KEY", "sk-fake-provider-0123456789")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-openai-0123456789")
+    sandbox = make_box()
+    result = sandbox.exec("bash", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'", 30)
+    assert result.exit_code == 0, result
+    assert "FAKE_PROVIDER_API_KEY" not in result.stdout
+    assert "sk-fake" not in result.stdout
+    env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    assert env["HOME"] == "/workspace"
+    assert env["USER"] == "agent"
+    assert env["PATH"].split(":")[0] == "/venv/bin"
+    # Nor is it in the container's own configuration (what `docker inspect` shows).
+    configured = client.containers.get(sandbox.container_id).attrs["Config"]["Env"]
+    assert not any("sk-fake" in item or "API_KEY" in item for item in configured), configured
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def test_exec_reports_exit_code_and_streams(box: DockerSandbox) -> None:
+    result = box.exec("bash", "echo out; echo err >&2; exit 3", timeout_s=30)
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert not result.timed_out
+    result = box.exec("python", "import sys; print('py'); sys.exit(5)", timeout_s=30)
+    assert (result.exit_code, result.stdout) == (5, "py\n")
+
+
+def test_output_is_capped(box: DockerSandbox) -> None:
+    result = box.exec("bash", f"head -c {3 * MAX_STREAM_BYTES} /dev/zero | tr '\\0' a", 60)
+    assert result.exit_code == 0 and not result.timed_out
+    assert result.stdout == "a" * MAX_STREAM_BYTES
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_call_leaves_nothing_running(box: DockerSandbox) -> None:
+    """Ctrl-C (or a pytest-timeout) in the harness while a command runs: the command's
+    processes are killed on the way out."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        start = time.monotonic()
+        with pytest.raises(Interrupted):
+            box.exec("bash", "sleep 100 & sleep 100", timeout_s=60)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - start < 10
+    assert live_pids(box.uid) == [], "the interrupted command kept running"
+    assert run_ok(box, "echo alive", "bash") == "alive\n"
+
+
+def test_timeout_kills_every_process(box: DockerSandbox) -> None:
+    start = time.monotonic()
+    result = box.exec("bash", "sleep 100 & sleep 100", timeout_s=1)
+    elapsed = time.monotonic() - start
+    assert result.timed_out and result.exit_code == 124, result
+    assert elapsed < 10, f"a 1 s timeout took {elapsed:.1f} s"
+    assert wait_gone(box.uid, within_s=0.5) == [], "a sandbox process survived the timeout"
+    assert run_ok(box, "echo alive", "bash") == "alive\n"
+
+
+def test_nothing_outlives_a_call(box: DockerSandbox, host_dirs: Path) -> None:
+    """Background jobs (detached, in a new session, or plain) are killed when the call
+    returns, so nothing of the agent can change the workspace between calls."""
+    workspace = host_dirs / "ws"
+    result = box.exec(
+        "bash",
+        "nohup sleep 30 >/dev/null 2>&1 &\n"
+        "(sleep 2; echo late > /workspace/late_subshell.txt) >/dev/null 2>&1 &\n"
+        "setsid bash -c 'sleep 2; echo late > /workspace/late_setsid.txt' "
+        ">/dev/null 2>&1 </dev/null &\n"
+        "disown -a; echo started",
+        timeout_s=20,
+    )
+    assert (result.exit_code, result.stdout.strip(), result.timed_out) == (0, "started", False)
+    assert result.duration_s < 10
+    assert live_pids(box.uid) == [], "a background process outlived its call"
+    time.sleep(3)
+    assert not (workspace / "late_subshell.txt").exists()
+    assert not (workspace / "late_setsid.txt").exists()
+
+
+_CHILD = """
+import json, sys
+from pathlib import Path
+from pytest_automedbench.sandbox import DockerSandbox, SandboxSpec
+from pytest_automedbench.sandbox import docker as dk
+# No sweep from in here: every live harness of this host would look dead to it (and its
+# containers would go, see the test of the sweep below).
+dk._swept = True
+spec = SandboxSpec(public_dir=Path(sys.argv[1]), workspace_dir=Path(sys.argv[2]),
+                   network=False, run_id=sys.argv[3])
+box = DockerSandbox(spec)
+box.start()
+try:
+    result = box.exec("bash", "nohup sleep 30 >/dev/null 2>&1 & echo started", 20)
+    print(json.dumps({"uid": box.uid, "stdout": result.stdout}), flush=True)
+    sys.stdin.readline()  # the test looks at the host meanwhile
+finally:
+    box.stop()
+"""
+
+
+def test_nothing_outlives_a_call_when_the_harness_has_its_own_pid_namespace(
+    client: Any, host_dirs: Path, tmp_path: Path
+) -> None:
+    """The harness in a container of its own, talking to the daemon through its socket
+    (a common CI set-up): the daemon's pids are not the harness's pids."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to give the harness its own pid namespace")
+    run_id = f"{RUN_ID}-pidns"
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _CHILD]
+    argv += [str(host_dirs / "public"), str(tmp_path / "ws"), run_id]
+    harness = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert harness.stdin is not None and harness.stdout is not None
+    uid = None
+    try:
+        line = harness.stdout.readline()
+        assert line, "the harness in its own pid namespace did not start a sandbox"
+        info = json.loads(line)
+        uid = int(info["uid"])
+        assert info["stdout"] == "started\n"
+        assert live_pids(uid) == [], "a background process outlived its call"
+    finally:
+        with contextlib.suppress(OSError):
+            harness.stdin.write("\n")
+            harness.stdin.close()
+        try:
+            harness.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            harness.kill()
+            harness.wait()
+        for container in _labelled_containers(client, run_id):
+            container.remove(force=True)
+        if uid is not None:
+            kill_leftovers(uid)
+
+
+def test_pids_limit_stops_a_process_flood(make_box: MakeBox) -> None:
+    sandbox = make_box(max_processes=64)
+    spawned = run_json(
+        sandbox,
+        """
+        import errno, json, subprocess
+        procs, error = [], None
+        for _ in range(200):
+            try:
+                procs.append(subprocess.Popen(
+                    ["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                ))
+            except OSError as exc:
+                error = errno.errorcode.get(exc.errno, str(exc.errno))
+                break
+        print(json.dumps({"spawned": len(procs), "error": error}))
+        """,
+    )
+    assert spawned["error"] == "EAGAIN", spawned
+    assert 10 < spawned["spawned"] < 64, spawned
+    assert wait_gone(sandbox.uid, within_s=1) == []
+    assert run_ok(sandbox, "echo alive", "bash") == "alive\n"
+    assert subprocess.run(["true"]).returncode == 0
+
+
+def test_fork_bomb_is_contained_and_cleaned_up(make_box: MakeBox) -> None:
+    sandbox = make_box(max_processes=48)
+    results: list[Any] = []
+    bomb = threading.Thread(
+        target=lambda: results.append(sandbox.exec("bash", "b(){ b | b & }; b; sleep 10", 3))
+    )
+    bomb.start()
+    peak = 0
+    while bomb.is_alive():
+        peak = max(peak, len(live_pids(sandbox.uid)))
+        time.sleep(0.02)
+    bomb.join()
+    (result,) = results
+    assert result.exit_code != 0
+    assert "Resource temporarily unavailable" in result.stderr
+    assert 10 < peak <= 48, f"peak of {peak} processes for the sandbox uid"
+    assert wait_gone(sandbox.uid, within_s=1) == [], "the fork bomb outlived its call"
+    assert run_ok(sandbox, "echo alive", "bash") == "alive\n"
+
+
+def test_file_size_limit_refuses_a_large_file(make_box: MakeBox, tmp_path: Path) -> None:
+    sandbox = make_box(max_file_mb=8)
+    outcome = run_json(
+        sandbox,
+        """
+        import errno, json
+        with open("/workspace/small.bin", "wb") as fh:
+            fh.write(b"\\0" * (4 << 20))
+        try:
+            with open("/workspace/big.bin", "wb") as fh:
+                fh.write(b"\\0" * (16 << 20))
+            print(json.dumps("written"))
+        except OSError as exc:
+            print(json.dumps(errno.errorcode[exc.errno]))
+        """,
+    )
+    assert outcome == "EFBIG"
+    assert (tmp_path / "ws" / "small.bin").stat().st_size == 4 << 20
+    assert (tmp_path / "ws" / "big.bin").stat().st_size <= 8 << 20
+
+
+def test_memory_limit_kills_a_large_allocation(client: Any, make_box: MakeBox) -> None:
+    sandbox = make_box(memory_mb=256)
+    result = sandbox.exec(
+        "python",
+        "small = bytearray(64 << 20); print('64 MiB ok', flush=True); big = bytearray(1 << 30)",
+        timeout_s=60,
+    )
+    assert "64 MiB ok" in result.stdout
+    assert result.exit_code == 137 or "MemoryError" in result.stderr, result
+    assert not result.timed_out
+    assert run_ok(sandbox, "echo alive", "bash") == "alive\n"
+    assert client.containers.get(sandbox.container_id).status == "running"
+
+
+# --------------------------------------------------------------------------- network
+
+
+def test_network_off_has_only_loopback(client: Any, box: DockerSandbox) -> None:
+    net = run_json(
+        box,
+        """
+        import errno, json, os, socket
+        try:
+            socket.create_connection(("1.1.1.1", 80), timeout=3).close()
+            outcome = "connected"
+        except OSError as exc:
+            outcome = errno.errorcode.get(exc.errno, repr(exc)) if exc.errno else repr(exc)
+        print(json.dumps({"ifaces": sorted(os.listdir("/sys/class/net")), "connect": outcome}))
+        """,
+    )
+    assert net["ifaces"] == ["lo"]
+    assert net["connect"] != "connected"
+    attrs = client.containers.get(box.container_id).attrs
+    assert attrs["HostConfig"]["NetworkMode"] == "none"
+
+
+_PROBE_HOST = """
+import errno, json, socket, struct
+gateway = None
+for line in open("/proc/net/route").read().splitlines()[1:]:
+    fields = line.split()
+    if fields[1] == "00000000":
+        gateway = socket.inet_ntoa(struct.pack("<L", int(fields[2], 16)))
+outcomes = {{}}
+for address in [gateway, *{others!r}]:
+    try:
+        socket.create_connection((address, {port}), timeout=5).close()
+        outcomes[address] = "connected"
+    except OSError as exc:
+        outcomes[address] = errno.errorcode.get(exc.errno, repr(exc)) if exc.errno else repr(exc)
+print(json.dumps({{"gateway": gateway, "connect": outcomes}}))
+"""
+
+
+def host_addresses() -> list[str]:
+    """This host's own IPv4 addresses but loopback (empty without ``ip``)."""
+    if shutil.which("ip") is None:
+        return []
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    addresses = [line.split()[3].split("/")[0] for line in out.splitlines()]
+    return [a for a in addresses if not a.startswith("127.")]
+
+
+def test_network_on_cannot_reach_the_host(client: Any, make_box: MakeBox, host_server: int) -> None:
+    sandbox = make_box(network=True)
+    attrs = client.containers.get(sandbox.container_id).attrs
+    assert list(attrs["NetworkSettings"]["Networks"]) == [dk.AGENT_NETWORK]
+    gateway = attrs["NetworkSettings"]["Networks"][dk.AGENT_NETWORK]["Gateway"]
+    others = [a for a in host_addresses() if a != gateway]
+    probe = run_json(sandbox, _PROBE_HOST.format(port=host_server, others=others))
+    assert probe["gateway"] == gateway
+    # The server does answer on those addresses (from the host itself) ...
+    for address in [gateway, *others]:
+        with urllib.request.urlopen(f"http://{address}:{host_server}/", timeout=5) as reply:
+            assert reply.read() == b"host-token", address
+    # ... but not to the container: the INPUT rule rejects the agents' bridge.
+    assert set(probe["connect"]) == {gateway, *others}
+    for address, outcome in probe["connect"].items():
+        assert outcome in ("ECONNREFUSED", "EHOSTUNREACH"), (address, outcome)
+    rule = ["iptables", "-C", "INPUT", "-i", dk.AGENT_BRIDGE, "-j", "REJECT"]
+    assert subprocess.run(rule, capture_output=True).returncode == 0
+
+
+_LISTEN = """
+import json, socket
+server = socket.create_server(("0.0.0.0", 8765))
+server.settimeout(4)
+print("listening", flush=True)
+try:
+    server.accept()
+    print(json.dumps("accepted"))
+except TimeoutError:
+    print(json.dumps("nothing came"))
+"""
+
+
+def test_agent_containers_cannot_reach_each_other(client: Any, make_box: MakeBox) -> None:
+    listener, prober = make_box("ws_a", network=True), make_box("ws_b", network=True)
+    networks = client.containers.get(listener.container_id).attrs["NetworkSettings"]["Networks"]
+    address = networks[dk.AGENT_NETWORK]["IPAddress"]
+    results: list[Any] = []
+    listening = threading.Thread(
+        target=lambda: results.append(listener.exec("python", _LISTEN, timeout_s=20))
+    )
+    listening.start()
+    try:
+        time.sleep(1.5)  # the listener's python is up well before this
+        probe = prober.exec(
+            "python",
+            f"import socket\ntry:\n    socket.create_connection(({address!r}, 8765), timeout=2)"
+            "\n    print('connected')\nexcept OSError as exc:\n    print('failed', exc)",
+            timeout_s=20,
+        )
+    finally:
+        listening.join()
+    (listened,) = results
+    assert "listening" in listened.stdout, listened
+    assert probe.stdout.startswith("failed"), probe
+    assert json.loads(listened.stdout.splitlines()[-1]) == "nothing came"
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_labels_limits_and_stop(client: Any, make_box: MakeBox) -> None:
+    import docker.errors
+
+    sandbox = make_box(memory_mb=512, max_processes=100, cpus=1.5)
+    container_id = sandbox.container_id
+    stage = sandbox._stage
+    assert container_id is not None and stage is not None and stage.is_dir()
+    container = client.containers.get(container_id)
+    assert container.labels[f"{LABEL}.role"] == "agent"
+    assert container.labels[f"{LABEL}.run"] == RUN_ID
+    assert container.labels[f"{LABEL}.owner"] == process_identity(os.getpid())
+    host = container.attrs["HostConfig"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["PidsLimit"] == 100
+    assert host["Memory"] == host["MemorySwap"] == 512 * 1024**2
+    assert host["NanoCpus"] == 1_500_000_000
+    assert not host.get("Privileged")
+    start = time.monotonic()
+    sandbox.stop()
+    assert time.monotonic() - start < 5
+    with pytest.raises(docker.errors.NotFound):
+        client.containers.get(container_id)
+    assert not stage.exists()
+    assert wait_gone(sandbox.uid) == []
+    with pytest.raises(SandboxError):
+        sandbox.exec("bash", "true", timeout_s=5)
+    sandbox.stop()  # a second stop is harmless
+
+
+def test_start_refuses_a_missing_public_dir(client: Any, tmp_path: Path) -> None:
+    sandbox = DockerSandbox(_spec(tmp_path / "nope", tmp_path / "ws"))
+    try:
+        with pytest.raises(SandboxError, match="nope"):
+            sandbox.start()
+        assert sandbox.container_id is None
+    finally:
+        sandbox.stop()
+
+
+def test_sweep_removes_only_containers_of_dead_owners(client: Any, images: ImageSet) -> None:
+    import docker.errors
+
+    host = socket.gethostname()
+    alive = subprocess.Popen(["sleep", "60"])
+    dead = dead_pid()
+    owners = {
+        "dead": process_identity(dead),
+        "alive": process_identity(alive.pid),
+        "self": dk.owner_label(),
+        "elsewhere": "another-host:1:1:1",
+        # A bare pid cannot be judged (another pid namespace? reused?): left alone.
+        "bare": f"{host}:{dead}",
+    }
+    containers = {}
+    stage = Path(tempfile.mkdtemp(prefix=dk.STAGE_PREFIX))
+    (stage / dk.OWNER_FILE).write_text(process_identity(dead))
+    try:
+        for role, owner in owners.items():
+            containers[role] = client.containers.run(
+                images.agent,
+                ["sleep", "60"],
+                detach=True,
+                network_mode="none",
+                labels={f"{LABEL}.role": "agent", f"{LABEL}.run": RUN_ID, f"{LABEL}.owner": owner},
+            )
+        removed = dk.sweep_stale_containers(client)
+        assert containers["dead"].name in removed
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(containers["dead"].id)
+        for role in ("alive", "self", "elsewhere", "bare"):
+            assert containers[role].name not in removed
+            assert client.containers.get(containers[role].id).status == "running", role
+        assert not stage.exists(), "the staging folder of a dead harness is left"
+    finally:
+        alive.kill()
+        alive.wait()
+        shutil.rmtree(stage, ignore_errors=True)
+        for container in containers.values():
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+
+
+_SWEEP_CHILD = """
+import json, sys
+from pytest_automedbench.sandbox import docker as dk
+from pytest_automedbench.sandbox.images import LABEL
+
+class Containers:  # only this test's containers: the sweep must not judge anyone else's
+    def __init__(self, real):
+        self.real = real
+    def list(self, all, filters):
+        return self.real.list(all=all, filters={"label": [filters["label"], sys.argv[1]]})
+
+class Client:
+    containers = Containers(dk.docker_client().containers)
+
+print(json.dumps(dk.sweep_stale_containers(Client())), flush=True)
+"""
+
+
+def test_sweep_from_another_pid_namespace_keeps_live_owners(
+    client: Any, images: ImageSet, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to give the sweeper its own pid namespace")
+    import docker.errors
+
+    run_label = f"{LABEL}.run={RUN_ID}-sweep-pidns"
+    container = client.containers.run(
+        images.agent,
+        ["sleep", "60"],
+        detach=True,
+        network_mode="none",
+        labels={
+            f"{LABEL}.role": "agent",
+            f"{LABEL}.run": f"{RUN_ID}-sweep-pidns",
+            f"{LABEL}.owner": dk.owner_label(),  # this test process: alive
+        },
+    )
+    # The sweeper's temporary folder is this test's own: no other stage is looked at.
+    private_tmp = tmp_path / "tmp"
+    stage = private_tmp / f"{dk.STAGE_PREFIX}live"
+    stage.mkdir(parents=True)
+    (stage / dk.OWNER_FILE).write_text(dk.owner_label())
+    try:
+        argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c"]
+        argv += [_SWEEP_CHILD, run_label]
+        env = {**os.environ, "TMPDIR": str(private_tmp)}
+        swept = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        assert swept.returncode == 0, swept.stderr
+        assert json.loads(swept.stdout) == [], "a live harness's container was swept"
+        assert client.containers.get(container.id).status == "running"
+        assert stage.exists(), "a live harness's staging folder was swept"
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+
+
+# --------------------------------------------------------------------------- file tools
+
+
+def test_file_tools_refuse_paths_outside_workspace_and_public(
+    box: DockerSandbox, host_dirs: Path
+) -> None:
+    box.write_file("notes/a.txt", b"notes")
+    assert box.read_file("/workspace/notes/a.txt") == b"notes"
+    assert box.read_file("notes/a.txt", max_bytes=3) == b"not"
+    for path in ("notes", "notes/a.txt"):
+        assert (host_dirs / "ws" / path).stat().st_uid == box.uid, path
+    # ... so the agent can go on editing what the tool wrote.
+    run_ok(box, "echo ' more' >> notes/a.txt", "bash")
+    assert (host_dirs / "ws" / "notes" / "a.txt").read_text() == "notes more\n"
+    secret = host_dirs / "private" / "label.txt"
+    for path in (
+        "../private/label.txt",
+        "/workspace/../private/label.txt",
+        "/public/../private/label.txt",
+        "/etc/passwd",
+        "/tmp/x",
+        str(secret),  # host paths are not sandbox paths
+    ):
+        with pytest.raises(PermissionError):
+            box.read_file(path)
+    for path in ("/public/new.txt", "/public/input.txt", "/etc/x", "/tmp/x", "../escape.txt"):
+        with pytest.raises(PermissionError):
+            box.write_file(path, b"tampered")
+    assert (host_dirs / "public" / "input.txt").read_text() == "hello"
+    assert not (host_dirs / "escape.txt").exists()
+
+
+def test_copy_out_skips_links(box: DockerSandbox, host_dirs: Path, tmp_path: Path) -> None:
+    secret = host_dirs / "private" / "label.txt"
+    run_ok(
+        box,
+        "mkdir -p outputs/sub && echo pred > outputs/sub/case.txt && "
+        f"ln -s /public/input.txt outputs/pub_link && ln -s {secret} outputs/host_link",
+        "bash",
+    )
+    # Planted from the host side too (a link whose target does resolve on the host).
+    os.symlink(secret, host_dirs / "ws" / "outputs" / "planted_link")
+    dest = tmp_path / "copied"
+    skipped = box.copy_out("/workspace/outputs", dest)
+    assert sorted(skipped) == ["host_link", "planted_link", "pub_link"]
+    assert (dest / "sub" / "case.txt").read_text() == "pred\n"
+    assert sorted(p.name for p in dest.iterdir()) == ["sub"]
+    with pytest.raises(PermissionError):
+        box.read_file("outputs/planted_link")
+
+
+def test_harness_venv_works_inside(box: DockerSandbox) -> None:
+    out = run_ok(box, "import numpy, sys; print(sys.prefix, numpy.zeros(3).sum())")
+    assert out.split() == ["/venv", "0.0"]
+
+
+# --------------------------------------------------------------------------- evaluator
+
+
+def _labelled_containers(client: Any, run_id: str) -> list[Any]:
+    return list(client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}))
+
+
+def test_evaluator_container_runs_and_is_removed(client: Any, tmp_path: Path) -> None:
+    run_id = f"{RUN_ID}-eval"
+    out_dir = tmp_path / "out"
+    rc, logs = dk.run_evaluator_container(["--help"], {}, out_dir, 120, run_id=run_id)
+    assert rc == 0, logs
+    assert "usage" in logs.lower()
+    assert (out_dir.stat().st_uid, out_dir.stat().st_gid) == (dk.NOBODY, dk.NOBODY)
+    assert _labelled_containers(client, run_id) == []
+
+
+def test_evaluator_container_sees_its_mounts_and_reports_failure(
+    client: Any, tmp_path: Path
+) -> None:
+    run_id = f"{RUN_ID}-eval-bad"
+    spec = tmp_path / "spec.json"
+    spec.write_text("[1, 2]")
+    args = ["--spec", "/in/spec.json", "--submission", "/in/submission"]
+    args += ["--references", "/in/references", "--out", "/out/verdict.json"]
+    rc, logs = dk.run_evaluator_container(
+        args, {spec: ("/in/spec.json", "ro")}, tmp_path / "out", 120, run_id=run_id
+    )
+    assert rc == 2, logs
+    assert "/in/spec.json is not a JSON object" in logs
+    assert not (tmp_path / "out" / "verdict.json").exists()
+    assert _labelled_containers(client, run_id) == []
+
+
+def test_evaluator_container_that_overruns_is_killed(client: Any, tmp_path: Path) -> None:
+    """A spec that is a FIFO blocks the evaluator's read forever: the timeout ends it."""
+    run_id = f"{RUN_ID}-eval-slow"
+    fifo = tmp_path / "spec.json"
+    os.mkfifo(fifo)
+    fifo.chmod(0o666)
+    args = ["--spec", "/in/spec.json", "--submission", "/in/submission", "--format-only"]
+    args += ["--out", "/out/verdict.json"]
+    start = time.monotonic()
+    rc, _ = dk.run_evaluator_container(
+        args, {fifo: ("/in/spec.json", "ro")}, tmp_path / "out", 4, run_id=run_id
+    )
+    assert rc == 124
+    assert time.monotonic() - start < 4 + 20
+    assert _labelled_containers(client, run_id) == []
+
+
+def test_container_placement_scores_like_the_host_process(client: Any, tmp_path: Path) -> None:
+    """The whole evaluator path of :mod:`evaluation` with ``Placement(container=True)``:
+    spec, submission copy and references mounted in, the verdict read back, no container
+    left; and the same verdict as the evaluator run as a host process."""
+    run_id = f"{RUN_ID}-placement"
+    spec = EvalSpec(task_id="t", track="vqa", case_ids=["q_1", "q_2", "q_3"], vqa=VqaSpec())
+    references = tmp_path / "references"
+    references.mkdir()
+    answers = {f"q_{i}": {"answer": a, "answer_type": "closed"} for i, a in enumerate("yny", 1)}
+    (references / "answers.json").write_text(json.dumps(answers))
+    submission = tmp_path / "outputs"
+    submission.mkdir()
+    (submission / "answers.json").write_text(json.dumps({"q_1": "yes", "q_2": "yes"}))
+    placement = Placement(container=True, run_id=run_id)
+    report = check_format(spec, submission, references, tmp_path / "precheck", placement)
+    assert (report.n_expected, report.n_present, report.valid) == (3, 2, False), report
+    in_container = evaluate(spec, submission, references, tmp_path / "eval_docker", placement)
+    on_host = evaluate(spec, submission, references, tmp_path / "eval_host", HOST_PROCESS)
+    timing = {"elapsed_s"}
+    assert in_container.model_dump(exclude=timing) == on_host.model_dump(exclude=timing)
+    assert {c.case_id: c.status for c in in_container.cases} == {
+        "q_1": "ok",
+        "q_2": "ok",
+        "q_3": "missing",
+    }
+    assert _labelled_containers(client, run_id) == []
+
+
+# --------------------------------------------------------------------------- options
+
+
+@pytest.mark.skipif(_NO_SDK, reason="the docker SDK is not installed")
+class TestContainerOptions:
+    """The create call's arguments: pure unit tests, no daemon needed."""
+
+    @staticmethod
+    def options(**fields: Any) -> dict[str, Any]:
+        options: dict[str, Any] = dk.container_options(
+            _spec(Path("/p"), Path("/w"), **fields), None
+        )
+        return options
+
+    def test_hardening_and_limits(self) -> None:
+        options = self.options(memory_mb=300, max_processes=77, tmp_mb=40, max_file_mb=5)
+        assert options["user"] == f"{dk.NOBODY}:{dk.NOBODY}"
+        assert options["read_only"] is True
+        assert options["cap_drop"] == ["ALL"]
+        assert options["security_opt"] == ["no-new-privileges"]
+        assert options["pids_limit"] == 77
+        assert options["mem_limit"] == options["memswap_limit"] == "300m"
+        assert "size=40m" in options["tmpfs"]["/tmp"]
+        assert "nosuid" in options["tmpfs"]["/tmp"]
+        (fsize,) = options["ulimits"]
+        assert (fsize.name, fsize.soft, fsize.hard) == ("fsize", 5 << 20, 5 << 20)
+        assert "nano_cpus" not in options and "device_requests" not in options
+
+    def test_all_gpus(self) -> None:
+        (request,) = self.options(gpus="all")["device_requests"]
+        assert request.capabilities == [["gpu"]]
+        assert request.count == -1
+        assert request.device_ids == []
+
+    def test_some_gpus(self) -> None:
+        (request,) = self.options(gpus="0,1")["device_requests"]
+        assert request.capabilities == [["gpu"]]
+        assert request.device_ids == ["0", "1"]
+
+    def test_cpus(self) -> None:
+        assert self.options(cpus=1.5)["nano_cpus"] == 1_500_000_000
+        assert self.options(cpus=0.25)["nano_cpus"] == 250_000_000
