@@ -158,7 +158,7 @@ def bench_lifecycle(backend: str, root: Path, public: Path, repeats: int) -> Row
         f"median {ms(lifecycle)}",
         f"one exec when started {ms(one_exec)}",
         f"{lifecycle / one_exec:.1f}x (+{ms(lifecycle - one_exec)})",
-        "report (Docker: <= 2 s)",
+        "report",
     )
 
 

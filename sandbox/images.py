@@ -40,7 +40,8 @@ DEBOOTSTRAP = "debootstrap"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 #: What the agent finds besides Python: compilers for pip builds and for agents that write
-#: C, the usual command-line tools, and Java (METEOR in the evaluator).
+#: C, the usual command-line tools, other languages (the host offers them to the local
+#: backend too), and Java (METEOR in the evaluator).
 PACKAGES = (
     "python3",
     "python3-venv",
@@ -56,6 +57,10 @@ PACKAGES = (
     "perl",
     "procps",
     "default-jre-headless",
+    "nodejs",
+    "tcl",
+    "sqlite3",
+    "strace",
 )
 #: Besides the core dependencies: what honest research work expects (torch, MONAI) and
 #: what the evaluator computes with (HD95/NSD, the report metrics), at the host's versions.
