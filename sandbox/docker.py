@@ -234,11 +234,11 @@ class DockerSandbox(MountedFiles):
         ]
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
             mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
-        options = container_options(self.spec, self.uid)
-        options["network"] = ensure_agent_network(client) if self.spec.network else None
-        if not self.spec.network:
+        options = container_options(self.spec)
+        if self.spec.network:
+            options["network"] = ensure_agent_network(client)
+        else:
             options["network_mode"] = "none"
-            del options["network"]
         try:
             container = client.containers.run(
                 self.images.agent,
@@ -380,7 +380,7 @@ def bind(source: Path, target: str, *, read_only: bool) -> Any:
     return Mount(target, str(source), type="bind", read_only=read_only)
 
 
-def container_options(spec: SandboxSpec, uid: int | None) -> dict[str, Any]:
+def container_options(spec: SandboxSpec) -> dict[str, Any]:
     """The hardening and limits shared by both containers (the create call's arguments)."""
     from docker.types import DeviceRequest, Ulimit
 
@@ -442,7 +442,7 @@ def run_evaluator_container(
         memory_mb=EVALUATOR_MEMORY_MB,
         max_processes=256,
     )
-    options = container_options(spec, None)
+    options = container_options(spec)
     try:
         container = client.containers.run(
             images.evaluator,

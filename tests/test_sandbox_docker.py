@@ -979,9 +979,7 @@ class TestContainerOptions:
 
     @staticmethod
     def options(**fields: Any) -> dict[str, Any]:
-        options: dict[str, Any] = dk.container_options(
-            _spec(Path("/p"), Path("/w"), **fields), None
-        )
+        options: dict[str, Any] = dk.container_options(_spec(Path("/p"), Path("/w"), **fields))
         return options
 
     def test_hardening_and_limits(self) -> None:
@@ -994,6 +992,7 @@ class TestContainerOptions:
         assert options["mem_limit"] == options["memswap_limit"] == "300m"
         assert "size=40m" in options["tmpfs"]["/tmp"]
         assert "nosuid" in options["tmpfs"]["/tmp"]
+        assert ",exec," in options["tmpfs"]["/tmp"]  # a compiled pilot runs from /tmp
         (fsize,) = options["ulimits"]
         assert (fsize.name, fsize.soft, fsize.hard) == ("fsize", 5 << 20, 5 << 20)
         assert "nano_cpus" not in options and "device_requests" not in options
