@@ -26,6 +26,7 @@ from pytest_automedbench.config import ConfigError, read_pyproject_agents
 from pytest_automedbench.evaluation import EvaluatorError, evaluate
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import StagingError, case_ids_of, private_case_ids
+from pytest_automedbench.ledger import LedgerError
 from pytest_automedbench.sandbox.base import SandboxError
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
 
@@ -218,6 +219,29 @@ def cmd_docker_images(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_judge_agreement(args: argparse.Namespace) -> int:
+    """Per-item agreement and Cohen's kappa of two judges over a ledger's cells."""
+    from pytest_automedbench.ledger import Ledger
+    from pytest_automedbench.scoring.agreement import agreement, format_report, judges_in
+
+    ledger_path: Path = args.ledger
+    if not ledger_path.is_file():
+        raise LedgerError(f"ledger {ledger_path} does not exist")
+    records = [r.model_dump() for r in Ledger(ledger_path).records(args.run)]
+    judges = judges_in(records)
+    judge_a = args.a
+    judge_b = args.b or next((j for j in judges if j != judge_a), None)
+    if judge_b is None or judge_a not in judges or judge_b not in judges:
+        found = ", ".join(judges) or "none"
+        raise LedgerError(
+            f"{ledger_path}: need verdicts of two judges (asked for {judge_a!r} and "
+            f"{judge_b!r}); judges recorded: {found}. Run with --judge llm:<model> or "
+            "--audit-judge llm:<model> to record an LLM judge's verdicts."
+        )
+    print(format_report(agreement(records, judge_a, judge_b)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="automedbench", description=__doc__)
     parser.add_argument(
@@ -280,6 +304,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="'debootstrap' (default: built from a Debian mirror) or a registry image",
     )
     images.set_defaults(func=cmd_docker_images)
+    agree = sub.add_parser(
+        "judge-agreement",
+        help="per-item agreement and Cohen's kappa between two judges over a ledger",
+    )
+    agree.add_argument("ledger", type=Path, help="a ledger.jsonl")
+    agree.add_argument("--a", default="rules", help="first judge (default: rules)")
+    agree.add_argument(
+        "--b", default=None, help="second judge (default: the first other judge recorded)"
+    )
+    agree.add_argument("--run", default=None, help="only this run id")
+    agree.set_defaults(func=cmd_judge_agreement)
     return parser
 
 
@@ -295,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         StagingError,
         UnknownAgentError,
         ConfigError,
+        LedgerError,
         SandboxError,
         ValueError,
         OSError,

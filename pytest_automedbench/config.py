@@ -48,6 +48,12 @@ class RunConfig(BaseModel):
     docker_base: str = "debootstrap"
     gpus: str | None = None
     judge: str = "rules"
+    #: LLM judge: independent verdicts per cell (majority per item).
+    judge_votes: int = Field(default=1, ge=1, le=15)
+    #: LLM judges whose verdicts are recorded but do not score (for judge-agreement).
+    audit_judges: tuple[str, ...] = ()
+    #: Endpoint of the LLM judges (a proxy, vLLM); the provider's default otherwise.
+    judge_api_base: str | None = None
     data_root: Path | None = None
     #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.
     data_size: Literal["small", "realistic"] = "small"
@@ -66,6 +72,14 @@ class RunConfig(BaseModel):
         if value.startswith("llm:") and len(value) > len("llm:"):
             return value
         raise ValueError(f"judge {value!r} is not 'rules' or 'llm:<litellm model>'")
+
+    @field_validator("audit_judges")
+    @classmethod
+    def _audit_syntax(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for judge in value:
+            if not judge.startswith("llm:") or len(judge) == len("llm:"):
+                raise ValueError(f"audit judge {judge!r} is not 'llm:<litellm model>'")
+        return tuple(dict.fromkeys(value))
 
     @field_validator("gpus")
     @classmethod
@@ -93,6 +107,7 @@ class RunConfig(BaseModel):
         """Hash of the settings that change scores, so ledger records stay comparable."""
         payload = {
             "judge": self.judge,
+            "judge_votes": self.judge_votes,
             "sandbox": self.sandbox,
             "sandbox_network": self.sandbox_network,
             "data_root": str(self.data_root),
@@ -121,6 +136,9 @@ _PYPROJECT_KEYS: dict[str, str] = {
     "docker_base": "docker_base",
     "gpus": "gpus",
     "judge": "judge",
+    "judge_votes": "judge_votes",
+    "audit_judges": "audit_judges",
+    "judge_api_base": "judge_api_base",
     "data_root": "data_root",
     "data_size": "data_size",
     "amb_out": "amb_out",
@@ -180,6 +198,8 @@ def build_config(
         if value is not None:
             merged[field] = value
             source[field] = "--agent" if field == "agents" else f"--{field.replace('_', '-')}"
+    if isinstance(merged.get("audit_judges"), str):
+        merged["audit_judges"] = [merged["audit_judges"]]
     if isinstance(merged.get("agents"), str):
         merged["agents"] = [merged["agents"]]
     if "agents" in merged:

@@ -124,7 +124,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="amb_judge",
         default=None,
         metavar="rules|llm:<model>",
-        help="S1-S3 judge (default: rules)",
+        help="S1-S3 judge (default: rules); llm:<litellm model> falls back to the rules, "
+        "marked, when its answers are unusable",
+    )
+    group.addoption(
+        "--judge-votes",
+        dest="amb_judge_votes",
+        type=int,
+        default=None,
+        metavar="K",
+        help="LLM judge: K independent verdicts, majority per item (default: 1)",
+    )
+    group.addoption(
+        "--audit-judge",
+        dest="amb_audit_judges",
+        action="append",
+        default=None,
+        metavar="llm:<model>",
+        help="also record this LLM judge's verdicts (not scored), for judge-agreement",
+    )
+    group.addoption(
+        "--judge-api-base",
+        dest="amb_judge_api_base",
+        default=None,
+        metavar="URL",
+        help="endpoint of the LLM judges (default: the provider's)",
     )
     group.addoption(
         "--data-root",
@@ -160,6 +184,9 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         "docker_base": config.getoption("amb_docker_base"),
         "gpus": config.getoption("amb_gpus"),
         "judge": config.getoption("amb_judge"),
+        "judge_votes": config.getoption("amb_judge_votes"),
+        "audit_judges": config.getoption("amb_audit_judges"),
+        "judge_api_base": config.getoption("amb_judge_api_base"),
         "data_root": config.getoption("amb_data_root"),
         "data_size": config.getoption("amb_data_size"),
         "amb_out": config.getoption("amb_out"),
@@ -179,11 +206,6 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         resolve_backend(run_config.sandbox)
     except (ConfigError, UnknownAgentError, SandboxError) as exc:
         raise pytest.UsageError(str(exc)) from None
-    if run_config.judge != "rules":
-        raise pytest.UsageError(
-            f"--judge {run_config.judge}: the LLM judge is not available in this release; "
-            "use --judge rules"
-        )
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     run_id = workerinput["amb_run_id"] if workerinput else new_run_id()
     return AutoMedBenchSession(config=run_config, run_id=run_id)

@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_automedbench.scoring.models import StageScores
+from pytest_automedbench.scoring.models import ErrorCode, StageActivity, StageScores
 
-RESULT_SCHEMA_VERSION = 2
+RESULT_SCHEMA_VERSION = 3
 
 CellStatus = Literal["scored", "infra_error"]
 
@@ -55,6 +55,14 @@ class CellResult(BaseModel):
     #: Isolation violations found by the monitor (category, evidence, seq, tool); any one
     #: sets S1-S5 = 0, excludes TASK (task_score None, the metrics kept) and OVERALL = 0.
     violations: list[dict[str, Any]] = Field(default_factory=list)
+    #: E1-E5 diagnosed by the rules, and those the LLM judge added (kept apart).
+    error_codes: list[ErrorCode] = Field(default_factory=list)
+    error_codes_llm: list[ErrorCode] = Field(default_factory=list)
+    #: Tool calls, failed calls and seconds per stage (each call attributed to one stage).
+    stage_activity: list[StageActivity] = Field(default_factory=list)
+    #: Every judge's yes/no per rubric item (judge -> item -> 0/1; tier-passed items left
+    #: out): the rules always, the scoring LLM judge and any audit judges when configured.
+    verdicts: dict[str, dict[str, float]] = Field(default_factory=dict)
     turns: int = 0
     tokens_in: int = 0
     tokens_out: int = 0

@@ -38,7 +38,9 @@ from pytest_automedbench.observe import observe_outputs
 from pytest_automedbench.redact import redact
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox, resolve_backend
-from pytest_automedbench.scoring import score_stages
+from pytest_automedbench.scoring import JudgeSettings, score_stages
+from pytest_automedbench.scoring.attribution import stage_activity
+from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.overall import (
     agentic_score,
     is_resolved,
@@ -274,6 +276,7 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     )
     judge_ctx = JudgeContext(
         tier=key.tier,
+        track=task.track,
         plan_dir=workspace / "plan",
         method_keywords=task.method_keywords,
         n_cases=len(staged.case_ids),
@@ -282,9 +285,30 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         input_markers=tuple(task.data.inputs),
         output_markers=(f"{OUTPUTS_DIRNAME}/",),
     )
-    stages = score_stages(
-        judge_ctx, trajectory.events, evaluation.format, outcome.submitted, plan.config.judge
+    config = plan.config
+    judged = score_stages(
+        judge_ctx,
+        trajectory.events,
+        evaluation.format,
+        outcome.submitted,
+        JudgeSettings(
+            judge=config.judge,
+            votes=config.judge_votes,
+            audit_judges=config.audit_judges,
+            api_base=config.judge_api_base,
+            cache_dir=config.amb_out / "judge-cache",
+        ),
     )
+    stages = judged.stages
+    error_codes = diagnose(
+        judge_ctx,
+        trajectory.events,
+        evaluation.format,
+        stages,
+        outcome.termination,
+        outcome.submitted,
+    )
+    activity = stage_activity(judge_ctx, trajectory.events)
     violations = find_violations(
         trajectory.events,
         ViolationPolicy(
@@ -325,6 +349,10 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         completion_rate=evaluation.completion_rate,
         format_problems=evaluation.format.problems[:20],
         violations=[v.as_dict() for v in violations],
+        error_codes=error_codes,
+        error_codes_llm=judged.llm_codes,
+        stage_activity=activity,
+        verdicts=judged.verdicts,
         turns=outcome.turns,
         tokens_in=outcome.usage.tokens_in,
         tokens_out=outcome.usage.tokens_out,

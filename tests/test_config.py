@@ -77,10 +77,28 @@ def test_cli_unknown_agent_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*unknown agent 'gpt99'; valid agents: *reference*"])
 
 
-def test_llm_judge_is_refused_until_it_exists(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest(str(SUITES), "--collect-only", "--judge=llm:openai/gpt-4o")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*LLM judge is not available*"])
+def test_llm_judges_are_accepted_and_echoed(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(
+        str(SUITES),
+        "--collect-only",
+        "--judge=llm:openai/gpt-4o",
+        "--judge-votes=3",
+        "--audit-judge=llm:openai/other",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*judge: llm:openai/gpt-4o*"])
+
+
+def test_judge_settings_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="audit judge 'gpt' is not 'llm:"):
+        build_config({"audit_judges": ["gpt"]}, {}, None, tmp_path)
+    with pytest.raises(ConfigError, match="--judge-votes"):
+        build_config({"judge_votes": 0}, {}, None, tmp_path)
+    votes = build_config({"judge": "llm:x/y", "judge_votes": 3}, {}, None, tmp_path)
+    assert (
+        votes.scoring_hash()
+        != build_config({"judge": "llm:x/y"}, {}, None, tmp_path).scoring_hash()
+    )
 
 
 def test_docker_sandbox_without_a_daemon_is_a_usage_error(

@@ -1,29 +1,45 @@
-"""The rule judge: deterministic S1-S3 rubric checks over plan files and trajectory.
+"""The rule judge: a deterministic check for every S1-S3 item of the rubric.
 
-First version. Each item is a yes/no question answered from evidence the harness
-recorded itself (files in the workspace, exit codes, and how many output files
-existed after each call), never from what the agent *says* it did.
+Each item of ``rubric.yaml`` is answered from evidence the harness recorded itself (files
+in the workspace's plan folder, the code and exit code of every call, and how many output
+files existed after each call), never from what the agent *says* it did. Items that pass
+by tier rule are marked ``auto``.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_automedbench.scoring.models import ItemResult
+from pytest_automedbench.scoring.rubric import Rubric, load_rubric
 
 DIAGRAM_NAMES = ("plan.png", "plan.svg", "plan.mmd")
 MAX_SETUP_FAILURES = 5
 _LIST_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*+]|\|)\s+\S", re.MULTILINE)
 _CHECK_WORDS = ("check", "validat", "verif", "sanity", "plausib")
 _SETUP_WORDS = ("import ", "pip ", "version", "nvidia-smi", "which ")
+#: A call obtains a model or method: it installs or downloads one, or writes a program.
+_OBTAIN_WORDS = (
+    "pip install", "pip3 install", "conda install", "git clone", "wget ", "curl ",
+    "from_pretrained", "torch.hub", "hf_hub_download", "snapshot_download",
+    "huggingface-cli", ".py <<", ".py<<", "> solve.py", "cat >",
+)  # fmt: skip
+#: What an inspection of the inputs prints or computes: their properties.
+_PROPERTY_WORDS = (
+    "shape", "size", "spacing", "dtype", "mode", "range", "min(", "max(", "percentile",
+    "answer_type", "categories", "width", "height", "GetSpacing", "GetSize",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class JudgeContext:
     tier: str
+    track: str
     plan_dir: Path
     method_keywords: list[str]
     n_cases: int
@@ -41,6 +57,7 @@ class ExecCall:
     code: str
     ok: bool
     outputs_after: int
+    stdout: str = ""
 
 
 def _exec_calls(events: list[dict[str, Any]]) -> list[ExecCall]:
@@ -57,6 +74,7 @@ def _exec_calls(events: list[dict[str, Any]]) -> list[ExecCall]:
                     code=str(event["code"]),
                     ok=event.get("exit_code") == 0,
                     outputs_after=int(event.get("observed", {}).get("output_files", 0)),
+                    stdout=str(event.get("stdout", "")),
                 )
             )
     return calls
@@ -71,9 +89,37 @@ def _methods_named(text: str, keywords: list[str]) -> list[str]:
     ]
 
 
-def judge_s1(ctx: JudgeContext) -> list[ItemResult]:
-    plan_path = ctx.plan_dir / "plan.md"
-    text = plan_path.read_text(encoding="utf-8", errors="replace") if plan_path.is_file() else ""
+#: Bytes of plan.md the judge reads (a plan, not a dataset).
+PLAN_MAX_BYTES = 1 << 20
+
+
+def read_plan(plan_dir: Path) -> tuple[str, str | None]:
+    """plan.md's text, or "" and why not. The harness reads it on the host, and the agent
+    owns the folder: a link (to the references, say) or a FIFO is never followed."""
+    if plan_dir.is_symlink():
+        return "", "the plan folder is a link (not followed)"
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(plan_dir / "plan.md", flags)
+    except FileNotFoundError:
+        return "", None
+    except OSError as exc:
+        return "", f"plan.md cannot be read ({exc.strerror}; links are not followed)"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "", "plan.md is not a regular file"
+        data = os.read(fd, PLAN_MAX_BYTES)
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace"), None
+
+
+#: (score, evidence) of one item, before the rubric gives it its question.
+Verdict = tuple[bool, str]
+
+
+def check_s1(ctx: JudgeContext) -> dict[str, Verdict]:
+    text, problem = read_plan(ctx.plan_dir)
     exists = len(text.strip()) >= 50
     methods = _methods_named(text, ctx.method_keywords)
     steps = len(_LIST_ITEM.findall(text))
@@ -83,96 +129,83 @@ def judge_s1(ctx: JudgeContext) -> list[ItemResult]:
         for n in DIAGRAM_NAMES
         if (ctx.plan_dir / n).is_file() and (ctx.plan_dir / n).stat().st_size > 0
     ]
-    lite = ctx.tier == "lite"
-    items = [
-        ItemResult(
-            stage="S1",
-            id="s1_plan_exists",
-            question="plan.md exists and is not trivial",
-            score=float(exists),
-            evidence=f"plan.md: {len(text)} characters" if text else "plan.md missing",
+    return {
+        "s1_plan_exists": (
+            exists,
+            f"plan.md: {len(text)} characters" if text else (problem or "plan.md missing"),
         ),
-        ItemResult(
-            stage="S1",
-            id="s1_names_method",
-            question="The plan names a method",
-            score=float(exists and bool(methods)),
-            evidence=f"methods named: {', '.join(methods) or 'none'}",
+        "s1_pipeline": (
+            exists and steps >= 3 and has_checks,
+            f"{steps} list items; mentions checks: {has_checks}",
         ),
-        ItemResult(
-            stage="S1",
-            id="s1_pipeline",
-            question="The plan lays out steps, expected outputs and checks",
-            score=float(exists and steps >= 3 and has_checks),
-            evidence=f"{steps} list items; mentions checks: {has_checks}",
+        "s1_model_class": (
+            exists and bool(methods),
+            f"method families named: {', '.join(methods) or 'none'}",
         ),
-        ItemResult(
-            stage="S1",
-            id="s1_candidates",
-            question="At least three candidates compared",
-            score=1.0 if lite else float(exists and len(methods) >= 3),
-            evidence="LITE: the model is given"
-            if lite
-            else f"{len(methods)} method families named",
-            auto=lite,
-        ),
-        ItemResult(
-            stage="S1",
-            id="s1_diagram",
-            question="A plan diagram exists",
-            score=1.0 if lite else float(bool(diagrams)),
-            evidence="LITE: no diagram required"
-            if lite
-            else f"diagram files: {', '.join(diagrams) or 'none'}",
-            auto=lite,
-        ),
-    ]
-    return items
+        "s1_candidates": (exists and len(methods) >= 3, f"{len(methods)} method families named"),
+        "s1_diagram": (bool(diagrams), f"diagram files: {', '.join(diagrams) or 'none'}"),
+    }
 
 
 def _first_output_index(calls: list[ExecCall]) -> int:
     return next((c.index for c in calls if c.outputs_after > 0), len(calls))
 
 
-def judge_s2(ctx: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult]:
+def _reads_inputs(ctx: JudgeContext, call: ExecCall) -> bool:
+    return any(m in call.code for m in (ctx.public_path, *ctx.input_markers))
+
+
+def check_s2(ctx: JudgeContext, events: list[dict[str, Any]]) -> dict[str, Verdict]:
     calls = _exec_calls(events)
     setup = calls[: _first_output_index(calls)]
     env_checks = [c for c in setup if c.ok and any(w in c.code for w in _SETUP_WORDS)]
+    obtained = [c for c in setup if c.ok and any(w in c.code for w in _OBTAIN_WORDS)]
     inspections = [
-        c for c in setup if c.ok and any(m in c.code for m in (ctx.public_path, *ctx.input_markers))
+        c
+        for c in setup
+        if c.ok
+        and _reads_inputs(ctx, c)
+        and any(w in c.code or w in c.stdout for w in _PROPERTY_WORDS)
     ]
     failures = [c for c in setup if not c.ok]
-    return [
-        ItemResult(
-            stage="S2",
-            id="s2_environment",
-            question="Environment checked successfully",
-            score=float(bool(env_checks)),
-            evidence=f"call #{env_checks[0].index}"
+    pilot, _batch = _pilot_and_batch(ctx, calls)
+    return {
+        "s2_model_obtained": (
+            bool(obtained),
+            f"call #{obtained[0].index}"
+            if obtained
+            else "no install, download or program written before the first output",
+        ),
+        "s2_environment": (
+            bool(env_checks),
+            f"call #{env_checks[0].index}"
             if env_checks
             else "no successful import/version check before the first output",
         ),
-        ItemResult(
-            stage="S2",
-            id="s2_input_inspected",
-            question="Input data inspected before processing",
-            score=float(bool(inspections)),
-            evidence=f"call #{inspections[0].index}"
+        "s2_input_checked": (
+            bool(inspections),
+            f"call #{inspections[0].index}"
             if inspections
-            else "no successful read of the public inputs before the first output",
+            else "no successful look at the inputs' properties before the first output",
         ),
-        ItemResult(
-            stage="S2",
-            id="s2_few_failures",
-            question=f"At most {MAX_SETUP_FAILURES} failed setup attempts",
-            score=float(len(failures) <= MAX_SETUP_FAILURES),
-            evidence=f"{len(failures)} failed calls before the first output",
+        "s2_few_failures": (
+            len(failures) <= MAX_SETUP_FAILURES,
+            f"{len(failures)} failed calls before the first output",
         ),
-    ]
+        "s2_sample_run": (
+            pilot is not None,
+            f"call #{pilot.index} ran the method on {pilot.outputs_after} case(s)"
+            if pilot
+            else "the method never ran on a sample before the full run",
+        ),
+    }
 
 
-def judge_s3(ctx: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult]:
-    calls = _exec_calls(events)
+def _pilot_and_batch(
+    ctx: JudgeContext, calls: list[ExecCall]
+) -> tuple[ExecCall | None, ExecCall | None]:
+    """The pilot (a successful call that made the first output, fewer than all cases)
+    and the batch (the first call that added two or more outputs, or completed them)."""
     before = 0
     pilot: ExecCall | None = None
     batch: ExecCall | None = None
@@ -183,6 +216,12 @@ def judge_s3(ctx: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult
         elif pilot is None and batch is None and before == 0 and call.outputs_after > 0 and call.ok:
             pilot = call
         before = call.outputs_after
+    return pilot, batch
+
+
+def check_s3(ctx: JudgeContext, events: list[dict[str, Any]]) -> dict[str, Verdict]:
+    calls = _exec_calls(events)
+    pilot, batch = _pilot_and_batch(ctx, calls)
     end = batch.index if batch else len(calls)
     between = calls[pilot.index + 1 : end] if pilot else []
     checks = [
@@ -193,36 +232,56 @@ def judge_s3(ctx: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult
         and any(m in c.code for m in (ctx.submission_path, *ctx.output_markers))
     ]
     last_ok = bool(between) and between[-1].ok
-    return [
-        ItemResult(
-            stage="S3",
-            id="s3_pilot",
-            question="A pilot on a subset ran before the batch",
-            score=float(pilot is not None),
-            evidence=f"pilot call #{pilot.index} produced {pilot.outputs_after} output(s)"
+    return {
+        "s3_pilot": (
+            pilot is not None,
+            f"pilot call #{pilot.index} produced {pilot.outputs_after} output(s)"
             if pilot
             else "the first outputs came from a batch, or never",
         ),
-        ItemResult(
-            stage="S3",
-            id="s3_pilot_checked",
-            question="The pilot's output was checked before scaling up",
-            score=float(bool(checks)),
-            evidence=f"check call #{checks[0].index}"
+        "s3_pilot_checked": (
+            bool(checks),
+            f"check call #{checks[0].index}"
             if checks
             else "no successful call inspected the pilot output",
         ),
-        ItemResult(
-            stage="S3",
-            id="s3_fixed_before_batch",
-            question="Problems found in the pilot were resolved before the batch",
-            score=float(pilot is not None and bool(checks) and last_ok),
-            evidence="last call before the batch succeeded"
+        "s3_fixed_before_batch": (
+            pilot is not None and bool(checks) and last_ok,
+            "last call before the batch succeeded"
             if last_ok
             else "no pilot, or the last call before the batch failed",
         ),
-    ]
+    }
 
 
-def judge_rules(ctx: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult]:
-    return [*judge_s1(ctx), *judge_s2(ctx, events), *judge_s3(ctx, events)]
+def rule_verdicts(ctx: JudgeContext, events: list[dict[str, Any]]) -> dict[str, Verdict]:
+    """Every item's rule verdict, tier rules aside."""
+    return {**check_s1(ctx), **check_s2(ctx, events), **check_s3(ctx, events)}
+
+
+def judge_rules(
+    ctx: JudgeContext, events: list[dict[str, Any]], rubric: Rubric | None = None
+) -> list[ItemResult]:
+    """The rubric's items answered by the rules (in the rubric's order)."""
+    rubric = rubric or load_rubric()
+    verdicts = rule_verdicts(ctx, events)
+    missing = [item.id for item in rubric.items if item.id not in verdicts]
+    if missing:
+        raise ValueError(f"the rule judge has no check for rubric items {missing}")
+    results = []
+    for item in rubric.items:
+        if ctx.tier in item.auto_pass:
+            score, evidence, auto = True, f"{ctx.tier.upper()}: passes by tier rule", True
+        else:
+            (score, evidence), auto = verdicts[item.id], False
+        results.append(
+            ItemResult(
+                stage=item.stage,
+                id=item.id,
+                question=item.text(ctx.track),
+                score=float(score),
+                evidence=evidence,
+                auto=auto,
+            )
+        )
+    return results
