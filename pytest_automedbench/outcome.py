@@ -31,15 +31,26 @@ def describe_result(result: CellResult) -> str:
         f"(AGENTIC {_pct(result.agentic).strip()}, TASK {_pct(result.task_score).strip()}); "
         f"termination: {result.termination}",
     ]
+    activity = {a.stage: a for a in result.stage_activity}
     if result.stages is not None:
+        lines.append(f"  judge: {result.stages.judge}")
         scores = result.stages.by_stage()
         for stage, weight in STAGE_WEIGHTS.items():
             lost = [i for i in result.stages.items if i.stage == stage and i.score < 1.0]
+            spent = ""
+            if (act := activity.get(stage)) is not None:
+                spent = f"; {act.calls} calls, {act.errors} failed, {act.seconds:.0f} s"
             lines.append(
-                f"  {stage} {_pct(scores[stage])} (weight {weight:.2f})" + ("" if lost else "  ok")
+                f"  {stage} {_pct(scores[stage])} (weight {weight:.2f}{spent})"
+                + ("" if lost else "  ok")
             )
             for item in lost:
                 lines.append(f"      - {item.question}: {item.score:.2f} ({item.evidence})")
+    for code in result.error_codes:
+        where = f", event {code.seq}" if code.seq is not None else ""
+        lines.append(f"  {code.code} {code.rule}{where}: {code.evidence}")
+    for code in result.error_codes_llm:
+        lines.append(f"  {code.code} (LLM judge): {code.evidence}")
     for violation in result.violations[:5]:
         lines.append(
             f"  VIOLATION ({violation['category']}, event {violation['seq']}): "

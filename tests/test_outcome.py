@@ -84,3 +84,18 @@ def test_infrastructure_error_is_not_an_assertion() -> None:
 def test_description_marks_perfect_stages_ok() -> None:
     text = describe_result(make_result())
     assert "S1 100.0 (weight 0.25)  ok" in text
+
+
+def test_failure_message_names_the_judge_the_codes_and_the_time_per_stage() -> None:
+    from pytest_automedbench.scoring.models import ErrorCode, StageActivity
+
+    result = make_result(
+        error_codes=[ErrorCode(code="E3", rule="no_pilot", evidence="no pilot ran", seq=12)],
+        error_codes_llm=[ErrorCode(code="E4", rule="llm", evidence="a shape bug in call 7")],
+        stage_activity=[StageActivity(stage="S3", calls=4, errors=1, seconds=31.6)],
+    )
+    message = describe_result(result)
+    assert "  judge: rules" in message
+    assert "  E3 no_pilot, event 12: no pilot ran" in message
+    assert "  E4 (LLM judge): a shape bug in call 7" in message
+    assert "S3   0.0 (weight 0.35; 4 calls, 1 failed, 32 s)" in message
