@@ -84,8 +84,9 @@ def test_flawed_agents_lose_their_stages(pytester: pytest.Pytester, tmp_path: Pa
         [
             "*CellUnresolved: cell not resolved*",
             "*kidney-tumor-seg [[]lite, run 0] agent=empty: rating F*",
-            "*S5   0.0 (weight 0.10)*",
+            "*S5   0.0 (weight 0.10; 3 calls, 3 failed*",
             "*Submission passes the format check: 0.00*",
+            "*E5 missing, event *: no output present (0/6)*",
         ]
     )
     by_agent = {r["agent"]: r for r in ledger(tmp_path)}

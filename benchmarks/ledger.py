@@ -1,0 +1,353 @@
+"""Ledger aggregation speed against merely parsing the ledger, measured in one run.
+
+Not a test: wall-clock numbers depend on the machine and on what else runs on it, so
+this only prints them. Writes a synthetic ledger of realistic ``CellResult`` JSON lines
+(several agents, the five tracks, three tiers, many repeats; about 3 % infra errors and
+1 % isolation violations) to a temporary folder, then times, best of ``--repeats``
+rounds run interleaved (so a busy neighbour hurts every side alike):
+
+* parse, plain JSON: ``json.loads`` of every line. This is the **strict reference**:
+  nothing can read the ledger faster;
+* parse, ``Ledger.records()``: the same plus pydantic validation into ``CellResult``;
+* aggregate: ``Ledger.records()`` then the leaderboard, ``stats.summarise`` by agent x
+  track (bootstrap CIs of OVERALL, AGENTIC, TASK and S1-S5, pass@k curves, error codes,
+  recovery, cost) plus the ledger-wide ``stats.error_code_distribution``.
+
+Target (the issue): the ledger aggregated into the leaderboard in under 3x the time of
+merely parsing it, taken against the plain-JSON parse. The ratio against the validating
+parse, ``summarise`` alone, and both paths again with Python's cyclic garbage collector
+paused (most of ``Ledger.records()``'s time at this size goes to full collections) are
+printed too, to show where the time goes.
+
+    .venv/bin/python benchmarks/ledger.py            # 100 000 records
+    .venv/bin/python benchmarks/ledger.py --quick    # 10 000 records
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_automedbench.ledger import Ledger
+from pytest_automedbench.results import RESULT_SCHEMA_VERSION, CellResult
+from pytest_automedbench.scoring.models import STAGE_WEIGHTS
+from pytest_automedbench.stats import GroupStats, error_code_distribution, summarise
+
+AGENTS = (
+    "opus46",
+    "gpt54",
+    "gemini31pro",
+    "glm5",
+    "minimax25",
+    "qwen35",
+    "deepseek4",
+    "kimi3",
+    "reference",
+    "llama5",
+)
+TRACK_TASKS = {
+    "segmentation": ("kidney-tumor-seg", "pancreas-seg", "brain-tumor-seg", "cardiac-seg"),
+    "enhancement": ("ct-denoise", "mri-superres", "ldct-enhance"),
+    "vqa": ("vqa-rad", "slake", "path-vqa"),
+    "report": ("cxr-report", "mimic-findings", "iu-xray-report"),
+    "detection": ("blood-cell-det", "dental-det", "polyp-det"),
+}
+TIERS = ("lite", "standard", "pro")
+FULL_RECORDS = 100_000
+QUICK_RECORDS = 10_000
+RULES = {
+    "E1": "wrong_output_kind",
+    "E2": "model_not_obtained",
+    "E3": "no_pilot",
+    "E4": "import_error",
+    "E5": "malformed_submission",
+}
+
+
+def synthetic_lines(n_records: int, seed: int = 0) -> list[str]:
+    """``n_records`` ledger lines as the runner writes them (``model_dump_json``)."""
+    rng = np.random.default_rng(seed)
+    cells = [
+        (agent, track, task, tier)
+        for agent in AGENTS
+        for track, tasks in TRACK_TASKS.items()
+        for task in tasks
+        for tier in TIERS
+    ]
+    runs = math.ceil(n_records / len(cells))
+    skill = {
+        agent: float(s) for agent, s in zip(AGENTS, rng.uniform(0.3, 0.8, len(AGENTS)), strict=True)
+    }
+    weights = list(STAGE_WEIGHTS.values())
+    # Every optional field at its default, as ``model_dump_json`` writes it.
+    defaults = {
+        name: field.get_default(call_default_factory=True)
+        for name, field in CellResult.model_fields.items()
+        if not field.is_required()
+    }
+    lines: list[str] = []
+    for run in range(runs):
+        for agent, track, task, tier in cells:
+            if len(lines) == n_records:
+                return lines
+            base: dict[str, Any] = {
+                **defaults,
+                "schema_version": RESULT_SCHEMA_VERSION,
+                "run_id": f"session-{run // 10:03d}",
+                "agent": agent,
+                "model": f"provider/{agent}",
+                "task": task,
+                "track": track,
+                "tier": tier,
+                "run": run,
+                "config_hash": "3f9a1c0e7b2d",
+                "data_source": f"synthetic:{task}",
+                "cell_dir": f"/amb/out/cells/{agent}/{task}-{tier}-r{run}",
+                "versions": {"plugin": "0.1.0", "evaluator": "0.1.0"},
+                "finished_at": "2026-01-01T00:00:00+00:00",
+            }
+            draw = rng.random()
+            if draw < 0.03:
+                base.update(
+                    status="infra_error",
+                    termination="provider_error",
+                    error="provider_error: HTTP 503 from the provider",
+                    tokens_in=int(rng.integers(0, 20_000)),
+                    cost_usd=round(float(rng.uniform(0, 0.05)), 6),
+                    wall_s=round(float(rng.uniform(1, 60)), 3),
+                )
+                lines.append(json.dumps(base))
+                continue
+            level = skill[agent] - 0.1 * TIERS.index(tier)
+            stages = np.clip(rng.normal(level, 0.2, 5), 0.0, 1.0).round(4)
+            task_score = float(np.clip(rng.normal(level, 0.25), 0.0, 1.0).round(4))
+            violation = draw > 0.99
+            if violation:
+                stages[:] = 0.0
+            agentic = round(float(np.dot(weights, stages)), 6)
+            overall = 0.0 if violation else round(0.5 * agentic + 0.5 * task_score, 6)
+            rating = (
+                "F"
+                if violation
+                else "A"
+                if task_score >= 0.8 and agentic >= 0.7
+                else "B"
+                if task_score >= 0.6 and agentic >= 0.5
+                else "C"
+            )
+            codes = [c for c in RULES if rng.random() < 0.12 + 0.2 * (1 - level)]
+            base.update(
+                status="scored",
+                termination="submitted" if rng.random() < 0.9 else "time_limit",
+                stages={
+                    "s1": stages[0],
+                    "s2": stages[1],
+                    "s3": stages[2],
+                    "s4": stages[3],
+                    "s5": stages[4],
+                    "items": [
+                        {
+                            "stage": "S3",
+                            "id": "s3_pilot",
+                            "question": "A pilot ran before the batch",
+                            "score": float(stages[2] > 0.5),
+                            "evidence": "turn 7: ran predict.py on case_0001 first",
+                            "auto": False,
+                            "rationale": "",
+                        },
+                        {
+                            "stage": "S1",
+                            "id": "s1_plan",
+                            "question": "The plan names the model and the metric",
+                            "score": float(stages[0] > 0.5),
+                            "evidence": "plan/plan.md names the model and macro Dice",
+                            "auto": tier == "lite",
+                            "rationale": "",
+                        },
+                    ],
+                    "judge": "rules",
+                },
+                agentic=agentic,
+                task_score=None if violation else task_score,
+                overall=overall,
+                rating=rating,
+                resolved=rating in ("A", "B"),
+                task_metrics={"metric": task_score, "completion": 1.0},
+                format_valid=bool(rng.random() < 0.95),
+                completion_rate=1.0,
+                violations=(
+                    [{"category": "private_read", "evidence": "cat /private/ref.nii.gz"}]
+                    if violation
+                    else []
+                ),
+                error_codes=[
+                    {
+                        "code": c,
+                        "rule": RULES[c],
+                        "evidence": "turn 3: python predict.py exited 1: Traceback ...",
+                        "turn": 3,
+                        "seq": 41,
+                    }
+                    for c in codes
+                ],
+                stage_activity=[
+                    {"stage": s, "calls": 3, "errors": int(rng.integers(0, 2)), "seconds": 12.5}
+                    for s in STAGE_WEIGHTS
+                ],
+                verdicts={"rules": {"s1_plan": 1.0, "s2_env": 1.0, "s3_pilot": 0.0}},
+                turns=int(rng.integers(5, 60)),
+                tokens_in=int(rng.integers(20_000, 400_000)),
+                tokens_out=int(rng.integers(2_000, 40_000)),
+                cost_usd=round(float(rng.uniform(0.05, 3.0)), 6),
+                wall_s=round(float(rng.uniform(60, 3600)), 3),
+            )
+            lines.append(json.dumps(base))
+    return lines
+
+
+@dataclass
+class Row:
+    check: str
+    time: str
+    ratio: str
+    target: str
+
+
+def best_of(repeats: int, *fns: Callable[[], Any]) -> list[tuple[float, Any]]:
+    """Best wall time of each function over ``repeats`` rounds, run interleaved."""
+    best = [float("inf")] * len(fns)
+    values: list[Any] = [None] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            values[i] = None  # free the previous round's records before timing again
+            start = time.perf_counter()
+            values[i] = fn()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return list(zip(best, values, strict=True))
+
+
+def gc_paused(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with Python's cyclic garbage collector off while it runs: building 100 000
+    nested pydantic models triggers many full collections, which this row prices."""
+
+    def run() -> Any:
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return fn()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RECORDS} records")
+    parser.add_argument("--records", type=int, help="this many records instead")
+    parser.add_argument("--repeats", type=int, default=3, help="best of this many rounds")
+    args = parser.parse_args()
+    n_records = args.records or (QUICK_RECORDS if args.quick else FULL_RECORDS)
+
+    print(
+        f"{n_records} records; best of {args.repeats}; {os.cpu_count()} CPUs; "
+        f"load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="amb-bench-ledger-") as tmp:
+        path = Path(tmp) / "ledger.jsonl"
+        start = time.perf_counter()
+        lines = synthetic_lines(n_records)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        size = path.stat().st_size
+        del lines
+        print(
+            f"    (wrote {size / 2**20:.0f} MiB, {size / n_records:.0f} bytes a record, in "
+            f"{time.perf_counter() - start:.1f} s)",
+            flush=True,
+        )
+        ledger = Ledger(path)
+
+        def parse_json() -> int:
+            text = path.read_text(encoding="utf-8")
+            return len([json.loads(line) for line in text.splitlines() if line.strip()])
+
+        def parse_records() -> int:
+            return len(ledger.records())
+
+        def aggregate() -> tuple[list[GroupStats], int]:
+            records = ledger.records()
+            board = summarise(records, by=("agent", "track"))
+            codes = error_code_distribution(records)
+            return board, len(codes)
+
+        loaded = ledger.records()
+        (summ_s, board) = best_of(args.repeats, functools.partial(summarise, loaded))[0]
+        loaded.clear()
+        (json_s, n_json), (rec_s, n_rec), (agg_s, _), (json_p, _), (agg_p, _) = best_of(
+            args.repeats,
+            parse_json,
+            parse_records,
+            aggregate,
+            gc_paused(parse_json),
+            gc_paused(aggregate),
+        )
+        if not n_json == n_rec == n_records:
+            raise SystemExit(f"parsed {n_json} / {n_rec} records of {n_records}")
+
+    runs = sum(g.n_runs for g in board)
+    infra = sum(g.n_infra for g in board)
+    verdict = "met" if agg_s < 3 * json_s else "NOT met"
+    rows = [
+        Row("parse: json.loads per line (reference)", f"{json_s:.2f} s", "1.00x", ""),
+        Row("parse: Ledger.records() (pydantic)", f"{rec_s:.2f} s", f"{rec_s / json_s:.2f}x", ""),
+        Row(
+            "aggregate: records() + summarise + codes",
+            f"{agg_s:.2f} s",
+            f"{agg_s / json_s:.2f}x",
+            f"< 3x the plain-JSON parse: {verdict}",
+        ),
+        Row("", "", f"{agg_s / rec_s:.2f}x records()", "(against the validating parse)"),
+        Row(
+            f"  summarise alone ({len(board)} groups)",
+            f"{summ_s:.2f} s",
+            f"{summ_s / json_s:.2f}x",
+            "",
+        ),
+        Row("the same with the cyclic GC paused:", "", "", ""),
+        Row("parse: json.loads per line", f"{json_p:.2f} s", "1.00x", ""),
+        Row(
+            "aggregate: records() + summarise + codes",
+            f"{agg_p:.2f} s",
+            f"{agg_p / json_p:.2f}x",
+            "(what records() spends in the GC)",
+        ),
+    ]
+    headers = Row("step", "best time", "ratio to json", "target")
+    widths = [max(len(getattr(r, f)) for r in [headers, *rows]) for f in Row.__annotations__]
+    for row in [headers, *rows]:
+        cells = (row.check, row.time, row.ratio, row.target)
+        print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    top = max(board, key=lambda g: g.overall.mean)
+    print(
+        f"({runs} scored runs, {infra} infra errors; best group {'/'.join(top.key)}: OVERALL "
+        f"{100 * top.overall.mean:.1f} [{100 * top.overall.low:.1f}, "
+        f"{100 * top.overall.high:.1f}], pass@1 {top.pass_at[1]:.2f}, k={top.k})"
+    )
+
+
+if __name__ == "__main__":
+    main()

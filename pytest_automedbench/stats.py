@@ -1,0 +1,773 @@
+"""Statistics over the ledger: the aggregates of the scoring contract (DESIGN §2).
+
+Everything here is a pure function of the records (``CellResult``) and a seed: the same
+ledger and seed give the same numbers on every machine and in every order of records.
+Scores stay on the internal 0-1 scale; reports multiply by 100 (``Interval.scaled``).
+
+Definitions used throughout:
+
+* A **run** is one ledger record: one cell (agent, task, tier, run index). A **cell
+  group** is (agent, task, tier); its repeats are its runs.
+* ``status == "infra_error"`` runs are the harness's fault: they are **not scored**. They
+  are left out of every score, rate and per-run mean and only counted (``n_infra``).
+* A **violation** (``status == "scored"`` with ``task_score`` None) counts as it is
+  recorded: OVERALL 0, AGENTIC 0, S1-S5 0; its TASK is excluded from the TASK mean (the
+  contract excludes it), so TASK may average fewer runs than OVERALL.
+* In a scored record any other missing score (OVERALL, AGENTIC, stages; the runner never
+  writes one) counts 0: only what was recorded earns points.
+* **Bootstrap CIs** are percentile intervals of the mean: ``n_boot`` resamples of the
+  runs with replacement, drawn from ``numpy.random.default_rng(seed)``; the bounds are
+  the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles (numpy's linear rule) of the
+  resampled means, clipped to the range of the values (so constant values give
+  low == mean == high exactly). The values are resampled in sorted order, so an interval
+  depends only on ``(seed, n_boot, level)`` and the values, not on the order of the
+  records; every group of ``summarise`` gets the interval ``bootstrap_ci`` gives for its
+  values with the same seed (to the last digits: BLAS may sum in another order),
+  whatever else the ledger holds. Other sums use ``math.fsum`` (exact, so order-free).
+* An empty set of values gives an ``Interval`` of NaNs with ``n == 0`` (NaN, not None,
+  so that intervals stay floats and tables print "nan"); rates over an empty base are
+  NaN too, except the recovery rate and the cost correlation, which are None.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from pytest_automedbench.results import CellResult
+
+FloatArray = NDArray[np.float64]
+
+ERROR_CODE_IDS: tuple[str, ...] = ("E1", "E2", "E3", "E4", "E5")
+STAGE_IDS: tuple[str, ...] = ("S1", "S2", "S3", "S4", "S5")
+#: Record fields ``summarise`` can group by.
+GROUP_FIELDS: tuple[str, ...] = ("agent", "model", "task", "track", "tier", "run_id")
+#: Elements of one block of resample counts. Small on purpose: the block stays in cache,
+#: and its product with at most 16 columns (2**18 multiply-adds) stays below the size at
+#: which BLAS libraries spread a product over threads, whose wake-up on a busy machine
+#: costs far more than the product (OpenBLAS: 65536 x 4).
+_BLOCK = 1 << 14
+#: The most columns one product takes (more are done in several products).
+_MAX_COLUMNS = 16
+
+BootstrapUnit = Literal["run", "cell"]
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its bootstrap confidence interval, over ``n`` values."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def excludes(self, value: float = 0.0) -> bool:
+        """Whether ``value`` lies outside the interval (never, for an empty interval)."""
+        return self.low > value or self.high < value
+
+    def scaled(self, factor: float = 100.0) -> Interval:
+        """The same interval on another scale (reports show 0-100)."""
+        return replace(
+            self, mean=self.mean * factor, low=self.low * factor, high=self.high * factor
+        )
+
+
+_NAN = float("nan")
+EMPTY = Interval(_NAN, _NAN, _NAN, 0)
+
+
+def _check(n_boot: int, level: float) -> None:
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1, not {n_boot}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, not {level}")
+
+
+def _resample_counts(n: int, n_boot: int, seed: int) -> Iterator[FloatArray]:
+    """How often each of ``n`` units is drawn in each of ``n_boot`` resamples, in blocks
+    of rows (one block of uniform indices at a time, counted with one ``bincount``).
+
+    The block size depends on ``n`` only, so the draws depend on ``(seed, n, n_boot)``.
+    """
+    rng = np.random.default_rng(seed)
+    rows = max(1, min(n_boot, _BLOCK // n))
+    offsets = (np.arange(rows, dtype=np.intp) * n)[:, None]
+    done = 0
+    while done < n_boot:
+        m = min(rows, n_boot - done)
+        index = rng.integers(0, n, size=(m, n), dtype=np.intp)
+        index += offsets[:m]
+        counts = np.bincount(index.ravel(), minlength=m * n).reshape(m, n)
+        yield counts.astype(np.float64)
+        done += m
+
+
+def _boot_means(sums: FloatArray, weights: FloatArray, n_boot: int, seed: int) -> FloatArray:
+    """Resampled means ``sum(count * sums) / sum(count * weights)`` per column.
+
+    ``sums`` and ``weights`` are (units x metrics): for a run-level bootstrap a unit is a
+    run (its value, weight 1, or 0 and 0 when the value is missing); for a cell-level one
+    a unit is a cell group (the sum of its runs' values and how many there are). One
+    resampling matrix serves every metric, and equal weight columns are summed once.
+    Returns (n_boot x metrics); a resample whose weights sum to 0 (every drawn unit
+    lacks the value) gives NaN.
+    """
+    units, metrics = sums.shape
+    first_of: dict[bytes, int] = {}  # equal weight columns are summed once
+    inverse = [first_of.setdefault(weights[:, j].tobytes(), j) for j in range(metrics)]
+    unique = sorted(set(inverse))
+    where = [unique.index(j) for j in inverse]
+    stacked = np.hstack([sums, weights[:, unique]])
+    width = stacked.shape[1]
+    out = np.empty((n_boot, width))
+    done = 0
+    for counts in _resample_counts(units, n_boot, seed):
+        rows = slice(done, done + counts.shape[0])
+        for first in range(0, width, _MAX_COLUMNS):
+            part = slice(first, first + _MAX_COLUMNS)
+            out[rows, part] = counts @ stacked[:, part]
+        done += counts.shape[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means: FloatArray = out[:, :metrics] / out[:, metrics:][:, where]
+    return means
+
+
+def _percentile(boot: FloatArray, level: float) -> tuple[FloatArray, FloatArray]:
+    alpha = (1.0 - level) / 2.0
+    q = np.array([alpha, 1.0 - alpha])
+    bounds = (
+        np.nanquantile(boot, q, axis=0) if np.isnan(boot).any() else np.quantile(boot, q, axis=0)
+    )
+    return bounds[0], bounds[1]
+
+
+def _intervals(
+    sums: FloatArray,
+    weights: FloatArray,
+    lo: FloatArray,
+    hi: FloatArray,
+    *,
+    n_boot: int,
+    seed: int,
+    level: float,
+) -> tuple[list[Interval], FloatArray]:
+    """One Interval per column (``lo``/``hi``: the range of its raw values), and the
+    resampled means they come from.
+
+    Each column's units are first put in a canonical order (by weight, then sum), so the
+    result does not depend on the order of the records. Sorting the columns apart breaks
+    which units travel together in a resample, which no per-column interval depends on.
+    """
+    order = np.stack(
+        [np.lexsort((sums[:, j], weights[:, j])) for j in range(sums.shape[1])], axis=1
+    )
+    sums = np.take_along_axis(sums, order, axis=0)
+    weights = np.take_along_axis(weights, order, axis=0)
+    n = weights.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        point = sums.sum(axis=0) / n
+    boot = _boot_means(sums, weights, n_boot, seed)
+    low, high = _percentile(boot, level)
+    out: list[Interval] = []
+    for j in range(sums.shape[1]):
+        if n[j] == 0:
+            out.append(EMPTY)
+            continue
+        mean = float(np.clip(point[j], lo[j], hi[j]))  # a sum's rounding stays inside
+        out.append(
+            Interval(
+                mean=mean,
+                low=float(np.clip(low[j], lo[j], hi[j])),
+                high=float(np.clip(high[j], lo[j], hi[j])),
+                n=round(float(n[j])),
+            )
+        )
+    return out, boot
+
+
+def bootstrap_ci(
+    values: ArrayLike, *, seed: int = 0, n_boot: int = 2000, level: float = 0.95
+) -> Interval:
+    """The mean of ``values`` with its percentile-bootstrap CI (see the module docstring).
+
+    ``n == 1`` gives low == high == mean; ``n == 0`` gives ``EMPTY`` (NaNs). Non-finite
+    values are an error: a missing score must be decided on before, not averaged away.
+    """
+    _check(n_boot, level)
+    data = np.asarray(values, dtype=np.float64).reshape(-1)
+    if data.size == 0:
+        return EMPTY
+    if not np.isfinite(data).all():
+        raise ValueError("bootstrap_ci needs finite values")
+    column = data[:, None]
+    intervals, _ = _intervals(
+        column,
+        np.ones_like(column),
+        column.min(axis=0),
+        column.max(axis=0),
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+    )
+    return intervals[0]
+
+
+def _p_two_sided(boot: FloatArray) -> float:
+    """Two-sided bootstrap p-value of "mean = 0": twice the smaller tail of the
+    resampled means on either side of 0, each counted with +1 (so never 0), capped at 1.
+    It agrees with the percentile CI: the 95 % CI excludes 0 about when p < 0.05."""
+    finite = boot[np.isfinite(boot)]
+    below = int((finite <= 0).sum()) + 1
+    above = int((finite >= 0).sum()) + 1
+    return min(1.0, 2.0 * min(below, above) / (finite.size + 1))
+
+
+def _paired(
+    diffs: Sequence[float], *, seed: int, n_boot: int, level: float
+) -> tuple[Interval, float]:
+    """The mean of paired differences with its CI and bootstrap p-value."""
+    if not diffs:
+        return EMPTY, _NAN
+    column = np.asarray(diffs, dtype=np.float64)[:, None]
+    intervals, boot = _intervals(
+        column,
+        np.ones_like(column),
+        column.min(axis=0),
+        column.max(axis=0),
+        n_boot=n_boot,
+        seed=seed,
+        level=level,
+    )
+    return intervals[0], _p_two_sided(boot[:, 0])
+
+
+# --------------------------------------------------------------------------- pass@k
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one cell group (Chen et al. 2021): the chance that ``k`` runs
+    drawn without replacement from ``n``, ``c`` of them resolved, hold at least one
+    resolved, ``1 - C(n-c, k) / C(n, k)``."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass^k of one cell group (tau-bench): the chance that ``k`` runs drawn
+    without replacement are all resolved, ``C(c, k) / C(n, k)``."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    return math.comb(c, k) / math.comb(n, k)
+
+
+# --------------------------------------------------------------------------- per-run facts
+
+
+def is_violation(record: CellResult) -> bool:
+    """A scored run whose TASK was excluded (an isolation violation)."""
+    return record.status == "scored" and record.task_score is None
+
+
+def codes_of(record: CellResult, *, include_llm: bool = False) -> frozenset[str]:
+    """The distinct error codes (E1-E5) of a run: the rules' diagnosis, plus the LLM
+    judge's when ``include_llm``."""
+    codes = {c.code for c in record.error_codes}
+    if include_llm:
+        codes.update(c.code for c in record.error_codes_llm)
+    return frozenset(codes)
+
+
+def is_scorable(record: CellResult) -> bool:
+    """The run submitted a scorable result: it was scored, is no violation, and the
+    evaluator's format check did not reject its submission (``format_valid`` not False)."""
+    return (
+        record.status == "scored"
+        and record.task_score is not None
+        and record.format_valid is not False
+    )
+
+
+@dataclass(frozen=True)
+class CodeShare:
+    """How many scored runs carry an error code (at least once), and their share."""
+
+    cells: int
+    share: float
+
+
+def error_code_distribution(
+    records: Iterable[CellResult], *, include_llm: bool = False
+) -> dict[str, CodeShare]:
+    """Per code E1-E5 (always all five): scored runs with that code and their share of
+    the scored runs (NaN when there are none). A run with two codes counts for both, so
+    the shares need not sum to 1; infra errors are not diagnosed and not counted."""
+    counts = dict.fromkeys(ERROR_CODE_IDS, 0)
+    scored = 0
+    for record in records:
+        if record.status != "scored":
+            continue
+        scored += 1
+        for code in codes_of(record, include_llm=include_llm):
+            counts[code] += 1
+    return {
+        code: CodeShare(count, count / scored if scored else _NAN) for code, count in counts.items()
+    }
+
+
+def recovery_rate(
+    records: Iterable[CellResult], *, include_llm: bool = False
+) -> tuple[float | None, int]:
+    """The recovery rate and its base: of the scored runs with at least two distinct
+    error codes (two different kinds of failure, however many rules raised them), the
+    share that still submitted a scorable result (``is_scorable``). None when no run
+    has two codes."""
+    base = recovered = 0
+    for record in records:
+        if record.status == "scored" and len(codes_of(record, include_llm=include_llm)) >= 2:
+            base += 1
+            recovered += is_scorable(record)
+    return (recovered / base if base else None), base
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's r; None when undefined (fewer than two points, or a constant side)."""
+    if len(x) != len(y):
+        raise ValueError("pearson needs paired values")
+    if len(x) < 2:
+        return None
+    a = np.asarray(x, dtype=np.float64)
+    b = np.asarray(y, dtype=np.float64)
+    order = np.lexsort((b, a))  # a canonical order: the same r for any order of pairs
+    a, b = a[order], b[order]
+    a = a - a.mean()
+    b = b - b.mean()
+    denominator = math.sqrt(float(a @ a) * float(b @ b))
+    if denominator == 0.0:
+        return None
+    return float(np.clip(float(a @ b) / denominator, -1.0, 1.0))
+
+
+# --------------------------------------------------------------------------- summarise
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """The aggregates of one group of runs (one leaderboard row); scores 0-1.
+
+    ``overall``/``agentic``/``task``/``stages`` are means over scored runs with CIs;
+    TASK leaves violations out (``task.n`` < ``overall.n`` when there are some).
+    ``resolved_rate`` is the share of scored runs resolved (rating A or B).
+
+    pass@k is over cell groups (agent, task, tier) with at least one scored run: ``k``
+    is the fewest scored repeats any of them has. ``pass_at_k`` is the share of cell
+    groups where at least one run resolved and ``pass_hat_k`` the share where every run
+    did, each over all of the cell group's own runs (equal to the unbiased estimators at
+    ``k`` when every cell group has ``k`` runs). ``pass_at[j]`` / ``pass_hat[j]``, for
+    ``j`` in 1..k, average the unbiased estimators ``pass_at_k(n, c, j)`` /
+    ``pass_hat_k(n, c, j)`` over the cell groups (``pass_at[1]`` is the mean of c/n).
+
+    Cost and tokens are means per scored run; ``cost_usd_total`` sums every run,
+    infra errors included (they may have spent tokens). ``cost_overall_r`` is Pearson's
+    r of cost against OVERALL over scored runs.
+    """
+
+    key: tuple[str, ...]
+    n_runs: int
+    n_infra: int
+    n_violations: int
+    overall: Interval
+    agentic: Interval
+    task: Interval
+    stages: dict[str, Interval]
+    resolved_rate: float
+    n_cell_groups: int
+    k: int
+    pass_at_k: float
+    pass_hat_k: float
+    pass_at: dict[int, float]
+    pass_hat: dict[int, float]
+    error_codes: dict[str, CodeShare]
+    recovery_rate: float | None
+    n_recovery_base: int
+    cost_usd: float
+    cost_usd_total: float
+    tokens_in: float
+    tokens_out: float
+    wall_s: float
+    cost_overall_r: float | None
+
+
+class _Group:
+    """Columns of one group, filled in one pass over the records."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[float, ...]] = []  # overall, agentic, S1..S5 per scored run
+        self.task: list[float] = []  # TASK per scored run, NaN for a violation
+        self.cells: list[tuple[str, str, str]] = []  # (agent, task, tier) per scored run
+        self.resolved: list[bool] = []
+        self.codes = dict.fromkeys(ERROR_CODE_IDS, 0)
+        self.recovery_base = 0
+        self.recovered = 0
+        self.n_infra = 0
+        self.n_violations = 0
+        self.cost: list[float] = []
+        self.cost_total: list[float] = []
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.wall: list[float] = []
+
+    def add(self, record: CellResult, include_llm: bool) -> None:
+        self.cost_total.append(record.cost_usd)
+        if record.status != "scored":
+            self.n_infra += 1
+            return
+        stages = record.stages
+        if stages is None:
+            row: tuple[float, ...] = (record.overall or 0.0, record.agentic or 0.0, 0, 0, 0, 0, 0)
+        else:
+            row = (
+                record.overall or 0.0,
+                record.agentic or 0.0,
+                stages.s1,
+                stages.s2,
+                stages.s3,
+                stages.s4,
+                stages.s5,
+            )
+        self.rows.append(row)
+        if record.task_score is None:
+            self.n_violations += 1
+            self.task.append(_NAN)
+        else:
+            self.task.append(record.task_score)
+        self.cells.append((record.agent, record.task, record.tier))
+        self.resolved.append(record.resolved)
+        if record.error_codes or (include_llm and record.error_codes_llm):
+            codes = codes_of(record, include_llm=include_llm)
+            for code in codes:
+                self.codes[code] += 1
+            if len(codes) >= 2:
+                self.recovery_base += 1
+                self.recovered += is_scorable(record)
+        self.cost.append(record.cost_usd)
+        self.tokens_in += record.tokens_in
+        self.tokens_out += record.tokens_out
+        self.wall.append(record.wall_s)
+
+
+def _cell_sums(
+    cells: list[tuple[str, str, str]], sums: FloatArray, weights: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Per-run columns summed per cell group, for the cell-level bootstrap."""
+    index: dict[tuple[str, str, str], int] = {}
+    ids = np.fromiter((index.setdefault(c, len(index)) for c in cells), np.intp, len(cells))
+    out_s = np.zeros((len(index), sums.shape[1]))
+    out_w = np.zeros((len(index), sums.shape[1]))
+    np.add.at(out_s, ids, sums)
+    np.add.at(out_w, ids, weights)
+    return out_s, out_w
+
+
+def _pass_curves(nc: list[list[int]], k: int) -> tuple[FloatArray, FloatArray]:
+    """Mean unbiased pass@j and pass^j over cell groups ``(n, c)``, for j = 1..k, all at
+    once: ``C(n-c, j) / C(n, j)`` and ``C(c, j) / C(n, j)`` are running products of
+    ``(n-c-i) / (n-i)`` and ``(c-i) / (n-i)`` over i < j (a factor below 0 is 0)."""
+    if not nc or k == 0:
+        return np.empty(0), np.empty(0)
+    table = np.asarray(nc, dtype=np.float64)
+    n, c = table[:, :1], table[:, 1:]
+    i = np.arange(k, dtype=np.float64)[None, :]
+    all_fail = np.cumprod(np.clip((n - c - i) / (n - i), 0.0, None), axis=1)
+    all_pass = np.cumprod(np.clip((c - i) / (n - i), 0.0, None), axis=1)
+    at: FloatArray = 1.0 - all_fail.mean(axis=0)
+    hat: FloatArray = all_pass.mean(axis=0)
+    return at, hat
+
+
+def _stats(
+    key: tuple[str, ...],
+    g: _Group,
+    *,
+    seed: int,
+    n_boot: int,
+    level: float,
+    unit: BootstrapUnit,
+) -> GroupStats:
+    n = len(g.rows)
+    if n:
+        task = np.asarray(g.task, dtype=np.float64)[:, None]
+        present = np.isfinite(task)
+        values = np.hstack([np.asarray(g.rows, dtype=np.float64), np.where(present, task, 0.0)])
+        weights = np.hstack([np.ones((n, 7)), present.astype(np.float64)])
+        lo = np.where(weights > 0, values, np.inf).min(axis=0)
+        hi = np.where(weights > 0, values, -np.inf).max(axis=0)
+        if unit == "cell":
+            sums, weights = _cell_sums(g.cells, values * weights, weights)
+        else:
+            sums = values * weights
+        intervals, _ = _intervals(sums, weights, lo, hi, n_boot=n_boot, seed=seed, level=level)
+    else:
+        intervals = [EMPTY] * 8
+
+    per_cell: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for cell, resolved in zip(g.cells, g.resolved, strict=True):
+        counts = per_cell[cell]
+        counts[0] += 1
+        counts[1] += resolved
+    nc = [per_cell[cell] for cell in sorted(per_cell)]
+    k = min((n_ for n_, _ in nc), default=0)
+    m = len(nc)
+    pass_at, pass_hat = _pass_curves(nc, k)
+    recovery = g.recovered / g.recovery_base if g.recovery_base else None
+    return GroupStats(
+        key=key,
+        n_runs=n,
+        n_infra=g.n_infra,
+        n_violations=g.n_violations,
+        overall=intervals[0],
+        agentic=intervals[1],
+        task=intervals[7],
+        stages=dict(zip(STAGE_IDS, intervals[2:7], strict=True)),
+        resolved_rate=sum(g.resolved) / n if n else _NAN,
+        n_cell_groups=m,
+        k=k,
+        pass_at_k=sum(c >= 1 for _, c in nc) / m if m else _NAN,
+        pass_hat_k=sum(c == n_ for n_, c in nc) / m if m else _NAN,
+        pass_at={j + 1: float(v) for j, v in enumerate(pass_at)},
+        pass_hat={j + 1: float(v) for j, v in enumerate(pass_hat)},
+        error_codes={
+            code: CodeShare(count, count / n if n else _NAN) for code, count in g.codes.items()
+        },
+        recovery_rate=recovery,
+        n_recovery_base=g.recovery_base,
+        cost_usd=math.fsum(g.cost) / n if n else _NAN,
+        cost_usd_total=math.fsum(g.cost_total),
+        tokens_in=g.tokens_in / n if n else _NAN,
+        tokens_out=g.tokens_out / n if n else _NAN,
+        wall_s=math.fsum(g.wall) / n if n else _NAN,
+        cost_overall_r=pearson(g.cost, [row[0] for row in g.rows]),
+    )
+
+
+def summarise(
+    records: Iterable[CellResult],
+    by: Sequence[str] = ("agent", "track"),
+    *,
+    seed: int = 0,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    unit: BootstrapUnit = "run",
+    include_llm_codes: bool = False,
+) -> list[GroupStats]:
+    """One ``GroupStats`` per distinct value of the ``by`` fields, sorted by key.
+
+    ``unit`` is what the bootstrap resamples: ``"run"`` (default) treats the group's
+    scored runs as exchangeable, so each CI is ``bootstrap_ci`` of the values (TASK, when
+    there are violations, resamples every scored run and averages those with a TASK,
+    a ratio estimator, since how many runs lose their TASK is itself random); ``"cell"``
+    resamples whole cell groups (agent, task, tier) with all their runs (a cluster
+    bootstrap: wider, honest about repeats of one task being alike; the mean is the same).
+    Either way one resampling matrix per group serves every metric. Error codes come from
+    the rules' diagnosis, plus the LLM judge's with ``include_llm_codes``.
+    """
+    _check(n_boot, level)
+    fields = tuple(by)
+    unknown = [f for f in fields if f not in GROUP_FIELDS]
+    if unknown:
+        raise ValueError(f"cannot group by {unknown}; choose from {list(GROUP_FIELDS)}")
+    if unit not in ("run", "cell"):
+        raise ValueError(f"unit must be 'run' or 'cell', not {unit!r}")
+    groups: dict[tuple[str, ...], _Group] = {}
+    # Every group field is a string; attrgetter of one field gives it bare, not a tuple.
+    pick = operator.attrgetter(*fields) if fields else None
+    for record in records:
+        if pick is None:
+            key: tuple[str, ...] = ()
+        else:
+            key = pick(record) if len(fields) > 1 else (pick(record),)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group()
+        group.add(record, include_llm_codes)
+    return [
+        _stats(key, groups[key], seed=seed, n_boot=n_boot, level=level, unit=unit)
+        for key in sorted(groups)
+    ]
+
+
+# --------------------------------------------------------------------------- paired
+
+
+def _cell_means(
+    records: Iterable[CellResult], key_fields: tuple[str, ...]
+) -> dict[tuple[str, ...], tuple[float, str]]:
+    """Mean OVERALL of the scored runs per key, with the track of the first of them."""
+    values: dict[tuple[str, ...], list[float]] = {}
+    tracks: dict[tuple[str, ...], str] = {}
+    for record in records:
+        if record.status != "scored":
+            continue
+        key = tuple(str(getattr(record, f)) for f in key_fields)
+        if key not in values:
+            values[key] = []
+            tracks[key] = record.track
+        values[key].append(record.overall or 0.0)
+    return {key: (math.fsum(v) / len(v), tracks[key]) for key, v in values.items()}
+
+
+@dataclass(frozen=True)
+class TierDelta:
+    """Mean OVERALL in tier ``b`` minus tier ``a`` for one agent on one track.
+
+    Over the ``n_tasks`` tasks with scored runs in both tiers: each task's mean OVERALL
+    per tier (over its runs), the difference per task, and the mean of those differences
+    with a percentile-bootstrap CI over tasks (tasks paired with themselves) and a
+    two-sided bootstrap p-value. ``mean_a``/``mean_b`` average the per-task means, so
+    ``delta.mean == mean_b - mean_a``.
+    """
+
+    agent: str
+    track: str
+    a: str
+    b: str
+    n_tasks: int
+    mean_a: float
+    mean_b: float
+    delta: Interval
+    p_value: float
+
+
+def tier_delta(
+    records: Iterable[CellResult],
+    a: str = "lite",
+    b: str = "standard",
+    *,
+    seed: int = 0,
+    n_boot: int = 2000,
+    level: float = 0.95,
+) -> list[TierDelta]:
+    """Per agent x track with at least one task run in both tiers: OVERALL(b) - OVERALL(a)
+    (see ``TierDelta``), sorted by (agent, track). Positive: tier ``b`` scores higher."""
+    _check(n_boot, level)
+    means = _cell_means(records, ("agent", "track", "task", "tier"))
+    pairs: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for (agent, track, task, tier), (mean_a, _) in sorted(means.items()):
+        if tier != a:
+            continue
+        other = means.get((agent, track, task, b))
+        if other is not None:
+            pairs[(agent, track)].append((mean_a, other[0]))
+    out: list[TierDelta] = []
+    for (agent, track), values in sorted(pairs.items()):
+        diffs = [y - x for x, y in values]
+        delta, p = _paired(diffs, seed=seed, n_boot=n_boot, level=level)
+        out.append(
+            TierDelta(
+                agent=agent,
+                track=track,
+                a=a,
+                b=b,
+                n_tasks=len(values),
+                mean_a=float(np.mean([x for x, _ in values])),
+                mean_b=float(np.mean([y for _, y in values])),
+                delta=delta,
+                p_value=p,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Side ``b`` against side ``a`` in one group (a track, or ``"all"``).
+
+    ``diff`` is the mean over paired cells of (mean OVERALL of b - mean OVERALL of a)
+    with its percentile-bootstrap CI over cells; ``p_value`` the two-sided bootstrap
+    p-value of "no difference"; ``differ`` whether the CI excludes 0. ``only_a`` /
+    ``only_b``: cells one side has and the other lacks (left out of the comparison).
+    """
+
+    group: str
+    n_cells: int
+    mean_a: float
+    mean_b: float
+    diff: Interval
+    p_value: float
+    differ: bool
+    only_a: int
+    only_b: int
+
+
+def compare(
+    records_a: Iterable[CellResult],
+    records_b: Iterable[CellResult],
+    *,
+    by: str | None = "track",
+    seed: int = 0,
+    n_boot: int = 2000,
+    level: float = 0.95,
+) -> list[Comparison]:
+    """Paired comparison of two sides (an agent, a release, a configuration) on OVERALL.
+
+    Pairing: each side's scored runs are averaged per cell (task, tier), over all its
+    runs there (every agent on that side pooled, infra errors left out); the cells both
+    sides have are paired, and the difference b - a per cell is bootstrapped over cells
+    (percentile CI, seeded). ``by`` groups the cells ("track", "tier", "task"; None: one
+    group "all"); the group of a cell is taken from side a's records. Sorted by group.
+    """
+    _check(n_boot, level)
+    if by not in (None, "track", "tier", "task"):
+        raise ValueError(f"compare groups by 'track', 'tier', 'task' or None, not {by!r}")
+    side_a = _cell_means(records_a, ("task", "tier"))
+    side_b = _cell_means(records_b, ("task", "tier"))
+
+    def group_of(cell: tuple[str, ...], track: str) -> str:
+        if by is None:
+            return "all"
+        if by == "track":
+            return track
+        return cell[0] if by == "task" else cell[1]
+
+    paired: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    only_a: dict[str, int] = defaultdict(int)
+    only_b: dict[str, int] = defaultdict(int)
+    for cell in sorted(side_a.keys() | side_b.keys()):
+        in_a, in_b = side_a.get(cell), side_b.get(cell)
+        if in_a is not None and in_b is not None:
+            paired[group_of(cell, in_a[1])].append((in_a[0], in_b[0]))
+        elif in_a is not None:
+            only_a[group_of(cell, in_a[1])] += 1
+        elif in_b is not None:
+            only_b[group_of(cell, in_b[1])] += 1
+    out: list[Comparison] = []
+    for group in sorted(paired.keys() | only_a.keys() | only_b.keys()):
+        values = paired.get(group, [])
+        diff, p = _paired([y - x for x, y in values], seed=seed, n_boot=n_boot, level=level)
+        out.append(
+            Comparison(
+                group=group,
+                n_cells=len(values),
+                mean_a=float(np.mean([x for x, _ in values])) if values else _NAN,
+                mean_b=float(np.mean([y for _, y in values])) if values else _NAN,
+                diff=diff,
+                p_value=p,
+                differ=diff.excludes(0.0),
+                only_a=only_a.get(group, 0),
+                only_b=only_b.get(group, 0),
+            )
+        )
+    return out
