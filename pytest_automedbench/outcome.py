@@ -8,7 +8,7 @@ error (raised from the fixture, so pytest reports ERROR, not FAILED).
 from __future__ import annotations
 
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.scoring.models import STAGE_WEIGHTS
+from pytest_automedbench.scoring.models import STAGE_WEIGHTS, StageActivity
 
 
 class CellInfrastructureError(RuntimeError):
@@ -31,7 +31,7 @@ def describe_result(result: CellResult) -> str:
         f"(AGENTIC {_pct(result.agentic).strip()}, TASK {_pct(result.task_score).strip()}); "
         f"termination: {result.termination}",
     ]
-    activity = {a.stage: a for a in result.stage_activity}
+    activity: dict[str, StageActivity] = {a.stage: a for a in result.stage_activity}
     if result.stages is not None:
         lines.append(f"  judge: {result.stages.judge}")
         scores = result.stages.by_stage()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import operator
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -343,14 +344,14 @@ def recovery_rate(
     return (recovered / base if base else None), base
 
 
-def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+def pearson(x: ArrayLike, y: ArrayLike) -> float | None:
     """Pearson's r; None when undefined (fewer than two points, or a constant side)."""
-    if len(x) != len(y):
+    a = np.asarray(x, dtype=np.float64).reshape(-1)
+    b = np.asarray(y, dtype=np.float64).reshape(-1)
+    if a.size != b.size:
         raise ValueError("pearson needs paired values")
-    if len(x) < 2:
+    if a.size < 2:
         return None
-    a = np.asarray(x, dtype=np.float64)
-    b = np.asarray(y, dtype=np.float64)
     order = np.lexsort((b, a))  # a canonical order: the same r for any order of pairs
     a, b = a[order], b[order]
     a = a - a.mean()
@@ -412,49 +413,55 @@ class GroupStats:
 
 
 class _Group:
-    """Columns of one group, filled in one pass over the records."""
+    """Columns of one group, filled in one pass over the records.
+
+    Numbers go into ``array.array`` columns, not lists of tuples: a ledger's worth of
+    small containers would make Python's cyclic garbage collector walk every record
+    held in memory, several times, which costs more than the statistics.
+    """
 
     def __init__(self) -> None:
-        self.rows: list[tuple[float, ...]] = []  # overall, agentic, S1..S5 per scored run
-        self.task: list[float] = []  # TASK per scored run, NaN for a violation
-        self.cells: list[tuple[str, str, str]] = []  # (agent, task, tier) per scored run
-        self.resolved: list[bool] = []
+        #: OVERALL, AGENTIC, S1..S5 and TASK (NaN for a violation) per scored run.
+        self.columns = [array("d") for _ in range(8)]
+        self.cost = array("d")
+        self.wall = array("d")
+        self.resolved = array("b")
+        self.cell = array("q")  # index into cell_ids: the run's (agent, task, tier)
+        self.cell_ids: dict[tuple[str, str, str], int] = {}
         self.codes = dict.fromkeys(ERROR_CODE_IDS, 0)
         self.recovery_base = 0
         self.recovered = 0
         self.n_infra = 0
         self.n_violations = 0
-        self.cost: list[float] = []
-        self.cost_total: list[float] = []
+        self.cost_total = array("d")
         self.tokens_in = 0
         self.tokens_out = 0
-        self.wall: list[float] = []
 
     def add(self, record: CellResult, include_llm: bool) -> None:
         self.cost_total.append(record.cost_usd)
         if record.status != "scored":
             self.n_infra += 1
             return
+        overall, agentic, s1, s2, s3, s4, s5, task = self.columns
+        overall.append(record.overall or 0.0)
+        agentic.append(record.agentic or 0.0)
         stages = record.stages
         if stages is None:
-            row: tuple[float, ...] = (record.overall or 0.0, record.agentic or 0.0, 0, 0, 0, 0, 0)
+            for column in (s1, s2, s3, s4, s5):
+                column.append(0.0)
         else:
-            row = (
-                record.overall or 0.0,
-                record.agentic or 0.0,
-                stages.s1,
-                stages.s2,
-                stages.s3,
-                stages.s4,
-                stages.s5,
-            )
-        self.rows.append(row)
+            s1.append(stages.s1)
+            s2.append(stages.s2)
+            s3.append(stages.s3)
+            s4.append(stages.s4)
+            s5.append(stages.s5)
         if record.task_score is None:
             self.n_violations += 1
-            self.task.append(_NAN)
+            task.append(_NAN)
         else:
-            self.task.append(record.task_score)
-        self.cells.append((record.agent, record.task, record.tier))
+            task.append(record.task_score)
+        key = (record.agent, record.task, record.tier)
+        self.cell.append(self.cell_ids.setdefault(key, len(self.cell_ids)))
         self.resolved.append(record.resolved)
         if record.error_codes or (include_llm and record.error_codes_llm):
             codes = codes_of(record, include_llm=include_llm)
@@ -470,15 +477,13 @@ class _Group:
 
 
 def _cell_sums(
-    cells: list[tuple[str, str, str]], sums: FloatArray, weights: FloatArray
+    cell: NDArray[np.int64], n_cells: int, sums: FloatArray, weights: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """Per-run columns summed per cell group, for the cell-level bootstrap."""
-    index: dict[tuple[str, str, str], int] = {}
-    ids = np.fromiter((index.setdefault(c, len(index)) for c in cells), np.intp, len(cells))
-    out_s = np.zeros((len(index), sums.shape[1]))
-    out_w = np.zeros((len(index), sums.shape[1]))
-    np.add.at(out_s, ids, sums)
-    np.add.at(out_w, ids, weights)
+    out_s = np.zeros((n_cells, sums.shape[1]))
+    out_w = np.zeros((n_cells, sums.shape[1]))
+    np.add.at(out_s, cell, sums)
+    np.add.at(out_w, cell, weights)
     return out_s, out_w
 
 
@@ -507,28 +512,28 @@ def _stats(
     level: float,
     unit: BootstrapUnit,
 ) -> GroupStats:
-    n = len(g.rows)
+    n = len(g.cell)
+    cell = np.frombuffer(g.cell, dtype=np.int64)
+    resolved = np.frombuffer(g.resolved, dtype=np.int8)
     if n:
-        task = np.asarray(g.task, dtype=np.float64)[:, None]
-        present = np.isfinite(task)
-        values = np.hstack([np.asarray(g.rows, dtype=np.float64), np.where(present, task, 0.0)])
-        weights = np.hstack([np.ones((n, 7)), present.astype(np.float64)])
+        values = np.stack([np.frombuffer(c, dtype=np.float64) for c in g.columns], axis=1)
+        weights = np.isfinite(values).astype(np.float64)  # only TASK is ever missing
+        values = np.where(weights > 0, values, 0.0)
         lo = np.where(weights > 0, values, np.inf).min(axis=0)
         hi = np.where(weights > 0, values, -np.inf).max(axis=0)
         if unit == "cell":
-            sums, weights = _cell_sums(g.cells, values * weights, weights)
+            sums, weights = _cell_sums(cell, len(g.cell_ids), values, weights)
         else:
-            sums = values * weights
+            sums = values
         intervals, _ = _intervals(sums, weights, lo, hi, n_boot=n_boot, seed=seed, level=level)
     else:
         intervals = [EMPTY] * 8
 
-    per_cell: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for cell, resolved in zip(g.cells, g.resolved, strict=True):
-        counts = per_cell[cell]
-        counts[0] += 1
-        counts[1] += resolved
-    nc = [per_cell[cell] for cell in sorted(per_cell)]
+    # Runs and resolved runs per cell group, in the order of the cell keys.
+    runs_per_cell = np.bincount(cell, minlength=len(g.cell_ids))
+    resolved_per_cell = np.bincount(cell, weights=resolved, minlength=len(g.cell_ids))
+    order = [g.cell_ids[key] for key in sorted(g.cell_ids)]
+    nc = [[int(runs_per_cell[i]), round(resolved_per_cell[i])] for i in order]
     k = min((n_ for n_, _ in nc), default=0)
     m = len(nc)
     pass_at, pass_hat = _pass_curves(nc, k)
@@ -542,7 +547,7 @@ def _stats(
         agentic=intervals[1],
         task=intervals[7],
         stages=dict(zip(STAGE_IDS, intervals[2:7], strict=True)),
-        resolved_rate=sum(g.resolved) / n if n else _NAN,
+        resolved_rate=int(resolved.sum()) / n if n else _NAN,
         n_cell_groups=m,
         k=k,
         pass_at_k=sum(c >= 1 for _, c in nc) / m if m else _NAN,
@@ -559,7 +564,9 @@ def _stats(
         tokens_in=g.tokens_in / n if n else _NAN,
         tokens_out=g.tokens_out / n if n else _NAN,
         wall_s=math.fsum(g.wall) / n if n else _NAN,
-        cost_overall_r=pearson(g.cost, [row[0] for row in g.rows]),
+        cost_overall_r=pearson(
+            np.frombuffer(g.cost, dtype=np.float64), np.frombuffer(g.columns[0], dtype=np.float64)
+        ),
     )
 
 
