@@ -54,6 +54,21 @@ class RunConfig(BaseModel):
     audit_judges: tuple[str, ...] = ()
     #: Endpoint of the LLM judges (a proxy, vLLM); the provider's default otherwise.
     judge_api_base: str | None = None
+    #: Gates on the session's aggregate (see gates.py): thresholds, and a baseline ledger
+    #: with the largest tolerated drop of OVERALL in points.
+    fail_under: str | None = None
+    baseline: Path | None = None
+    max_regression: float = Field(default=0.0, ge=0.0)
+
+    @field_validator("fail_under")
+    @classmethod
+    def _fail_under_syntax(cls, value: str | None) -> str | None:
+        if value is not None:
+            from pytest_automedbench.gates import parse_fail_under
+
+            parse_fail_under(value)  # raises GateError (a ValueError) naming the part
+        return value
+
     data_root: Path | None = None
     #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.
     data_size: Literal["small", "realistic"] = "small"
@@ -139,6 +154,9 @@ _PYPROJECT_KEYS: dict[str, str] = {
     "judge_votes": "judge_votes",
     "audit_judges": "audit_judges",
     "judge_api_base": "judge_api_base",
+    "fail_under": "fail_under",
+    "baseline": "baseline",
+    "max_regression": "max_regression",
     "data_root": "data_root",
     "data_size": "data_size",
     "amb_out": "amb_out",
@@ -204,7 +222,7 @@ def build_config(
         merged["agents"] = [merged["agents"]]
     if "agents" in merged:
         merged["agents"] = tuple(dict.fromkeys(merged["agents"]))  # de-duplicate, keep order
-    for key in ("data_root", "amb_out", "agents_file"):
+    for key in ("data_root", "amb_out", "agents_file", "baseline"):
         if merged.get(key) is not None:
             path = Path(merged[key]).expanduser()
             merged[key] = path if path.is_absolute() else base_dir / path

@@ -26,6 +26,13 @@ from pytest_automedbench.config import (
     read_pyproject_section,
 )
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.gates import (
+    GateResult,
+    check_regression,
+    check_thresholds,
+    parse_fail_under,
+)
+from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.outcome import CellInfrastructureError
 from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellKey, CellResult
@@ -39,6 +46,7 @@ from pytest_automedbench.session import (
 from pytest_automedbench.tasks import MODALITIES, TIERS, TRACKS, TaskSpec, discover_tasks
 
 SESSION_KEY = pytest.StashKey[AutoMedBenchSession]()
+GATES_KEY = pytest.StashKey[list[GateResult]]()
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="also record this LLM judge's verdicts (not scored), for judge-agreement",
     )
     group.addoption(
+        "--amb-fail-under",
+        dest="amb_fail_under",
+        default=None,
+        metavar="KEY=VALUE,...",
+        help="gate: per agent, the mean (0-100) of overall, agentic, task, S1..S5 or a "
+        "track's OVERALL must reach VALUE, else the session fails",
+    )
+    group.addoption(
+        "--amb-baseline",
+        dest="amb_baseline",
+        default=None,
+        metavar="LEDGER",
+        help="gate: compare OVERALL per agent and track with this baseline ledger",
+    )
+    group.addoption(
+        "--amb-max-regression",
+        dest="amb_max_regression",
+        type=float,
+        default=None,
+        metavar="POINTS",
+        help="gate: the largest tolerated drop against --amb-baseline (default 0)",
+    )
+    group.addoption(
         "--judge-api-base",
         dest="amb_judge_api_base",
         default=None,
@@ -187,6 +218,9 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         "judge_votes": config.getoption("amb_judge_votes"),
         "audit_judges": config.getoption("amb_audit_judges"),
         "judge_api_base": config.getoption("amb_judge_api_base"),
+        "fail_under": config.getoption("amb_fail_under"),
+        "baseline": config.getoption("amb_baseline"),
+        "max_regression": config.getoption("amb_max_regression"),
         "data_root": config.getoption("amb_data_root"),
         "data_size": config.getoption("amb_data_size"),
         "amb_out": config.getoption("amb_out"),
@@ -204,6 +238,8 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         for agent in run_config.agents:
             run_config.agent(agent)
         resolve_backend(run_config.sandbox)
+        if run_config.baseline is not None and not run_config.baseline.is_file():
+            raise ConfigError(f"--amb-baseline: ledger {run_config.baseline} does not exist")
     except (ConfigError, UnknownAgentError, SandboxError) as exc:
         raise pytest.UsageError(str(exc)) from None
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
@@ -318,6 +354,30 @@ def cell_result(
     yield result
 
 
+def _gate_results(config: pytest.Config) -> list[GateResult]:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or (session.config.fail_under is None and session.config.baseline is None):
+        return []
+    records = session.ledger.records(session.run_id)
+    results: list[GateResult] = []
+    if session.config.fail_under is not None:
+        results += check_thresholds(records, parse_fail_under(session.config.fail_under))
+    if session.config.baseline is not None:
+        baseline = Ledger(session.config.baseline).records()
+        results += check_regression(records, baseline, session.config.max_regression)
+    return results
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Gates, once, on the xdist controller (or the only process) after every cell."""
+    if hasattr(session.config, "workerinput"):
+        return
+    results = _gate_results(session.config)
+    session.config.stash[GATES_KEY] = results
+    if any(not r.passed for r in results) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
@@ -331,3 +391,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     for line in summary_lines(results):
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"ledger: {session.ledger.path}  run: {session.run_id}")
+    gates = config.stash.get(GATES_KEY, [])
+    if gates:
+        terminalreporter.section("AutoMedBench gates")
+        for gate in gates:
+            terminalreporter.write_line(("" if gate.passed else "GATE FAILED: ") + gate.message)

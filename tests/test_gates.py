@@ -1,0 +1,166 @@
+"""Release gates: thresholds on the aggregate and regressions against a baseline ledger,
+as functions and through whole pytest sessions (a passing set of cells can fail a gate)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_automedbench.config import ConfigError, build_config
+from pytest_automedbench.gates import (
+    GateError,
+    check_regression,
+    check_thresholds,
+    parse_fail_under,
+)
+from pytest_automedbench.results import CellResult
+from pytest_automedbench.scoring.models import StageScores
+
+from .conftest import SUITES
+
+
+def record(agent: str, task: str, overall: float, *, track: str = "vqa", s3: float = 1.0,
+           status: str = "scored", tier: str = "lite") -> CellResult:  # fmt: skip
+    scored = status == "scored"
+    return CellResult(
+        run_id="r",
+        agent=agent,
+        model="m",
+        task=task,
+        track=track,
+        tier=tier,
+        run=0,
+        config_hash="h",
+        data_source="synthetic",
+        status=status,  # type: ignore[arg-type]
+        stages=StageScores(s1=1, s2=1, s3=s3, s4=1, s5=1) if scored else None,
+        agentic=0.9 if scored else None,
+        task_score=overall if scored else None,
+        overall=overall if scored else None,
+        cell_dir="/x",
+        finished_at="2026-12-01T00:00:00+00:00",
+    )
+
+
+def test_fail_under_spec_is_parsed_and_checked() -> None:
+    parsed = parse_fail_under("overall=60, S3=50,segmentation=55")
+    assert [(t.key, t.minimum) for t in parsed] == [
+        ("overall", 60.0),
+        ("S3", 50.0),
+        ("segmentation", 55.0),
+    ]
+    for bad, message in [
+        ("overall", "not KEY=VALUE"),
+        ("speed=3", "unknown key 'speed'"),
+        ("overall=high", "not a number"),
+        ("overall=130", "outside 0-100"),
+        ("", "no threshold"),
+    ]:
+        with pytest.raises(GateError, match=message):
+            parse_fail_under(bad)
+
+
+def test_a_bad_gate_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown key 'speed'"):
+        build_config({"fail_under": "speed=3"}, {}, None, tmp_path)
+
+
+def test_thresholds_use_the_mean_per_agent_and_ignore_infrastructure_errors() -> None:
+    records = [
+        record("a", "t1", 0.8, s3=0.0),
+        record("a", "t2", 0.5, s3=1.0),
+        record("a", "t3", 0.0, status="infra_error"),
+        record("b", "t1", 0.9, track="segmentation"),
+    ]
+    results = {
+        r.gate: r for r in check_thresholds(records, parse_fail_under("overall=60,S3=60,vqa=65"))
+    }
+    assert results["fail-under overall=60 [a]"].passed  # mean 65 over 2 cells
+    assert "mean 65.0 over 2 cells" in results["fail-under overall=60 [a]"].message
+    assert not results["fail-under S3=60 [a]"].passed  # mean 50
+    assert results["fail-under vqa=65 [a]"].passed
+    assert not results["fail-under vqa=65 [b]"].passed  # b has no VQA cell
+    assert "no scored cell" in results["fail-under vqa=65 [b]"].message
+
+
+def test_regression_against_a_baseline_pairs_cells() -> None:
+    baseline = [record("a", "t1", 0.80), record("a", "t2", 0.60), record("a", "t9", 0.10)]
+    same = [record("a", "t1", 0.79), record("a", "t2", 0.60)]
+    (ok,) = check_regression(same, baseline, max_points=2)
+    assert ok.passed and "OVERALL 69.5 vs baseline 70.0 over 2 cells" in ok.message
+    worse = [record("a", "t1", 0.70), record("a", "t2", 0.60)]
+    (bad,) = check_regression(worse, baseline, max_points=2)
+    assert not bad.passed and "-5.0 points" in bad.message and "REGRESSED" in bad.message
+    (alone,) = check_regression([record("z", "t1", 0.9)], baseline, max_points=2)
+    assert not alone.passed and "no cell in common" in alone.message
+
+
+# ---------------------------------------------------------------- whole sessions
+
+
+def run(pytester: pytest.Pytester, out: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
+        str(SUITES / "vqa"),
+        "-k",
+        "vqa-rad",
+        "--tier",
+        "lite",
+        f"--amb-out={out}",
+        "-p",
+        "no:cacheprovider",
+        *args,
+        timeout=600,
+    )
+
+
+def ledger(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_passing_cells_can_fail_the_gate(
+    pytester: pytest.Pytester, tmp_path: Path, workers: list[str]
+) -> None:
+    # no-validate skips the pilot: its cell still resolves (rating B), its S3 is 0.
+    out = tmp_path / "gated"
+    args = ["--agent=no-validate", "--amb-fail-under=S1=50,S3=50"]
+    result = run(pytester, out, *args, *workers)
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*AutoMedBench gates*",
+            "fail-under S1=50 [[]no-validate]: mean 100.0 over 1 cells, met",
+            "GATE FAILED: fail-under S3=50 [[]no-validate]: mean 0.0 over 1 cells, NOT met",
+        ]
+    )
+
+
+@pytest.mark.slow
+def test_baseline_regression_fails_and_within_tolerance_passes(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    first = tmp_path / "first"
+    assert run(pytester, first).ret == pytest.ExitCode.OK
+    (cell,) = ledger(first)
+    # A baseline that scored 5 points more on the same cell.
+    better = tmp_path / "better.jsonl"
+    better.write_text(json.dumps({**cell, "overall": cell["overall"] + 0.05}) + "\n")
+    regressed = run(
+        pytester, tmp_path / "second", f"--amb-baseline={better}", "--amb-max-regression=2"
+    )
+    regressed.assert_outcomes(passed=1)
+    assert regressed.ret == pytest.ExitCode.TESTS_FAILED
+    regressed.stdout.fnmatch_lines(["GATE FAILED: regression vqa [[]reference]: *REGRESSED"])
+    tolerated = run(
+        pytester, tmp_path / "third", f"--amb-baseline={better}", "--amb-max-regression=6"
+    )
+    assert tolerated.ret == pytest.ExitCode.OK
+    tolerated.stdout.fnmatch_lines(["regression vqa [[]reference]: *within tolerance"])
+    missing = run(pytester, tmp_path / "fourth", f"--amb-baseline={tmp_path / 'nope.jsonl'}")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*--amb-baseline: ledger * does not exist*"])
