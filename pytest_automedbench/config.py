@@ -56,6 +56,8 @@ class RunConfig(BaseModel):
     judge_api_base: str | None = None
     #: Gates on the session's aggregate (see gates.py): thresholds, and a baseline ledger
     #: with the largest tolerated drop of OVERALL in points.
+    #: Reuse finished cells of earlier runs (same configuration hash); rerun the rest.
+    resume: bool = False
     fail_under: str | None = None
     baseline: Path | None = None
     max_regression: float = Field(default=0.0, ge=0.0)
@@ -154,6 +156,7 @@ _PYPROJECT_KEYS: dict[str, str] = {
     "judge_votes": "judge_votes",
     "audit_judges": "audit_judges",
     "judge_api_base": "judge_api_base",
+    "resume": "resume",
     "fail_under": "fail_under",
     "baseline": "baseline",
     "max_regression": "max_regression",

@@ -152,6 +152,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="also record this LLM judge's verdicts (not scored), for judge-agreement",
     )
     group.addoption(
+        "--amb-resume",
+        dest="amb_resume",
+        action="store_true",
+        default=None,
+        help="skip cells already finished in the ledger under the same configuration "
+        "(their records are reused); run the rest and re-run infrastructure errors",
+    )
+    group.addoption(
         "--amb-fail-under",
         dest="amb_fail_under",
         default=None,
@@ -218,6 +226,7 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         "judge_votes": config.getoption("amb_judge_votes"),
         "audit_judges": config.getoption("amb_audit_judges"),
         "judge_api_base": config.getoption("amb_judge_api_base"),
+        "resume": config.getoption("amb_resume"),
         "fail_under": config.getoption("amb_fail_under"),
         "baseline": config.getoption("amb_baseline"),
         "max_regression": config.getoption("amb_max_regression"),
@@ -326,12 +335,23 @@ def staged_task(cell: Cell, amb_session: AutoMedBenchSession) -> StagedData:
 
 @pytest.fixture
 def cell_result(
-    cell: Cell, staged_task: StagedData, amb_session: AutoMedBenchSession
+    cell: Cell,
+    staged_task: StagedData,
+    amb_session: AutoMedBenchSession,
+    request: pytest.FixtureRequest,
 ) -> Iterator[CellResult]:
     """Run the cell (in setup, so a harness fault is a pytest ERROR) and record it."""
-    reason = unavailable_reason(amb_session.config.agent(cell.key.agent))
+    entry = amb_session.config.agent(cell.key.agent)
+    reason = unavailable_reason(entry)
     if reason is not None:
         pytest.skip(reason)
+    if amb_session.config.resume:
+        finished = amb_session.finished_record(cell.key, entry.model_label)
+        if finished is not None:  # the stored verdict stands: pass or fail as it did
+            amb_session.note_resumed(finished)
+            request.node.user_properties.append(("amb_resumed_from", finished.run_id))
+            yield finished
+            return
     staged = staged_task
     plan = CellPlan(
         key=cell.key,
@@ -358,7 +378,7 @@ def _gate_results(config: pytest.Config) -> list[GateResult]:
     session = config.stash.get(SESSION_KEY, None)
     if session is None or (session.config.fail_under is None and session.config.baseline is None):
         return []
-    records = session.ledger.records(session.run_id)
+    records = session.session_records()
     results: list[GateResult] = []
     if session.config.fail_under is not None:
         results += check_thresholds(records, parse_fail_under(session.config.fail_under))
@@ -384,7 +404,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return
-    results = session.ledger.records(session.run_id)
+    results = session.session_records()
     if not results:
         return
     terminalreporter.section("AutoMedBench summary")

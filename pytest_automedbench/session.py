@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from filelock import FileLock
+
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import (
@@ -20,7 +22,7 @@ from pytest_automedbench.fixtures.staging import (
     stage_synthetic,
 )
 from pytest_automedbench.ledger import Ledger
-from pytest_automedbench.results import CellKey
+from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.tasks import TaskSpec
 
 
@@ -32,11 +34,23 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
+def _finished_key(record: CellResult) -> tuple[str, str, str, str, int, str]:
+    return (
+        record.agent,
+        record.model,
+        record.task,
+        record.tier,
+        record.run,
+        record.config_hash,
+    )
+
+
 @dataclass
 class AutoMedBenchSession:
     config: RunConfig
     run_id: str
     _staged: dict[str, StagedData] = field(default_factory=dict)
+    _finished: dict[tuple[str, str, str, str, int, str], CellResult] | None = None
 
     @property
     def ledger(self) -> Ledger:
@@ -48,6 +62,36 @@ class AutoMedBenchSession:
 
     def cell_dir(self, key: CellKey) -> Path:
         return self.config.amb_out / "runs" / self.run_id / key.agent / key.cell_id
+
+    @property
+    def resumed_file(self) -> Path:
+        """Cells this session took over from earlier runs (``--amb-resume``): copies of
+        their ledger records, so the ledger keeps exactly one record per finished cell."""
+        return self.config.amb_out / "runs" / self.run_id / "resumed.jsonl"
+
+    def finished_record(self, key: CellKey, model: str) -> CellResult | None:
+        """The latest scored record of this cell under this configuration, from an earlier
+        run; infrastructure errors do not count (those cells run again). The ledger is
+        read once per process: what other workers append now is this run, not earlier."""
+        if self._finished is None:
+            self._finished = {}
+            for record in self.ledger.records():
+                if record.status == "scored" and record.run_id != self.run_id:
+                    self._finished[_finished_key(record)] = record
+        cell = (key.agent, model, key.task, key.tier, key.run, self.config.scoring_hash())
+        return self._finished.get(cell)
+
+    def note_resumed(self, record: CellResult) -> None:
+        self.resumed_file.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.resumed_file) + ".lock"), self.resumed_file.open("a") as handle:
+            handle.write(record.model_dump_json() + "\n")
+
+    def session_records(self) -> list[CellResult]:
+        """What this session stands for: its own records and the cells it resumed."""
+        records = self.ledger.records(self.run_id)
+        if self.resumed_file.is_file():
+            records += Ledger(self.resumed_file).records()
+        return records
 
     def staged(self, task: TaskSpec) -> StagedData:
         """Stage a task's data once per process; the file lock inside staging makes it
