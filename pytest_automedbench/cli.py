@@ -27,6 +27,7 @@ from pytest_automedbench.evaluation import EvaluatorError, evaluate
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import StagingError, case_ids_of, private_case_ids
 from pytest_automedbench.ledger import LedgerError
+from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox.base import SandboxError
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
 
@@ -242,6 +243,55 @@ def cmd_judge_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ledger_records(paths: list[Path], agent: str | None = None) -> list[CellResult]:
+    from pytest_automedbench.ledger import Ledger
+
+    records: list[CellResult] = []
+    for path in paths:
+        if not path.is_file():
+            raise LedgerError(f"ledger {path} does not exist")
+        records += Ledger(path).records()
+    if agent is not None:
+        records = [r for r in records if r.agent == agent]
+        if not records:
+            raise LedgerError(f"no record of agent {agent!r} in {', '.join(map(str, paths))}")
+    return records
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """Agent x track rows with intervals, stage profile, pass@k, codes and cost."""
+    from pytest_automedbench.report.leaderboard import render, rows
+
+    text = render(rows(_ledger_records(args.ledgers)), args.format)
+    if args.out is None:
+        print(text, end="")
+    else:
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Paired bootstrap of OVERALL per track: does B differ from A?"""
+    from pytest_automedbench.stats import compare
+
+    side_a = _ledger_records([args.a], args.agent_a)
+    side_b = _ledger_records([args.b], args.agent_b)
+    results = compare(side_a, side_b, by=args.by, seed=args.seed)
+    if not results:
+        raise LedgerError("the two sides have no (task, tier) cell in common")
+    print(f"{'group':<14} {'cells':>5} {'A':>6} {'B':>6} {'B-A [95% CI]':>24} {'p':>7}  verdict")
+    for c in results:
+        diff = c.diff.scaled()
+        interval = f"{diff.mean:+.1f} [{diff.low:+.1f}, {diff.high:+.1f}]"
+        verdict = "differ" if c.differ else "no evidence of a difference"
+        print(
+            f"{c.group:<14} {c.n_cells:>5} {100 * c.mean_a:>6.1f} {100 * c.mean_b:>6.1f} "
+            f"{interval:>24} {c.p_value:>7.3f}  {verdict}"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="automedbench", description=__doc__)
     parser.add_argument(
@@ -315,6 +365,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agree.add_argument("--run", default=None, help="only this run id")
     agree.set_defaults(func=cmd_judge_agreement)
+    board = sub.add_parser("leaderboard", help="agent x track leaderboard from ledgers")
+    board.add_argument("ledgers", type=Path, nargs="+", help="one or more ledger.jsonl")
+    board.add_argument("--format", choices=("markdown", "csv", "json", "html"), default="markdown")
+    board.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
+    board.set_defaults(func=cmd_leaderboard)
+    comp = sub.add_parser(
+        "compare", help="paired bootstrap: do two agents (or two releases) differ per track?"
+    )
+    comp.add_argument("a", type=Path, help="ledger of side A")
+    comp.add_argument("b", type=Path, help="ledger of side B (may be the same file)")
+    comp.add_argument("--agent-a", default=None, help="only this agent's records on side A")
+    comp.add_argument("--agent-b", default=None, help="only this agent's records on side B")
+    comp.add_argument("--by", choices=("track", "tier", "task"), default="track")
+    comp.add_argument("--seed", type=int, default=0)
+    comp.set_defaults(func=cmd_compare)
     return parser
 
 
