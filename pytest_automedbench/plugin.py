@@ -38,6 +38,7 @@ from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.runner import CellPlan, infra_result, run_cell, unavailable_reason
 from pytest_automedbench.sandbox import SandboxError, resolve_backend
+from pytest_automedbench.scoring.models import ERROR_CODES
 from pytest_automedbench.session import (
     AutoMedBenchSession,
     DataUnavailable,
@@ -263,6 +264,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{tier}: AutoMedBench {tier.upper()} tier cells")
     for modality in MODALITIES:
         config.addinivalue_line("markers", f"{modality}: AutoMedBench cells on {modality} data")
+    for code, meaning in ERROR_CODES.items():
+        config.addinivalue_line("markers", f"{code}: a cell diagnosed with {meaning}")
     config.stash[SESSION_KEY] = _resolve_config(config)
 
 
@@ -350,6 +353,7 @@ def cell_result(
         if finished is not None:  # the stored verdict stands: pass or fail as it did
             amb_session.note_resumed(finished)
             request.node.user_properties.append(("amb_resumed_from", finished.run_id))
+            _label(request.node, finished)
             yield finished
             return
     staged = staged_task
@@ -364,14 +368,37 @@ def cell_result(
     try:
         result = run_cell(plan)
     except BaseException as exc:  # killed (timeout, Ctrl-C): record it, then let it through
-        amb_session.ledger.append(infra_result(plan, f"interrupted: {exc!r}", "interrupted"))
+        # pytest-timeout (signal method) fails the test with "Timeout >Ns".
+        timeout = isinstance(exc, pytest.fail.Exception) and str(exc).startswith("Timeout")
+        termination = "timeout" if timeout else "interrupted"
+        amb_session.ledger.append(infra_result(plan, f"{termination}: {exc!r}", termination))
         raise
     amb_session.ledger.append(result)
+    _label(request.node, result)
     if result.status == "infra_error":
         raise CellInfrastructureError(
             f"infrastructure error: {result.error}; trajectory kept in {result.cell_dir}"
         )
     yield result
+
+
+def _label(item: pytest.Item, result: CellResult) -> None:
+    """Error codes as markers (``E1``..``E5``, for reporters such as Allure) and the
+    scores as user properties (JUnit XML ``<property>`` elements)."""
+    for code in sorted({c.code for c in result.error_codes}):
+        item.add_marker(code)
+    properties = {
+        "amb_status": result.status,
+        "amb_rating": result.rating,
+        "amb_overall": result.overall,
+        "amb_task": result.task_score,
+        "amb_agentic": result.agentic,
+        "amb_error_codes": ",".join(c.code for c in result.error_codes) or "none",
+        "amb_cell_dir": result.cell_dir,
+    }
+    if result.stages is not None:
+        properties |= {f"amb_{k}": v for k, v in result.stages.by_stage().items()}
+    item.user_properties.extend((k, "" if v is None else v) for k, v in properties.items())
 
 
 def _gate_results(config: pytest.Config) -> list[GateResult]:
