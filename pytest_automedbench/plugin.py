@@ -382,6 +382,20 @@ def cell_result(
     yield result
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """With ``--alluredir``: the cell's labels, stage steps and attachments (allure-pytest
+    is recording the test by now)."""
+    if not getattr(item.config.option, "allure_report_dir", None):
+        return
+    funcargs: dict[str, Any] = getattr(item, "funcargs", {})
+    result, cell, staged = (funcargs.get(n) for n in ("cell_result", "cell", "staged_task"))
+    if isinstance(result, CellResult) and isinstance(cell, Cell) and staged is not None:
+        from pytest_automedbench.report.allure_report import report_cell
+
+        report_cell(result, cell.task, staged.public_dir, staged.private_dir)
+
+
 def _label(item: pytest.Item, result: CellResult) -> None:
     """Error codes as markers (``E1``..``E5``, for reporters such as Allure) and the
     scores as user properties (JUnit XML ``<property>`` elements)."""

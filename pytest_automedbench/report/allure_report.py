@@ -1,0 +1,185 @@
+"""Allure (allure-pytest) for cells: labels, one step per stage, attachments, pictures.
+
+Framework-neutral inputs (a ``CellResult``, its task and staged data) are turned into
+allure-pytest's dynamic API calls; the plugin calls :func:`report_cell` while the cell's
+test runs, and only when ``--alluredir`` is given and allure-pytest is installed.
+
+* labels: epic = track, feature = task, story = tier; tags for the agent, the modality
+  and the error codes; severity from the rating (F critical, C normal, A/B minor);
+  parameters agent/task/tier/run (nothing secret is a parameter) so the history id is
+  stable across runs;
+* one step per stage (score and weight) with a sub-step per rubric item (its score and
+  evidence), plus one per error code;
+* attachments: plan.md and the plan diagram, the trajectory, the per-case metric table
+  (CSV), the judge's verdicts, and for segmentation an overlay of prediction (red) and
+  reference (green) contours on the slice where the reference is largest.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_automedbench.results import CellResult
+from pytest_automedbench.scoring.models import STAGE_WEIGHTS
+
+SEVERITY = {"F": "critical", "C": "normal", "B": "minor", "A": "trivial"}
+MAX_ATTACHMENT_BYTES = 5 * 1024**2
+OVERLAY_CASES = 2
+
+
+def report_cell(result: CellResult, task: Any, public_dir: Path, private_dir: Path) -> None:
+    import allure
+
+    dynamic: Any = allure.dynamic  # allure-pytest ships no type hints
+    dynamic.epic(result.track)
+    dynamic.feature(result.task)
+    dynamic.story(result.tier)
+    dynamic.tag(f"agent:{result.agent}")
+    dynamic.tag(f"modality:{task.modality}")
+    for code in sorted({c.code for c in result.error_codes}):
+        dynamic.tag(code)
+    dynamic.severity(SEVERITY.get(result.rating or "", "blocker"))
+    for name, value in (("agent", result.agent), ("task", result.task), ("tier", result.tier),
+                        ("run", str(result.run))):  # fmt: skip
+        dynamic.parameter(name, value)
+    _stage_steps(allure, result)
+    _attachments(allure, result, task, public_dir, private_dir)
+
+
+def _stage_steps(allure: Any, result: CellResult) -> None:
+    if result.stages is None:
+        return
+    scores = result.stages.by_stage()
+    for stage, weight in STAGE_WEIGHTS.items():
+        with allure.step(f"{stage} {100 * scores[stage]:.1f} (weight {weight:.2f})"):
+            for item in (i for i in result.stages.items if i.stage == stage):
+                mark = "auto" if item.auto else f"{item.score:.2f}"
+                with allure.step(f"{item.question}: {mark} ({item.evidence})"):
+                    pass
+    for code in result.error_codes:
+        with allure.step(f"{code.code} {code.rule}: {code.evidence}"):
+            pass
+
+
+def _attach_file(allure: Any, path: Path, name: str, kind: Any) -> None:
+    if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_ATTACHMENT_BYTES:
+        allure.attach(path.read_bytes(), name=name, attachment_type=kind)
+
+
+def _attachments(
+    allure: Any, result: CellResult, task: Any, public_dir: Path, private_dir: Path
+) -> None:
+    kinds = allure.attachment_type
+    cell = Path(result.cell_dir)
+    plan = cell / "workspace" / "plan"
+    _attach_file(allure, plan / "plan.md", "plan.md", kinds.TEXT)
+    _attach_file(allure, plan / "plan.png", "plan diagram", kinds.PNG)
+    _attach_file(allure, plan / "plan.svg", "plan diagram", kinds.SVG)
+    _attach_file(allure, plan / "plan.mmd", "plan diagram (mermaid)", kinds.TEXT)
+    _attach_file(allure, cell / "trajectory.jsonl", "trajectory", kinds.JSON)
+    evaluation = cell / "evaluator" / "evaluation.json"
+    if evaluation.is_file():
+        allure.attach(_metric_table(evaluation), name="per-case metrics", attachment_type=kinds.CSV)
+    if result.stages is not None:
+        verdict = {
+            "judge": result.stages.judge,
+            "verdicts": result.verdicts,
+            "items": [i.model_dump() for i in result.stages.items],
+            "error_codes": [c.model_dump() for c in result.error_codes],
+            "error_codes_llm": [c.model_dump() for c in result.error_codes_llm],
+        }
+        allure.attach(
+            json.dumps(verdict, indent=1), name="judge verdict", attachment_type=kinds.JSON
+        )
+    if result.track == "segmentation":
+        for name, png in segmentation_overlays(task, cell, public_dir, private_dir):
+            allure.attach(png, name=name, attachment_type=kinds.PNG)
+
+
+def _metric_table(evaluation: Path) -> str:
+    data = json.loads(evaluation.read_text(encoding="utf-8"))
+    cases = data.get("cases", [])
+    names = sorted({k for case in cases for k in case.get("metrics", {})})
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["case", "status", *names])
+    for case in cases:
+        metrics = case.get("metrics", {})
+        writer.writerow([case.get("case_id"), case.get("status"), *(metrics.get(n) for n in names)])
+    return buffer.getvalue()
+
+
+def segmentation_overlays(
+    task: Any, cell: Path, public_dir: Path, private_dir: Path
+) -> list[tuple[str, bytes]]:
+    """PNG overlays for the cases with the largest reference: the input slice (or image)
+    in grey, the reference contour in green and the prediction contour in red."""
+    try:
+        import numpy as np
+        import SimpleITK as sitk
+    except ImportError:  # pragma: no cover - core dependencies
+        return []
+    outputs = cell / "workspace" / "outputs"
+    found = []
+    for case_dir in sorted(p for p in private_dir.iterdir() if p.is_dir()):
+        references = sorted(f for f in case_dir.iterdir() if f.is_file())
+        inputs = [public_dir / case_dir.name / name for name in task.data.inputs]
+        prediction = outputs / task.output_path(case_dir.name)
+        if not references or not inputs or not inputs[0].is_file():
+            continue
+        try:
+            reference = sitk.GetArrayFromImage(sitk.ReadImage(str(references[0])))
+        except RuntimeError:
+            continue
+        found.append((int(np.count_nonzero(reference)), case_dir.name, inputs[0], reference,
+                      prediction))  # fmt: skip
+    pictures = []
+    for _, case, image_path, reference, prediction in sorted(found, reverse=True)[:OVERLAY_CASES]:
+        try:
+            png = _overlay(np, sitk, image_path, reference, prediction)
+        except (RuntimeError, ValueError, OSError) as exc:
+            pictures.append((f"overlay {case} unavailable", str(exc).encode()))
+            continue
+        pictures.append((f"overlay {case} (green reference, red prediction)", png))
+    return pictures
+
+
+def _overlay(np: Any, sitk: Any, image_path: Path, reference: Any, prediction: Path) -> bytes:
+    from PIL import Image
+    from scipy import ndimage
+
+    image = sitk.GetArrayFromImage(sitk.ReadImage(str(image_path))).astype(float)
+    if image.ndim == 4 or (image.ndim == 3 and image.shape[-1] in (3, 4) and reference.ndim == 2):
+        image = image[..., :3].mean(axis=-1)
+    predicted = (
+        sitk.GetArrayFromImage(sitk.ReadImage(str(prediction)))
+        if prediction.is_file()
+        else np.zeros_like(reference)
+    )
+    if predicted.shape != reference.shape or image.shape != reference.shape:
+        raise ValueError(
+            f"shapes differ: image {image.shape}, reference {reference.shape}, "
+            f"prediction {predicted.shape}"
+        )
+    if reference.ndim == 3:
+        z = int(np.argmax(np.count_nonzero(reference.reshape(reference.shape[0], -1), axis=1)))
+        image, reference, predicted = image[z], reference[z], predicted[z]
+    low, high = np.percentile(image, (1, 99))
+    grey = np.clip((image - low) / max(high - low, 1e-6) * 255, 0, 255).astype(np.uint8)
+    rgb = np.stack([grey] * 3, axis=-1)
+    for mask, colour in ((reference > 0, (0, 220, 0)), (predicted > 0, (230, 0, 0))):
+        edge = mask & ~ndimage.binary_erosion(mask)
+        rgb[edge] = colour
+    picture = Image.fromarray(rgb)
+    if max(picture.size) < 256:
+        scale = 256 // max(picture.size) + 1
+        picture = picture.resize(
+            (picture.width * scale, picture.height * scale), Image.Resampling.NEAREST
+        )
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return buffer.getvalue()
