@@ -36,7 +36,13 @@ from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.outcome import CellInfrastructureError
 from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellKey, CellResult
-from pytest_automedbench.runner import CellPlan, infra_result, run_cell, unavailable_reason
+from pytest_automedbench.runner import (
+    CellPlan,
+    harness_versions,
+    infra_result,
+    run_cell,
+    unavailable_reason,
+)
 from pytest_automedbench.sandbox import SandboxError, resolve_backend
 from pytest_automedbench.scoring.models import ERROR_CODES
 from pytest_automedbench.session import (
@@ -396,6 +402,28 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         report_cell(result, cell.task, staged.public_dir, staged.private_dir)
 
 
+def _allure_session_files(config: pytest.Config) -> None:
+    allure_dir = getattr(config.option, "allure_report_dir", None)
+    amb = config.stash.get(SESSION_KEY, None)
+    if not allure_dir or amb is None:
+        return
+    from pytest_automedbench.report.allure_report import write_session_files
+
+    run = amb.config
+    environment = {
+        "run_id": amb.run_id,
+        "agents": ", ".join(run.agents),
+        "tier": run.tier,
+        "sandbox": resolve_backend(run.sandbox),
+        "sandbox_network": run.sandbox_network,
+        "judge": run.judge,
+        "config_hash": run.scoring_hash(),
+        "data": str(run.data_root) if run.data_root else f"synthetic ({run.data_size})",
+        **{f"version.{k}": v for k, v in harness_versions().items()},
+    }
+    write_session_files(Path(allure_dir), amb.run_id, environment, ERROR_CODES)
+
+
 def _label(item: pytest.Item, result: CellResult) -> None:
     """Error codes as markers (``E1``..``E5``, for reporters such as Allure) and the
     scores as user properties (JUnit XML ``<property>`` elements)."""
@@ -435,6 +463,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     results = _gate_results(session.config)
     session.config.stash[GATES_KEY] = results
+    _allure_session_files(session.config)
     if any(not r.passed for r in results) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -51,3 +51,32 @@ def test_a_segmentation_cell_in_allure(pytester: pytest.Pytester, tmp_path: Path
     green = np.all(pixels == (0, 220, 0), axis=-1).sum()
     red = np.all(pixels == (230, 0, 0), axis=-1).sum()
     assert green > 20 and red > 20, (green, red)
+
+
+def test_session_files_and_categories(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    import re
+
+    from pytest_automedbench.outcome import describe_result
+    from pytest_automedbench.results import CellResult
+
+    allure_dir = tmp_path / "allure"
+    out = tmp_path / "out"
+    run = pytester.runpytest_subprocess(
+        str(SUITES / "vqa"), "-k", "vqa-rad", "--tier", "lite", "--agent=empty",
+        f"--amb-out={out}", f"--alluredir={allure_dir}", "-p", "no:cacheprovider", "-n", "2",
+        timeout=600,
+    )  # fmt: skip
+    run.assert_outcomes(failed=1)
+    environment = (allure_dir / "environment.properties").read_text()
+    assert "agents=empty" in environment and "judge=rules" in environment
+    assert re.search(r"^version\.pytest=\S+$", environment, re.MULTILINE)
+    executor = json.loads((allure_dir / "executor.json").read_text())
+    assert executor["name"] == "AutoMedBench" and executor["buildName"]
+    categories = json.loads((allure_dir / "categories.json").read_text())
+    assert [c["name"][:3] for c in categories[1:]] == ["E1:", "E2:", "E3:", "E4:", "E5:"]
+    (line,) = (out / "ledger.jsonl").read_text().splitlines()
+    message = "cell not resolved\n" + describe_result(CellResult.model_validate_json(line))
+    matched = [c["name"][:2] for c in categories if re.fullmatch(c["messageRegex"], message)]
+    assert matched == ["E5"], message  # Java's matches(): the whole message
+    (result,) = results(allure_dir)
+    assert result["status"] == "failed"

@@ -183,3 +183,34 @@ def _overlay(np: Any, sitk: Any, image_path: Path, reference: Any, prediction: P
     buffer = io.BytesIO()
     picture.save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def write_session_files(
+    allure_dir: Path, run_id: str, environment: dict[str, str], categories: dict[str, str]
+) -> None:
+    """The report's ``environment.properties``, ``categories.json`` (one category per error
+    code, and one for infrastructure errors) and ``executor.json``; written once, by the
+    xdist controller, after every cell."""
+    allure_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f"{key.replace(' ', '_')}={value}" for key, value in environment.items()]
+    (allure_dir / "environment.properties").write_text("\n".join(lines) + "\n")
+    rules = [
+        {
+            "name": "Infrastructure errors (not the agent's fault)",
+            "matchedStatuses": ["broken"],
+            # [\s\S] rather than a dot with a flag: Java and JavaScript both read it.
+            "messageRegex": r"[\s\S]*(CellInfrastructureError|infrastructure error|Timeout)"
+            r"[\s\S]*",
+        }
+    ]
+    rules += [
+        {
+            "name": f"{code}: {meaning}",
+            "matchedStatuses": ["failed"],
+            "messageRegex": rf"[\s\S]*\n  {code} [\s\S]*",
+        }
+        for code, meaning in categories.items()
+    ]
+    (allure_dir / "categories.json").write_text(json.dumps(rules, indent=1))
+    executor = {"name": "AutoMedBench", "type": "pytest", "buildName": run_id}
+    (allure_dir / "executor.json").write_text(json.dumps(executor, indent=1))
