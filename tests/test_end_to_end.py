@@ -144,7 +144,7 @@ def test_a_killed_cell_is_recorded_with_its_trajectory(
     result = run_suites(pytester, tmp_path, "--tier=lite", "--timeout=4", f"--agent=replay:{steps}")
     result.assert_outcomes(errors=1)
     record = ledger(tmp_path)[-1]
-    assert record["status"] == "infra_error" and record["termination"] == "interrupted"
+    assert record["status"] == "infra_error" and record["termination"] == "timeout"
     assert "Timeout" in record["error"]
     events = [
         json.loads(x)
