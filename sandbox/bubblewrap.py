@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -48,8 +47,6 @@ from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSp
 from pytest_automedbench.sandbox.local import run_process_group
 from pytest_automedbench.sandbox.mounted import (
     PUBLIC,
-    UID_BASE,
-    UID_SPAN,
     VENV,
     WORKSPACE,
     MountedFiles,
@@ -106,7 +103,6 @@ def bubblewrap_problem() -> str | None:
 class BubblewrapSandbox(MountedFiles):
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
-        self.uid = UID_BASE + secrets.randbelow(UID_SPAN)
         self._stage: Path | None = None
         #: The sandbox's own memory cgroup (all its processes together), when the host
         #: lets us make one; otherwise each process gets RLIMIT_AS = memory_mb instead.

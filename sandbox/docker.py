@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
 import signal
 import tempfile
@@ -44,8 +43,6 @@ from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
 from pytest_automedbench.sandbox.mounted import (
     CA_BUNDLE,
     PUBLIC,
-    UID_BASE,
-    UID_SPAN,
     VENV,
     WORKSPACE,
     MountedFiles,
@@ -199,7 +196,6 @@ def cgroup_procs(pid: int, container_id: str) -> list[Path]:
 class DockerSandbox(MountedFiles):
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
-        self.uid = UID_BASE + secrets.randbelow(UID_SPAN)
         self.container_id: str | None = None
         self.images: ImageSet | None = None
         self._init_pid: int | None = None

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 
-from pytest_automedbench.sandbox.base import Sandbox
+from pytest_automedbench.sandbox.base import Sandbox, SandboxSpec
 from pytest_automedbench.sandbox.local import copy_tree_no_links
 
 PUBLIC = "/public"
@@ -29,7 +30,10 @@ class MountedFiles(Sandbox):
     """``read_file``/``write_file``/``copy_out`` on the host folders behind the mounts;
     new files belong to the sandbox's own uid (``self.uid``)."""
 
-    uid: int
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        #: The sandbox's own unprivileged host uid (one per sandbox).
+        self.uid = UID_BASE + secrets.randbelow(UID_SPAN)
 
     @property
     def public_path(self) -> str:

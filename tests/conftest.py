@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +36,18 @@ def run_reference_solve(
     return subprocess.run(
         argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=env
     )
+
+
+def run_vqa_rad_cell(
+    pytester: pytest.Pytester, out: Path, *args: str, tier: str = "lite"
+) -> pytest.RunResult:
+    """One VQA-RAD cell (the cheapest real task) in a pytest subprocess, results in ``out``."""
+    return pytester.runpytest_subprocess(
+        str(SUITES / "vqa"), "-k", "vqa-rad", "--tier", tier, "--runs", "1",
+        f"--amb-out={out}", "-p", "no:cacheprovider", *args, timeout=600,
+    )  # fmt: skip
+
+
+def read_ledger(out: Path) -> list[dict[str, Any]]:
+    """The ledger records under ``out``, as JSON."""
+    return [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,7 +18,14 @@ from pytest_automedbench.gates import (
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.models import StageScores
 
-from .conftest import SUITES
+from .conftest import read_ledger, run_vqa_rad_cell
+
+
+def run(pytester: pytest.Pytester, out: Path, *args: str) -> pytest.RunResult:
+    return run_vqa_rad_cell(pytester, out, *args)
+
+
+ledger = read_ledger
 
 
 def record(agent: str, task: str, overall: float, *, track: str = "vqa", s3: float = 1.0,
@@ -99,25 +105,6 @@ def test_regression_against_a_baseline_pairs_cells() -> None:
 
 
 # ---------------------------------------------------------------- whole sessions
-
-
-def run(pytester: pytest.Pytester, out: Path, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        str(SUITES / "vqa"),
-        "-k",
-        "vqa-rad",
-        "--tier",
-        "lite",
-        f"--amb-out={out}",
-        "-p",
-        "no:cacheprovider",
-        *args,
-        timeout=600,
-    )
-
-
-def ledger(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow

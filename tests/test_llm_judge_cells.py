@@ -7,17 +7,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pytest_automedbench.cli import main
 from pytest_automedbench.scoring.rubric import load_rubric
 
-from .conftest import SUITES
+from .conftest import read_ledger, run_vqa_rad_cell
 from .fake_openai import FakeOpenAI, TextReply
 
 pytestmark = pytest.mark.slow
+
+
+def run_cell(pytester: pytest.Pytester, out: Path, *args: str) -> pytest.RunResult:
+    return run_vqa_rad_cell(pytester, out, *args, tier="standard")
+
+
+ledger = read_ledger
 
 
 def verdict(answer: str) -> TextReply:
@@ -27,27 +33,6 @@ def verdict(answer: str) -> TextReply:
         for item in load_rubric().items
     }
     return TextReply(json.dumps({"items": items, "error_codes": []}))
-
-
-def run_cell(pytester: pytest.Pytester, out: Path, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        str(SUITES / "vqa"),
-        "-k",
-        "vqa-rad",
-        "--tier",
-        "standard",
-        "--runs",
-        "1",
-        f"--amb-out={out}",
-        "-p",
-        "no:cacheprovider",
-        *args,
-        timeout=600,
-    )
-
-
-def ledger(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
 
 
 def test_llm_judge_scores_and_an_audit_judge_records(

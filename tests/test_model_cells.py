@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import SUITES
+from .conftest import read_ledger, run_vqa_rad_cell
 from .fake_openai import ErrorReply, FakeOpenAI, TokenUsage, ToolCall, ToolCallReply
 
 pytestmark = pytest.mark.slow
@@ -36,6 +36,13 @@ ANSWER_ALL_YES = textwrap.dedent(
 )
 
 
+def run_cell(pytester: pytest.Pytester, out: Path, *args: str) -> pytest.RunResult:
+    return run_vqa_rad_cell(pytester, out, *args)
+
+
+ledger = read_ledger
+
+
 def reply(call_id: str, name: str, arguments: dict[str, Any], usage: TokenUsage) -> ToolCallReply:
     return ToolCallReply((ToolCall(call_id, name, json.dumps(arguments)),), usage=usage)
 
@@ -52,27 +59,6 @@ def agents_file(tmp_path: Path, **extra: str) -> Path:
     lines += [f"  {k}: {v}" for k, v in extra.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def run_cell(pytester: pytest.Pytester, out: Path, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        str(SUITES / "vqa"),
-        "-k",
-        "vqa-rad",
-        "--tier",
-        "lite",
-        "--runs",
-        "1",
-        f"--amb-out={out}",
-        "-p",
-        "no:cacheprovider",
-        *args,
-        timeout=600,
-    )
-
-
-def ledger(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
 
 
 def test_tokens_and_cost_in_the_ledger_are_the_servers_numbers_times_the_prices(

@@ -38,6 +38,7 @@ from pytest_automedbench.sandbox import DockerSandbox, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox import docker as dk
 from pytest_automedbench.sandbox.images import LABEL, ImageSet, ensure_images
 from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
+from pytest_automedbench.sandbox.mounted import UID_BASE, UID_SPAN
 from pytest_automedbench.sandbox.owner import process_identity
 
 _PROBLEM = dk.docker_problem()
@@ -230,7 +231,7 @@ def test_runs_as_its_own_uid_without_capabilities(box: DockerSandbox) -> None:
         }))
         """,
     )
-    assert box.uid != 0 and dk.UID_BASE <= box.uid < dk.UID_BASE + dk.UID_SPAN
+    assert box.uid != 0 and UID_BASE <= box.uid < UID_BASE + UID_SPAN
     assert (who["uid"], who["euid"], who["gid"]) == (box.uid, box.uid, box.uid)
     assert set(who["groups"]) <= {box.uid}, who["groups"]
     for field in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
