@@ -259,24 +259,41 @@ def _ledger_records(paths: list[Path], agent: str | None = None) -> list[CellRes
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    """Agent x track rows with intervals, stage profile, pass@k, codes and cost."""
-    from pytest_automedbench.report.leaderboard import render, rows
+    """Agent x track rows with intervals, stage profile, pass@k, codes and cost; each cell
+    counted once (the latest record of a cell within a session)."""
+    from pytest_automedbench.report.leaderboard import per_agent, render, rows
+    from pytest_automedbench.stats import latest_per_cell
 
-    text = render(rows(_ledger_records(args.ledgers)), args.format)
+    read = _ledger_records(args.ledgers)
+    records = latest_per_cell(read)
+    table = rows(records)
+    html_out: Path | None = args.html
+    wants_page = args.format == "html" or html_out is not None
+    agents = per_agent(records) if wants_page else []
+    note = (
+        f"{len(read)} ledger records from {', '.join(map(str, args.ledgers))}; "
+        f"{len(records)} cells counted (the latest record of each cell within a session)."
+    )
+    text = render(table, args.format, agents, note=note)
     if args.out is None:
         print(text, end="")
     else:
         args.out.write_text(text, encoding="utf-8")
         print(f"wrote {args.out}")
+    if html_out is not None:
+        page = text if args.format == "html" else render(table, "html", agents, note=note)
+        html_out.write_text(page, encoding="utf-8")
+        print(f"wrote {html_out}")
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Paired bootstrap of OVERALL per track: does B differ from A?"""
-    from pytest_automedbench.stats import compare
+    """Paired bootstrap of OVERALL per track: does B differ from A? Each side counts a
+    cell once (the latest record of a cell within a session)."""
+    from pytest_automedbench.stats import compare, latest_per_cell
 
-    side_a = _ledger_records([args.a], args.agent_a)
-    side_b = _ledger_records([args.b], args.agent_b)
+    side_a = latest_per_cell(_ledger_records([args.a], args.agent_a))
+    side_b = latest_per_cell(_ledger_records([args.b], args.agent_b))
     results = compare(side_a, side_b, by=args.by, seed=args.seed)
     if not results:
         raise LedgerError("the two sides have no (task, tier) cell in common")
@@ -369,6 +386,13 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("ledgers", type=Path, nargs="+", help="one or more ledger.jsonl")
     board.add_argument("--format", choices=("markdown", "csv", "json", "html"), default="markdown")
     board.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
+    board.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the HTML page (plots and tables, one self-contained file) here",
+    )
     board.set_defaults(func=cmd_leaderboard)
     comp = sub.add_parser(
         "compare", help="paired bootstrap: do two agents (or two releases) differ per track?"

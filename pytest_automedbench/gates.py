@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from statistics import mean
 
 from pytest_automedbench.results import CellResult
+from pytest_automedbench.stats import latest_per_cell
 from pytest_automedbench.tasks import TRACKS
 
 SCORE_KEYS = ("overall", "agentic", "task", "S1", "S2", "S3", "S4", "S5")
@@ -80,7 +81,8 @@ def _value(record: CellResult, key: str) -> float | None:
 
 
 def _scored(records: Iterable[CellResult]) -> list[CellResult]:
-    return [r for r in records if r.status == "scored"]
+    """The scored records, each cell once (``stats.latest_per_cell``)."""
+    return [r for r in latest_per_cell(records) if r.status == "scored"]
 
 
 def check_thresholds(

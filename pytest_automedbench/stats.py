@@ -24,6 +24,16 @@ Definitions used throughout:
   records; every group of ``summarise`` gets the interval ``bootstrap_ci`` gives for its
   values with the same seed (to the last digits: BLAS may sum in another order),
   whatever else the ledger holds. Other sums use ``math.fsum`` (exact, so order-free).
+* **One record per cell** (``latest_per_cell``): a ledger is append-only and shared, so
+  a cell can be recorded more than once (an infrastructure error run again, a rerun
+  within the same session, the same ledger passed twice). Within one session
+  (``run_id``) and configuration (``config_hash``) a cell (agent, model, task, tier,
+  run) counts once: a scored record beats an infrastructure error, then the latest
+  ``finished_at`` wins, ties going to the later record. Records of different sessions
+  are separate samples (another session of the same configuration is more repeats).
+  ``summarise`` and the other aggregates count what they are given; the leaderboard,
+  ``automedbench compare``, the terminal summary and the gates pass their records
+  through ``latest_per_cell`` first.
 * An empty set of values gives an ``Interval`` of NaNs with ``n == 0`` (NaN, not None,
   so that intervals stay floats and tables print "nan"); rates over an empty base are
   NaN too, except the recovery rate and the cost correlation, which are None.
@@ -31,12 +41,14 @@ Definitions used throughout:
 
 from __future__ import annotations
 
+import gc
 import math
 import operator
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Literal
 
 import numpy as np
@@ -273,6 +285,93 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
     return math.comb(c, k) / math.comb(n, k)
+
+
+# --------------------------------------------------------------------------- one per cell
+
+#: What makes two records the same cell: the session, the configuration and the cell.
+CellIdentity = tuple[str, str, str, str, str, int, str]
+
+
+def cell_identity(record: CellResult) -> CellIdentity:
+    """(run_id, agent, model, task, tier, run, config_hash): records sharing it are one
+    cell recorded more than once (see ``latest_per_cell``)."""
+    return (
+        record.run_id,
+        record.agent,
+        record.model,
+        record.task,
+        record.tier,
+        record.run,
+        record.config_hash,
+    )
+
+
+def _instant(finished_at: str) -> float:
+    """``finished_at`` as a POSIX timestamp (a naive time is taken as UTC); an unreadable
+    one is the earliest of all, so a record with a readable time supersedes it."""
+    try:
+        moment = datetime.fromisoformat(finished_at)
+    except ValueError:
+        return -math.inf
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _supersedes(new: CellResult, held: CellResult) -> bool:
+    """Whether ``new``, met after ``held``, replaces it as the record of their cell."""
+    new_scored = new.status == "scored"
+    if new_scored != (held.status == "scored"):
+        return new_scored
+    return _instant(new.finished_at) >= _instant(held.finished_at)
+
+
+def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
+    """One record per cell and session: what every leaderboard and summary counts.
+
+    Records with the same ``cell_identity`` (run_id, agent, model, task, tier, run,
+    config_hash) are one cell recorded several times: an infrastructure error run again,
+    a rerun within the session, the same ledger read twice. Of those, the record kept is
+
+    1. a scored one, if there is any: an infrastructure error is the harness's fault
+       and never replaces a score, whatever the order;
+    2. among those left, the one with the latest ``finished_at`` (compared as instants,
+       so time zones do not matter; an unreadable time counts as the earliest);
+    3. on a tie, the later one in the order given (the ledger's order of appends).
+
+    Records of different sessions (``run_id``) are different samples and all kept: a
+    new session of the same configuration is more repeats of its cells (``--amb-resume``
+    does not append the cells it takes over, so these are real runs). A differing
+    ``config_hash`` is a different configuration, also kept.
+
+    Returns a new list, each cell at the place of its first record. One dictionary
+    lookup per record; times are parsed only for duplicates.
+    """
+    chosen: dict[CellIdentity, CellResult] = {}
+    # A key per record is a tuple the dictionary keeps: a ledger's worth of them would
+    # set off the cyclic garbage collector again and again, each time walking every
+    # record just parsed (seconds for 100 000 records). Nothing here forms a cycle.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for record in records:
+            key = (
+                record.run_id,
+                record.agent,
+                record.model,
+                record.task,
+                record.tier,
+                record.run,
+                record.config_hash,
+            )
+            held = chosen.setdefault(key, record)
+            if held is not record and _supersedes(record, held):
+                chosen[key] = record
+    finally:
+        if collecting:
+            gc.enable()
+    return list(chosen.values())
 
 
 # --------------------------------------------------------------------------- per-run facts

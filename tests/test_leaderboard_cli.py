@@ -101,3 +101,74 @@ def test_compare_names_what_is_missing(
     a, b, _ = ledgers
     assert main(["compare", str(a), str(b), "--agent-a", "nobody"]) != 0
     assert "no record of agent 'nobody'" in capsys.readouterr().err
+
+
+def dump(path: Path, records: list[CellResult]) -> Path:
+    path.write_text("".join(r.model_dump_json() + "\n" for r in records))
+    return path
+
+
+def test_leaderboard_counts_each_cell_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def at(r: CellResult, minute: int, **update: object) -> CellResult:
+        return r.model_copy(update={"finished_at": f"2026-12-01T00:{minute:02d}:00+00:00"} | update)
+
+    first = record("agent-a", "vqa-rad", "vqa", "lite", 0, 0.6)
+    second = record("agent-a", "vqa-rad", "vqa", "lite", 1, 0.2)
+    failed = at(first, 0, status="infra_error", overall=None, task_score=None, stages=None)
+    rerun = at(first, 9)
+    stale = at(second, 1, overall=0.9)  # the same cell, superseded by a later record
+    later_session = at(second, 30, run_id="r2", overall=0.4)  # another session: a repeat
+    ledger = dump(tmp_path / "l.jsonl", [failed, stale, rerun, at(second, 5), later_session])
+    assert main(["leaderboard", str(ledger), "--format", "json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["runs"], row["infra_errors"]) == (3, 0)  # run 0 once, run 1 in two sessions
+    assert row["overall"] == pytest.approx(100 * (0.6 + 0.2 + 0.4) / 3, abs=0.01)
+    # The same ledger passed twice is still each cell once.
+    assert main(["leaderboard", str(ledger), str(ledger), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [row]
+
+
+def test_compare_counts_each_cell_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = record("agent-a", "vqa-rad", "vqa", "lite", 0, 0.2)
+    new = old.model_copy(update={"overall": 0.5, "finished_at": "2026-12-02T00:00:00+00:00"})
+    a = dump(tmp_path / "a.jsonl", [old, new])  # run again in the same session: 0.5 stands
+    b = dump(tmp_path / "b.jsonl", [record("agent-b", "vqa-rad", "vqa", "lite", 0, 0.5)])
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "50.0   50.0" in out and "+0.0 [+0.0, +0.0]" in out
+
+
+def test_leaderboard_html_flag_writes_the_page_with_three_plots(
+    ledgers: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from html.parser import HTMLParser
+
+    a, b, _ = ledgers
+    page = tmp_path / "out.html"
+    assert main(["leaderboard", str(a), str(b), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| agent | track |") and f"wrote {page}" in out  # Markdown as well
+
+    class Charts(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.charts: dict[str, dict[str, str | None]] = {}
+            self.tags: set[str] = set()
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.tags.add(tag)
+            found = dict(attrs)
+            if tag == "svg" and found.get("class") == "chart":
+                self.charts[str(found["id"])] = found
+
+    parser = Charts()
+    parser.feed(page.read_text(encoding="utf-8"))
+    assert set(parser.charts) == {"stage-profile", "cost-score", "error-codes"}
+    assert all(c["role"] == "img" and c["aria-label"] for c in parser.charts.values())
+    assert {"table", "figure"} <= parser.tags and not parser.tags & {"script", "link", "img"}
+    # --format html --out writes the same page.
+    same = tmp_path / "same.html"
+    assert main(["leaderboard", str(a), str(b), "--format", "html", "--out", str(same)]) == 0
+    assert same.read_text(encoding="utf-8") == page.read_text(encoding="utf-8")

@@ -14,8 +14,10 @@ from pytest_automedbench.scoring.models import ErrorCode, StageScores
 from pytest_automedbench.stats import (
     Interval,
     bootstrap_ci,
+    cell_identity,
     compare,
     error_code_distribution,
+    latest_per_cell,
     pass_at_k,
     pass_hat_k,
     pearson,
@@ -224,6 +226,73 @@ def test_llm_codes_count_only_when_asked() -> None:
     assert summarise(records, include_llm_codes=True)[0].n_recovery_base == 1
 
 
+# --------------------------------------------------------------------------- latest_per_cell
+
+
+def at(minute: int, zone: str = "+00:00") -> str:
+    return f"2026-01-01T10:{minute:02d}:00{zone}"
+
+
+def test_an_infra_error_run_again_counts_once_with_its_score() -> None:
+    failed = cell(infra=True, finished_at=at(0))
+    scored = cell(0.8, finished_at=at(5))
+    other = cell(0.4, run=1, finished_at=at(1))
+    for records in ([failed, other, scored], [scored, other, failed]):
+        kept = latest_per_cell(records)
+        assert kept == [kept[0], other] and kept[0] is scored  # the score, either order
+        [group] = summarise(kept)
+        assert (group.n_runs, group.n_infra) == (2, 0)
+        assert group.overall.mean == pytest.approx(0.6)
+    # Without the deduplication the infra error would be counted too.
+    [raw] = summarise([failed, other, scored])
+    assert raw.n_infra == 1
+
+
+def test_the_score_stands_even_when_a_later_infra_error_follows() -> None:
+    scored = cell(0.8, finished_at=at(0))
+    late_failure = cell(infra=True, finished_at=at(30))
+    assert latest_per_cell([scored, late_failure]) == [scored]
+    failures = [cell(infra=True, finished_at=at(m)) for m in (3, 9, 1)]
+    assert latest_per_cell(failures) == [failures[1]]  # only failures: one, the latest
+
+
+def test_the_latest_finished_at_wins_then_the_ledger_order() -> None:
+    early, late = cell(0.2, finished_at=at(10)), cell(0.9, finished_at=at(20))
+    assert latest_per_cell([late, early]) == [late]  # appended out of order
+    assert latest_per_cell([early, late]) == [late]
+    first, second = cell(0.3, finished_at=at(10)), cell(0.6, finished_at=at(10))
+    assert latest_per_cell([first, second])[0] is second  # a tie: the later line
+    # Instants, not strings: 10:30+02:00 is 08:30 UTC, before 10:20 UTC.
+    east = cell(0.1, finished_at=at(30, "+02:00"))
+    utc = cell(0.5, finished_at=at(20))
+    assert latest_per_cell([utc, east]) == [utc]
+    naive = cell(0.7, finished_at="2026-01-01T10:25:00")  # taken as UTC
+    assert latest_per_cell([utc, naive]) == [naive]
+    garbled = cell(0.4, finished_at="yesterday")
+    assert latest_per_cell([utc, garbled]) == [utc]  # an unreadable time is the earliest
+
+
+def test_other_sessions_and_configurations_are_more_samples() -> None:
+    one = cell(0.2, run_id="s1")
+    two = cell(0.6, run_id="s2")
+    other_config = cell(0.9, run_id="s1", config_hash="h2")
+    other_model = cell(0.5, run_id="s1", model="m-other")
+    records = [one, two, other_config, other_model]
+    assert latest_per_cell(records) == records
+    assert len({cell_identity(r) for r in records}) == 4
+    [group] = summarise(latest_per_cell(records))
+    assert group.n_runs == 4 and group.k == 4  # one (agent, task, tier): four repeats
+
+
+def test_a_ledger_read_twice_counts_once() -> None:
+    records = [cell(0.1 * i, run=i, task=f"t{i % 3}") for i in range(9)]
+    copies = [r.model_copy() for r in records]
+    kept = latest_per_cell([*records, *copies])
+    assert [r.overall for r in kept] == [r.overall for r in records]
+    assert summarise(kept) == summarise(records)
+    assert latest_per_cell([]) == []
+
+
 # --------------------------------------------------------------------------- summarise
 
 
@@ -370,3 +439,17 @@ def test_tier_delta_sign() -> None:
     assert delta.mean_b - delta.mean_a == pytest.approx(0.2)
     [reverse] = tier_delta(records, a="standard", b="lite")
     assert reverse.delta.mean == pytest.approx(-0.2) and reverse.delta.high < 0
+
+
+def test_the_terminal_summary_and_the_gates_count_each_cell_once() -> None:
+    from pytest_automedbench.gates import check_regression, check_thresholds, parse_fail_under
+    from pytest_automedbench.report.terminal import summary_lines
+
+    failed, scored = cell(infra=True, finished_at=at(0)), cell(0.8, finished_at=at(5))
+    head = summary_lines([failed, scored])[0]
+    assert "1 cells, 0 resolved, 0 infra errors | OVERALL 80.0" in head
+    rerun = [cell(0.2, finished_at=at(0)), cell(0.8, finished_at=at(5))]
+    [gate] = check_thresholds(rerun, parse_fail_under("overall=70"))
+    assert gate.passed and "mean 80.0 over 1 cells" in gate.message
+    [regression] = check_regression(rerun, [cell(0.8, run_id="base")], max_points=1)
+    assert regression.passed and "OVERALL 80.0 vs baseline 80.0 over 1 cells" in regression.message

@@ -1,29 +1,39 @@
 """Leaderboards from ledgers: one row per agent x track, in Markdown, CSV, JSON or HTML.
 
-Scores are shown 0-100 with their 95% bootstrap intervals (``stats.summarise``); the HTML
-page is static (no script, no network) with a bar per row for OVERALL and its interval.
+Scores are shown 0-100 with their 95% bootstrap intervals (``stats.summarise``), each
+cell counted once (``stats.latest_per_cell``: the latest record of a cell within a
+session; other sessions are more repeats). The HTML page (``report.html_page``) is one static
+file (no script, no network) with plots drawn in inline SVG: the stage profile, cost
+against score and the error codes per agent, then the tables.
 """
 
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+from pytest_automedbench.report import html_page
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.stats import GroupStats, summarise
+from pytest_automedbench.stats import GroupStats, latest_per_cell, summarise
 
 Format = Literal["markdown", "csv", "json", "html"]
 STAGES = ("S1", "S2", "S3", "S4", "S5")
 
 
 def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
-    """Leaderboard rows, best OVERALL first."""
-    groups = [g for g in summarise(records, by=("agent", "track"), seed=seed) if g.n_runs]
+    """Leaderboard rows (agent x track), best OVERALL first, each cell counted once."""
+    cells = latest_per_cell(records)
+    groups = [g for g in summarise(cells, by=("agent", "track"), seed=seed) if g.n_runs]
     return [_row(g) for g in sorted(groups, key=lambda g: (-g.overall.mean, g.key))]
+
+
+def per_agent(records: Iterable[CellResult], seed: int = 0) -> list[GroupStats]:
+    """One ``GroupStats`` per agent over all its tracks (the HTML page's plots), each
+    cell counted once, sorted by agent."""
+    return summarise(latest_per_cell(records), by=("agent",), seed=seed)
 
 
 def _row(group: GroupStats) -> dict[str, Any]:
@@ -51,7 +61,16 @@ def _row(group: GroupStats) -> dict[str, Any]:
     }
 
 
-def render(table: list[dict[str, Any]], fmt: Format) -> str:
+def render(
+    table: list[dict[str, Any]],
+    fmt: Format,
+    agents: Sequence[GroupStats] = (),
+    *,
+    note: str = "",
+) -> str:
+    """``table`` (``rows``) as text. The HTML page also plots ``agents`` (``per_agent``
+    over the same records; without them the plots say there is no scored run) and shows
+    ``note`` (plain text: what was counted)."""
     if fmt == "json":
         return json.dumps(table, indent=1)
     if fmt == "csv":
@@ -64,7 +83,7 @@ def render(table: list[dict[str, Any]], fmt: Format) -> str:
             writer.writerow({**row, "error_codes": codes})
         return buffer.getvalue()
     if fmt == "html":
-        return _html(table)
+        return html_page.page(table, agents, note=note)
     return _markdown(table)
 
 
@@ -87,41 +106,3 @@ def _markdown(table: list[dict[str, Any]]) -> str:
             f"{_codes(r)} | {r['cost_usd_per_run']:.4f} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _html(table: list[dict[str, Any]]) -> str:
-    def bar(r: dict[str, Any]) -> str:
-        low, mean, high = r["overall_low"], r["overall"], r["overall_high"]
-        return (
-            '<svg width="200" height="14" role="img" aria-label="OVERALL">'
-            f'<rect x="0" y="3" width="{2 * mean:.1f}" height="8" fill="#4c78a8"/>'
-            f'<line x1="{2 * low:.1f}" x2="{2 * high:.1f}" y1="7" y2="7" stroke="#222"/>'
-            "</svg>"
-        )
-
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(str(v))}</td>"
-            for v in (
-                r["agent"],
-                r["track"],
-                r["runs"],
-                f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}]",
-            )
-        )
-        + f"<td>{bar(r)}</td>"
-        + "".join(f"<td>{r[s]:.0f}</td>" for s in STAGES)
-        + f"<td>{html.escape(_codes(r))}</td><td>{r['cost_usd_per_run']:.4f}</td></tr>"
-        for r in table
-    )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("agent", "track", "runs", "OVERALL [95% CI]", "", *STAGES, "codes", "$/run")
-    )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>AutoMedBench leaderboard"
-        "</title><style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}"
-        "</style></head><body><h1>AutoMedBench leaderboard</h1>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>\n"
-    )

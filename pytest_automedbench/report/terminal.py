@@ -12,7 +12,7 @@ from collections import defaultdict
 from statistics import mean
 
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.stats import GroupStats, summarise
+from pytest_automedbench.stats import GroupStats, latest_per_cell, summarise
 
 
 def _detail_line(group: GroupStats) -> str:
@@ -29,6 +29,7 @@ def _detail_line(group: GroupStats) -> str:
 
 
 def summary_lines(results: list[CellResult]) -> list[str]:
+    results = latest_per_cell(results)  # each cell once
     groups: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for result in results:
         groups[(result.agent, result.track)].append(result)
