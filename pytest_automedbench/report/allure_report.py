@@ -11,8 +11,8 @@ test runs, and only when ``--alluredir`` is given and allure-pytest is installed
 * one step per stage (score and weight) with a sub-step per rubric item (its score and
   evidence), plus one per error code;
 * attachments: plan.md and the plan diagram, the trajectory, the per-case metric table
-  (CSV), the judge's verdicts, and for segmentation an overlay of prediction (red) and
-  reference (green) contours on the slice where the reference is largest.
+  (CSV), the judge's verdicts, and the track's pictures (:mod:`.pictures`): segmentation
+  contours, detection boxes, enhancement input | output | reference.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_automedbench.report.pictures import cell_pictures
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.models import STAGE_WEIGHTS
 
 SEVERITY = {"F": "critical", "C": "normal", "B": "minor", "A": "trivial"}
 MAX_ATTACHMENT_BYTES = 5 * 1024**2
-OVERLAY_CASES = 2
 
 
 def report_cell(result: CellResult, task: Any, public_dir: Path, private_dir: Path) -> None:
@@ -46,6 +46,9 @@ def report_cell(result: CellResult, task: Any, public_dir: Path, private_dir: Pa
     for name, value in (("agent", result.agent), ("task", result.task), ("tier", result.tier),
                         ("run", str(result.run))):  # fmt: skip
         dynamic.parameter(name, value)
+    # The parametrized ``cell`` fixture's value would be shown as the repr of the whole
+    # task (its briefs included); the cell's key says the same in one line.
+    dynamic.parameter("cell", f"{result.agent}/{result.task}/{result.tier}/r{result.run}")
     _stage_steps(allure, result)
     _attachments(allure, result, task, public_dir, private_dir)
 
@@ -95,9 +98,9 @@ def _attachments(
         allure.attach(
             json.dumps(verdict, indent=1), name="judge verdict", attachment_type=kinds.JSON
         )
-    if result.track == "segmentation":
-        for name, png in segmentation_overlays(task, cell, public_dir, private_dir):
-            allure.attach(png, name=name, attachment_type=kinds.PNG)
+    for picture in cell_pictures(task, cell, public_dir, private_dir):
+        kind = kinds.PNG if picture.kind == "png" else kinds.TEXT
+        allure.attach(picture.data, name=picture.name, attachment_type=kind)
 
 
 def _metric_table(evaluation: Path) -> str:
@@ -110,78 +113,6 @@ def _metric_table(evaluation: Path) -> str:
     for case in cases:
         metrics = case.get("metrics", {})
         writer.writerow([case.get("case_id"), case.get("status"), *(metrics.get(n) for n in names)])
-    return buffer.getvalue()
-
-
-def segmentation_overlays(
-    task: Any, cell: Path, public_dir: Path, private_dir: Path
-) -> list[tuple[str, bytes]]:
-    """PNG overlays for the cases with the largest reference: the input slice (or image)
-    in grey, the reference contour in green and the prediction contour in red."""
-    try:
-        import numpy as np
-        import SimpleITK as sitk
-    except ImportError:  # pragma: no cover - core dependencies
-        return []
-    outputs = cell / "workspace" / "outputs"
-    found = []
-    for case_dir in sorted(p for p in private_dir.iterdir() if p.is_dir()):
-        references = sorted(f for f in case_dir.iterdir() if f.is_file())
-        inputs = [public_dir / case_dir.name / name for name in task.data.inputs]
-        prediction = outputs / task.output_path(case_dir.name)
-        if not references or not inputs or not inputs[0].is_file():
-            continue
-        try:
-            reference = sitk.GetArrayFromImage(sitk.ReadImage(str(references[0])))
-        except RuntimeError:
-            continue
-        found.append((int(np.count_nonzero(reference)), case_dir.name, inputs[0], reference,
-                      prediction))  # fmt: skip
-    pictures = []
-    for _, case, image_path, reference, prediction in sorted(found, reverse=True)[:OVERLAY_CASES]:
-        try:
-            png = _overlay(np, sitk, image_path, reference, prediction)
-        except (RuntimeError, ValueError, OSError) as exc:
-            pictures.append((f"overlay {case} unavailable", str(exc).encode()))
-            continue
-        pictures.append((f"overlay {case} (green reference, red prediction)", png))
-    return pictures
-
-
-def _overlay(np: Any, sitk: Any, image_path: Path, reference: Any, prediction: Path) -> bytes:
-    from PIL import Image
-    from scipy import ndimage
-
-    image = sitk.GetArrayFromImage(sitk.ReadImage(str(image_path))).astype(float)
-    if image.ndim == 4 or (image.ndim == 3 and image.shape[-1] in (3, 4) and reference.ndim == 2):
-        image = image[..., :3].mean(axis=-1)
-    predicted = (
-        sitk.GetArrayFromImage(sitk.ReadImage(str(prediction)))
-        if prediction.is_file()
-        else np.zeros_like(reference)
-    )
-    if predicted.shape != reference.shape or image.shape != reference.shape:
-        raise ValueError(
-            f"shapes differ: image {image.shape}, reference {reference.shape}, "
-            f"prediction {predicted.shape}"
-        )
-    if reference.ndim == 3:
-        z = int(np.argmax(np.count_nonzero(reference.reshape(reference.shape[0], -1), axis=1)))
-        image, reference, predicted = image[z], reference[z], predicted[z]
-    low, high = np.percentile(image, (1, 99))
-    grey = np.clip((image - low) / max(high - low, 1e-6) * 255, 0, 255).astype(np.uint8)
-    rgb = np.stack([grey] * 3, axis=-1)
-    for mask, colour in ((reference > 0, (0, 220, 0)), (predicted > 0, (230, 0, 0))):
-        edge = mask & ~ndimage.binary_erosion(mask)
-        rgb[edge] = colour
-    picture = Image.fromarray(rgb)
-    if max(picture.size) < 256:
-        scale = 256 // max(picture.size) + 1
-        picture = picture.resize(
-            (picture.width * scale, picture.height * scale), Image.Resampling.NEAREST
-        )
-    buffer = io.BytesIO()
-    picture.save(buffer, format="PNG")
     return buffer.getvalue()
 
 
