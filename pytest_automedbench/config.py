@@ -27,11 +27,41 @@ TIER_CHOICES: tuple[str, ...] = ("lite", "standard", "pro", "all")
 SANDBOX_CHOICES: tuple[str, ...] = ("auto", "local", "process", "docker")
 DATA_SIZE_CHOICES: tuple[str, ...] = ("small", "realistic")
 NETWORK_CHOICES: tuple[str, ...] = ("on", "off")
+EXECUTOR_CHOICES: tuple[str, ...] = ("local", "slurm")
 DEFAULT_OUT = Path("automedbench-results")
 
 
 class ConfigError(ValueError):
     """A setting is invalid; the message names the setting, its source and the valid values."""
+
+
+class SlurmSettings(BaseModel):
+    """``[tool.automedbench.slurm]``: how ``--executor slurm`` asks for a job per cell.
+
+    The job's time limit is the task's own limit plus ``time_margin_min`` (data staging
+    and the evaluator run in the job too)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    gpus_per_cell: int = Field(default=0, ge=0)
+    cpus_per_cell: int = Field(default=2, ge=1)
+    mem_gb: float = Field(default=16.0, gt=0)
+    time_margin_min: int = Field(default=15, ge=0)
+    #: More sbatch options, as submitit's ``additional_parameters``
+    #: (``constraint = "a100"``, ``exclusive = true``).
+    extra_sbatch: dict[str, str | int | bool] = Field(default_factory=dict)
+    #: Shell lines run in the job before the cell (``module load``, ``source venv``).
+    setup: tuple[str, ...] = ()
+    #: Resubmissions of a cell whose job was preempted or lost its node.
+    retries: int = Field(default=1, ge=0, le=5)
+    #: Seconds between two looks at a running job.
+    poll_s: float = Field(default=5.0, gt=0)
+    #: submitit's folder (job scripts, pickles, logs); on a filesystem the nodes share.
+    #: Default: ``<amb_out>/slurm``.
+    folder: Path | None = None
 
 
 class RunConfig(BaseModel):
@@ -75,6 +105,9 @@ class RunConfig(BaseModel):
     #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.
     data_size: Literal["small", "realistic"] = "small"
     amb_out: Path = DEFAULT_OUT
+    #: Where cells run: in the pytest worker (local) or as one Slurm job each.
+    executor: Literal["local", "slurm"] = "local"
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     #: Endpoint for every model agent (vLLM, Ollama, OpenRouter, a proxy).
     agent_api_base: str | None = None
     #: A YAML agents file, and the ``[tool.automedbench.agents]`` tables (raw settings).
@@ -139,7 +172,7 @@ class RunConfig(BaseModel):
             f"tier: {self.tier}  runs: {runs}  sandbox: {self.sandbox} "
             f"(network {self.sandbox_network})  judge: {self.judge}",
             f"data-root: {self.data_root or f'(synthetic data, {self.data_size})'}  "
-            f"results: {self.amb_out}",
+            f"results: {self.amb_out}  executor: {self.executor}",
         ]
 
 
@@ -165,6 +198,7 @@ _PYPROJECT_KEYS: dict[str, str] = {
     "amb_out": "amb_out",
     "agents_file": "agents_file",
     "agent_api_base": "agent_api_base",
+    "executor": "executor",
 }
 
 
@@ -195,12 +229,21 @@ def read_pyproject_agents(path: Path) -> dict[str, Any]:
     return agents
 
 
+def read_pyproject_slurm(path: Path) -> dict[str, Any]:
+    """The ``[tool.automedbench.slurm]`` table of a pyproject file."""
+    slurm = _automedbench_table(path).get("slurm", {})
+    if not isinstance(slurm, dict):
+        raise ConfigError(f"{path}: [tool.automedbench.slurm] must be a table")
+    return slurm
+
+
 def build_config(
     cli: dict[str, Any],
     pyproject: dict[str, Any],
     pyproject_path: Path | None,
     base_dir: Path,
     agent_definitions: dict[str, Any] | None = None,
+    slurm: dict[str, Any] | None = None,
 ) -> RunConfig:
     """Merge CLI values (None = not given) over pyproject values; relative paths are
     resolved against ``base_dir`` (the pytest rootdir) so workers agree on them."""
@@ -231,17 +274,25 @@ def build_config(
             merged[key] = path if path.is_absolute() else base_dir / path
     merged.setdefault("amb_out", base_dir / DEFAULT_OUT)
     merged["agent_definitions"] = agent_definitions or {}
+    if slurm:
+        merged["slurm"] = dict(slurm)
+        folder = slurm.get("folder")
+        if folder is not None and not Path(folder).expanduser().is_absolute():
+            merged["slurm"]["folder"] = base_dir / Path(folder).expanduser()
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
         origin = source.get(field, field)
+        if field == "slurm" and len(err["loc"]) > 1:
+            origin = f"{where} [tool.automedbench.slurm] {err['loc'][1]}"
         choices = {
             "tier": TIER_CHOICES,
             "sandbox": SANDBOX_CHOICES,
             "data_size": DATA_SIZE_CHOICES,
             "sandbox_network": NETWORK_CHOICES,
+            "executor": EXECUTOR_CHOICES,
         }.get(field)
         hint = f"; valid values: {', '.join(choices)}" if choices else ""
         raise ConfigError(f"{origin}: {err['msg']} (got {err.get('input')!r}){hint}") from exc

@@ -18,13 +18,16 @@ import pytest
 
 from pytest_automedbench.agents.registry import UnknownAgentError
 from pytest_automedbench.config import (
+    EXECUTOR_CHOICES,
     SANDBOX_CHOICES,
     TIER_CHOICES,
     ConfigError,
     build_config,
     read_pyproject_agents,
     read_pyproject_section,
+    read_pyproject_slurm,
 )
+from pytest_automedbench.executors import execute_cell
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.gates import (
     GateResult,
@@ -34,13 +37,18 @@ from pytest_automedbench.gates import (
 )
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.outcome import CellInfrastructureError
+from pytest_automedbench.progress import (
+    DEFAULT_INTERVAL_S,
+    LiveProgress,
+    cells_from_nodeids,
+    plan_cells,
+)
 from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.runner import (
     CellPlan,
     harness_versions,
     infra_result,
-    run_cell,
     unavailable_reason,
 )
 from pytest_automedbench.sandbox import SandboxError, resolve_backend
@@ -54,6 +62,7 @@ from pytest_automedbench.tasks import MODALITIES, TIERS, TRACKS, TaskSpec, disco
 
 SESSION_KEY = pytest.StashKey[AutoMedBenchSession]()
 GATES_KEY = pytest.StashKey[list[GateResult]]()
+PROGRESS_KEY = pytest.StashKey[LiveProgress]()
 
 
 @dataclass(frozen=True)
@@ -211,11 +220,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="synthetic data size: small (default, fast) or the real datasets' image sizes",
     )
     group.addoption(
+        "--executor",
+        dest="amb_executor",
+        choices=EXECUTOR_CHOICES,
+        default=None,
+        help="where cells run: local (default, in the pytest worker) or slurm (one job "
+        "per cell through submitit; settings in [tool.automedbench.slurm])",
+    )
+    group.addoption(
         "--amb-out",
         dest="amb_out",
         default=None,
         metavar="DIR",
         help="results: ledger, trajectories, workspaces (default: automedbench-results)",
+    )
+    group.addoption(
+        "--amb-progress",
+        dest="amb_progress",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help="print a line with every running cell's stage, turn, elapsed time and cost "
+        f"this often (default: {DEFAULT_INTERVAL_S:g}; 0: never)",
     )
 
 
@@ -242,6 +268,7 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
         "amb_out": config.getoption("amb_out"),
         "agents_file": config.getoption("amb_agents_file"),
         "agent_api_base": config.getoption("amb_agent_api_base"),
+        "executor": config.getoption("amb_executor"),
     }
     try:
         run_config = build_config(
@@ -250,10 +277,16 @@ def _resolve_config(config: pytest.Config) -> AutoMedBenchSession:
             pyproject,
             config.rootpath,
             read_pyproject_agents(pyproject),
+            read_pyproject_slurm(pyproject),
         )
         for agent in run_config.agents:
             run_config.agent(agent)
-        resolve_backend(run_config.sandbox)
+        if run_config.executor == "slurm":
+            from pytest_automedbench.executors.slurm import check_available
+
+            check_available()
+        else:  # with Slurm the backend is resolved on the compute node
+            resolve_backend(run_config.sandbox)
         if run_config.baseline is not None and not run_config.baseline.is_file():
             raise ConfigError(f"--amb-baseline: ledger {run_config.baseline} does not exist")
     except (ConfigError, UnknownAgentError, SandboxError) as exc:
@@ -283,6 +316,15 @@ def pytest_configure_node(node: Any) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash[SESSION_KEY]
+    if session.config.executor == "slurm":
+        return (
+            [f"automedbench: run {session.run_id}"]
+            + [f"automedbench: {line}" for line in session.config.describe()]
+            + [
+                f"automedbench: sandbox backend: {session.config.sandbox}, resolved on each "
+                f"compute node; jobs: {session.config.slurm.model_dump(exclude_defaults=True)}"
+            ]
+        )
     backend = resolve_backend(session.config.sandbox)
     isolation = {
         "docker": f"containers from base {session.config.docker_base}, unprivileged uid",
@@ -372,7 +414,7 @@ def cell_result(
         cell_dir=amb_session.cell_dir(cell.key),
     )
     try:
-        result = run_cell(plan)
+        result = execute_cell(plan, amb_session.slurm_jobs_file)
     except BaseException as exc:  # killed (timeout, Ctrl-C): record it, then let it through
         # pytest-timeout (signal method) fails the test with "Timeout >Ns".
         timeout = isinstance(exc, pytest.fail.Exception) and str(exc).startswith("Timeout")
@@ -486,3 +528,54 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.section("AutoMedBench gates")
         for gate in gates:
             terminalreporter.write_line(("" if gate.passed else "GATE FAILED: ") + gate.message)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """``--executor slurm``: a session that ends, however it ends (Ctrl-C included),
+    cancels the jobs it submitted that are still queued or running."""
+    session = config.stash.get(SESSION_KEY, None)
+    if hasattr(config, "workerinput") or session is None or session.config.executor != "slurm":
+        return
+    from pytest_automedbench.executors.slurm import cancel_jobs, submitted_jobs
+
+    cancelled = cancel_jobs(submitted_jobs(session.slurm_jobs_file))
+    if cancelled:
+        config.get_terminal_writer().line(
+            f"automedbench: cancelled {len(cancelled)} Slurm job(s) left by this session: "
+            + " ".join(cancelled)
+        )
+
+
+def _begin_progress(config: pytest.Config, cells: list[tuple[str, CellKey, TaskSpec]]) -> None:
+    """The pre-flight line and the progress monitor, once, on the controller."""
+    amb = config.stash.get(SESSION_KEY, None)
+    if PROGRESS_KEY in config.stash or amb is None:
+        return
+    interval = float(config.getoption("amb_progress"))
+    config.stash[PROGRESS_KEY] = LiveProgress.begin(config, plan_cells(amb, cells), interval)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Without xdist: the collected cells are what this process will run."""
+    if hasattr(session.config, "workerinput"):
+        return
+    cells = []
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        cell = callspec.params.get("cell") if callspec is not None else None
+        if isinstance(cell, Cell):
+            cells.append((item.nodeid, cell.key, cell.task))
+    _begin_progress(session.config, cells)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """The xdist controller collects nothing: the cells come from a worker's node ids
+    (every worker collects the same ones; xdist checks), before any is scheduled."""
+    config: pytest.Config = node.config
+    amb = config.stash.get(SESSION_KEY, None)
+    if PROGRESS_KEY in config.stash or amb is None:
+        return
+    _begin_progress(
+        config, cells_from_nodeids(ids, config.rootpath, amb.config.agents, amb.config.tiers)
+    )

@@ -69,6 +69,11 @@ class AutoMedBenchSession:
         their ledger records, so the ledger keeps exactly one record per finished cell."""
         return self.config.amb_out / "runs" / self.run_id / "resumed.jsonl"
 
+    @property
+    def slurm_jobs_file(self) -> Path:
+        """The Slurm jobs this session submitted (``--executor slurm``), one JSON line each."""
+        return self.config.amb_out / "runs" / self.run_id / "slurm-jobs.jsonl"
+
     def finished_record(self, key: CellKey, model: str) -> CellResult | None:
         """The latest scored record of this cell under this configuration, from an earlier
         run; infrastructure errors do not count (those cells run again). The ledger is

@@ -1,0 +1,627 @@
+"""Live progress: what a session will run, and where each running cell stands.
+
+Cells run for up to an hour, so the controller (the xdist controller, or the only
+process) prints two things:
+
+* a **pre-flight line** once the cells are known, before any starts (one line; the
+  ``x`` are multiplication signs)::
+
+    automedbench: 72 cells (2 agents x 24 tasks x 3 tiers x 1 run), wall-clock budget
+    ≤ 36.0 h total (≈ 4.5 h with 8 workers), cost budget ≤ $3600.00 (72 model cells x
+    $50.00 limit)
+
+* a **progress line** every ``--amb-progress`` seconds while cells run::
+
+    [automedbench 12:03:10] 2 running, 5/72 done | kits19-seg-lite-r0 S3 turn 7 2m10s
+    $0.12 | brats-seg-pro-r1 evaluating turn 31 55m02s $3.40 | +1 more
+
+The monitor reads nothing from the workers: it tails each planned cell's
+``trajectory.jsonl`` (one JSON event per line, fsynced per event, see
+:mod:`pytest_automedbench.agents.trajectory`) from the shared results folder, so it
+works the same for xdist workers and for cells run on other machines that share it.
+A cell is running from its trajectory file's creation until its ``result.json``, a
+``crash`` or ``interrupted`` event, an infrastructure ``end``, or pytest's report of
+the test's end (a worker that died writes none of those).
+
+Everything that decides what a line says is a pure function of events (tested on
+hand-made lists); the thread only polls, reads and writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from pytest_automedbench.agents.base import INFRA_TERMINATIONS, Limits
+from pytest_automedbench.results import CellKey
+from pytest_automedbench.runner import OUTPUTS_DIRNAME
+from pytest_automedbench.scoring.attribution import attributed_calls
+from pytest_automedbench.scoring.rules import JudgeContext
+from pytest_automedbench.session import AutoMedBenchSession
+from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
+
+#: Default seconds between progress lines (``--amb-progress``; 0 turns them off).
+DEFAULT_INTERVAL_S = 30.0
+#: Progress lines are cut to the terminal's width; a log (not a terminal) gets this many.
+LOG_WIDTH = 240
+#: Trajectory fields the monitor keeps (the stage attribution reads these); the rest
+#: (messages, stdout, tracebacks) can be large and is dropped as it is read.
+KEPT_FIELDS = frozenset(
+    {
+        "seq", "t", "kind", "turn", "tool", "code", "path", "exit_code", "timed_out",
+        "error", "format_valid", "observed", "skipped", "duration_s", "usage", "cost_usd",
+        "termination", "plan_dir", "outputs_dir", "public_dir", "cases", "tier", "task",
+        "agent",
+    }
+)  # fmt: skip
+TIMES = "×"  # noqa: RUF001 (the multiplication sign, on purpose)
+#: Events after which the cell's harness has nothing more to write.
+FINAL_KINDS = frozenset({"crash", "interrupted"})
+
+Phase = Literal["starting", "running", "evaluating", "scoring", "finished"]
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    """One cell the session will run, as the controller knows it before it starts."""
+
+    nodeid: str
+    key: CellKey
+    cell_dir: Path
+    time_limit_s: float
+    #: The agent's cost limit per cell: 0.0 for agents that call no model (scripted,
+    #: replay), None where the cost is not metered (command agents).
+    cost_limit_usd: float | None
+
+
+def cost_limit(kind: str) -> float | None:
+    """Per-cell cost limit of an agent kind (the tool loop's :class:`Limits`)."""
+    if kind == "model":
+        return Limits().max_cost_usd
+    if kind == "command":
+        return None
+    return 0.0
+
+
+def plan_cells(
+    amb: AutoMedBenchSession, cells: Iterable[tuple[str, CellKey, TaskSpec]]
+) -> list[PlannedCell]:
+    """The plan from (node id, key, task) triples: limits and the cell's folder."""
+    kinds: dict[str, str] = {}
+    plan: list[PlannedCell] = []
+    for nodeid, key, task in cells:
+        if key.agent not in kinds:
+            kinds[key.agent] = amb.config.agent(key.agent).kind
+        plan.append(
+            PlannedCell(
+                nodeid=nodeid,
+                key=key,
+                cell_dir=amb.cell_dir(key),
+                time_limit_s=float(task.time_limit_s),
+                cost_limit_usd=cost_limit(kinds[key.agent]),
+            )
+        )
+    return plan
+
+
+def param_id(nodeid: str) -> str | None:
+    """The parameter id of a parametrised test's node id (``...::test_cell[<id>]``)."""
+    name = nodeid.rpartition("::")[2]
+    if not name.endswith("]") or "[" not in name:
+        return None
+    return name[name.index("[") + 1 : -1]
+
+
+def cells_from_nodeids(
+    ids: Sequence[str], rootpath: Path, agents: Sequence[str], tiers: Sequence[str]
+) -> list[tuple[str, CellKey, TaskSpec]]:
+    """Cells from the node ids a worker collected (the xdist controller collects nothing).
+
+    The parameter id is ``<task>-<tier>-r<run>``, prefixed ``<agent>-`` when the session
+    has several agents (as the plugin names them); the task comes from the test file's
+    folder, as in collection. Ids that are not cells are left out."""
+    if not agents:
+        return []
+    agent_part = "|".join(re.escape(a) for a in sorted(agents, key=len, reverse=True))
+    tier_part = "|".join(re.escape(t) for t in tiers)
+    prefix = rf"(?P<agent>{agent_part})-" if len(agents) > 1 else ""
+    tasks_by_dir: dict[Path, dict[str, TaskSpec]] = {}
+    patterns: dict[Path, re.Pattern[str]] = {}
+    out: list[tuple[str, CellKey, TaskSpec]] = []
+    for nodeid in ids:
+        pid = param_id(nodeid)
+        if pid is None:
+            continue
+        suite = (rootpath / nodeid.partition("::")[0]).parent
+        if suite not in tasks_by_dir:
+            try:
+                tasks_by_dir[suite] = {t.id: t for t in discover_tasks(suite)}
+            except (OSError, TaskError, ValueError):
+                tasks_by_dir[suite] = {}
+            task_part = "|".join(
+                re.escape(t) for t in sorted(tasks_by_dir[suite], key=len, reverse=True)
+            )
+            patterns[suite] = re.compile(
+                rf"{prefix}(?P<task>{task_part or '(?!)'})-(?P<tier>{tier_part or '(?!)'})"
+                r"-r(?P<run>\d+)"
+            )
+        match = patterns[suite].fullmatch(pid)
+        if match is None:
+            continue
+        agent = match.groupdict().get("agent") or agents[0]
+        key = CellKey(agent=agent, task=match["task"], tier=match["tier"], run=int(match["run"]))
+        out.append((nodeid, key, tasks_by_dir[suite][key.task]))
+    return out
+
+
+def fmt_hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{round(seconds / 60)} min"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def preflight_line(plan: Sequence[PlannedCell], workers: int = 1) -> str:
+    """What the session will run: cells, the wall-clock budget (the sum of the tasks'
+    time limits, and its share per worker) and the cost budget (the agents' limits)."""
+    agents = {c.key.agent for c in plan}
+    tasks = {c.key.task for c in plan}
+    tiers = {c.key.tier for c in plan}
+    runs_per: dict[tuple[str, str, str], int] = {}
+    for c in plan:
+        slot = (c.key.agent, c.key.task, c.key.tier)
+        runs_per[slot] = runs_per.get(slot, 0) + 1
+    run_counts = sorted(set(runs_per.values()))
+    runs = (
+        _count(run_counts[0], "run")
+        if len(run_counts) == 1
+        else f"{run_counts[0]}-{run_counts[-1]} runs"
+    )
+    dims = [_count(len(agents), "agent"), _count(len(tasks), "task"), _count(len(tiers), "tier")]
+    rectangular = len(run_counts) == 1 and len(agents) * len(tasks) * len(tiers) * run_counts[
+        0
+    ] == len(plan)
+    shape = f" {TIMES} ".join([*dims, runs]) if rectangular else ", ".join([*dims, runs])
+    total = sum(c.time_limit_s for c in plan)
+    wall = f"wall-clock budget ≤ {fmt_hours(total)} total"
+    if workers > 1:
+        longest = max((c.time_limit_s for c in plan), default=0.0)
+        wall += f" (≈ {fmt_hours(max(total / workers, longest))} with {workers} workers)"
+    return f"automedbench: {_count(len(plan), 'cell')} ({shape}), {wall}, {cost_text(plan)}"
+
+
+def cost_text(plan: Sequence[PlannedCell]) -> str:
+    metered = [c.cost_limit_usd for c in plan if c.cost_limit_usd]
+    unmetered = sum(1 for c in plan if c.cost_limit_usd is None)
+    parts: list[str] = []
+    if metered:
+        limits = sorted(set(metered))
+        each = f"${limits[0]:.2f}" if len(limits) == 1 else f"${limits[0]:.2f}-${limits[-1]:.2f}"
+        parts.append(
+            f"cost budget ≤ ${sum(metered):.2f} ({_count(len(metered), 'model cell')} {TIMES} "
+            f"{each} limit)"
+        )
+    if unmetered:
+        parts.append(f"cost of {_count(unmetered, 'command-agent cell')} not metered")
+    return "; ".join(parts) if parts else "cost: none (no model agents)"
+
+
+# --------------------------------------------------------------------------- one cell
+
+
+def parse_chunk(data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """Events from newly read trajectory bytes, and how many bytes they used: a last
+    line without its newline (being written, or torn by a kill) waits for the next read;
+    a complete line that is not JSON is skipped."""
+    end = data.rfind(b"\n") + 1
+    events: list[dict[str, Any]] = []
+    for raw in data[:end].splitlines():
+        try:
+            event = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(event, dict):
+            events.append({k: v for k, v in event.items() if k in KEPT_FIELDS})
+    return events, end
+
+
+@dataclass
+class TrajectoryTail:
+    """A trajectory read incrementally: the offset of the first byte not yet used. A
+    file that shrank or was replaced (a retried Slurm job) is read again from the start."""
+
+    path: Path
+    offset: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    mtime: float | None = None
+    inode: int | None = None
+
+    def read(self) -> None:
+        try:
+            stat = self.path.stat()
+            if stat.st_size < self.offset or (self.inode is not None and stat.st_ino != self.inode):
+                self.offset, self.events = 0, []
+            self.mtime, self.inode = stat.st_mtime, stat.st_ino
+            if stat.st_size == self.offset:
+                return
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return
+        events, used = parse_chunk(data)
+        self.events += events
+        self.offset += used
+
+
+@dataclass(frozen=True)
+class CellProgress:
+    label: str
+    phase: Phase
+    #: The stage (S1-S5) of the latest tool call; "cmd" while a command agent runs.
+    stage: str | None
+    turn: int
+    cost_usd: float
+    elapsed_s: float
+
+
+def _judge_context(start: Mapping[str, Any]) -> JudgeContext:
+    """What stage attribution needs, from the ``start`` event alone."""
+    cases = start.get("cases")
+    return JudgeContext(
+        tier=str(start.get("tier", "")),
+        track="",
+        plan_dir=Path(str(start.get("plan_dir") or "/workspace/plan")),
+        method_keywords=[],
+        n_cases=cases if isinstance(cases, int) else 0,
+        public_path=str(start.get("public_dir", "")),
+        submission_path=str(start.get("outputs_dir") or OUTPUTS_DIRNAME),
+        input_markers=(),
+        output_markers=(f"{OUTPUTS_DIRNAME}/",),
+    )
+
+
+def current_stage(events: list[dict[str, Any]]) -> str | None:
+    """The stage of the latest tool call that ran (None before the first)."""
+    start = next((e for e in events if e.get("kind") == "start"), None)
+    if start is None:
+        return None
+    calls = attributed_calls(_judge_context(start), events)
+    return calls[-1][1] if calls else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def is_finished(events: list[dict[str, Any]], result_written: bool) -> bool:
+    """The harness is done with this cell: result.json, a crash or interrupt, or an
+    infrastructure end (which writes no result.json)."""
+    if result_written:
+        return True
+    for event in events:
+        kind = event.get("kind")
+        if kind in FINAL_KINDS:
+            return True
+        if kind == "end" and event.get("termination") in INFRA_TERMINATIONS:
+            return True
+    return False
+
+
+def cell_progress(
+    label: str,
+    events: list[dict[str, Any]],
+    *,
+    mtime: float | None,
+    now: float,
+    result_written: bool = False,
+) -> CellProgress:
+    """Where a cell stands, from its events so far. ``mtime`` (the trajectory file's)
+    dates the last event, whose ``t`` is seconds since the cell started, so the elapsed
+    time is ``t_last + (now - mtime)``; before any event, ``now - mtime``."""
+    kinds = [e.get("kind") for e in events]
+    turn = max((int(n) for e in events if (n := _number(e.get("turn"))) is not None), default=0)
+    cost = sum(
+        _number((e.get("usage") or {}).get("cost_usd")) or 0.0
+        for e in events
+        if e.get("kind") == "message" and isinstance(e.get("usage"), dict)
+    )
+    end = next((e for e in events if e.get("kind") == "end"), None)
+    if end is not None:
+        turn = max(turn, int(_number(end.get("turns")) or 0))
+        cost = _number(end.get("cost_usd")) or cost
+    stage: str | None = None
+    phase: Phase
+    if is_finished(events, result_written):
+        phase = "finished"
+    elif "evaluation" in kinds:
+        phase = "scoring"
+    elif end is not None:
+        phase = "evaluating"
+    elif "start" not in kinds:
+        phase = "starting"
+    else:
+        phase = "running"
+        stage = current_stage(events)
+        if stage is None and "start_command" in kinds:
+            stage = "cmd"
+    last_t = next((t for e in reversed(events) if (t := _number(e.get("t"))) is not None), 0.0)
+    since_write = max(0.0, now - mtime) if mtime is not None else 0.0
+    return CellProgress(
+        label=label,
+        phase=phase,
+        stage=stage,
+        turn=turn,
+        cost_usd=cost,
+        elapsed_s=last_t + since_write,
+    )
+
+
+# --------------------------------------------------------------------------- the line
+
+
+def fmt_elapsed(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def cell_text(cell: CellProgress) -> str:
+    if cell.phase == "starting":
+        return f"{cell.label} starting {fmt_elapsed(cell.elapsed_s)}"
+    words = [cell.label]
+    if cell.phase == "running":
+        if cell.stage is not None:
+            words.append(cell.stage)
+    else:
+        words.append(cell.phase)
+    words += [f"turn {cell.turn}", fmt_elapsed(cell.elapsed_s), f"${cell.cost_usd:.2f}"]
+    return " ".join(words)
+
+
+def status_line(
+    cells: Iterable[CellProgress], done: int, total: int, clock: str, width: int
+) -> str | None:
+    """One line for every running cell, longest-running first, cut to ``width`` with the
+    rest counted as ``+N more`` (the first cell is always shown). None: nothing runs."""
+    running = sorted(
+        (c for c in cells if c.phase != "finished"), key=lambda c: (-c.elapsed_s, c.label)
+    )
+    if not running:
+        return None
+    line = f"[automedbench {clock}] {len(running)} running, {done}/{total} done"
+    texts = [cell_text(c) for c in running]
+    for n, text in enumerate(texts):
+        left = len(texts) - n - 1
+        candidate = f"{line} | {text}"
+        more = f" | +{left} more" if left else ""
+        if n > 0 and len(candidate + more) > width:
+            return f"{line} | +{len(texts) - n} more"
+        line = candidate
+    return line
+
+
+# --------------------------------------------------------------------------- the monitor
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
+
+
+class ProgressMonitor:
+    """Polls the planned cells' trajectories; :meth:`poll` builds one line."""
+
+    def __init__(
+        self,
+        plan: Sequence[PlannedCell],
+        width: Callable[[], int] = lambda: LOG_WIDTH,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._plan = {c.nodeid: c for c in plan}
+        single_agent = len({c.key.agent for c in plan}) == 1
+        self._labels = {
+            c.nodeid: c.key.cell_id if single_agent else f"{c.key.agent}/{c.key.cell_id}"
+            for c in plan
+        }
+        self._tails: dict[str, TrajectoryTail] = {}
+        #: Cells the harness is done with (its files say so), with their trajectory's inode.
+        self._over: dict[str, int | None] = {}
+        self._reported: set[str] = set()  # pytest reported the test's end
+        self._lock = threading.Lock()
+        self._width = width
+        self._clock = clock
+
+    def test_finished(self, nodeid: str) -> None:
+        """pytest's report of a test's end (teardown, or a crashed worker's item)."""
+        with self._lock:
+            if nodeid in self._plan:
+                self._reported.add(nodeid)
+
+    def snapshot(self) -> list[CellProgress]:
+        """Every started cell that is not over, reading what its trajectory added."""
+        with self._lock:
+            reported = set(self._reported)
+        now = self._clock()
+        cells: list[CellProgress] = []
+        for nodeid, planned in self._plan.items():
+            if nodeid in reported:
+                self._tails.pop(nodeid, None)
+                continue
+            path = planned.cell_dir / "trajectory.jsonl"
+            if nodeid in self._over:  # over, unless a new attempt replaced its trajectory
+                if _inode(path) == self._over[nodeid]:
+                    continue
+                del self._over[nodeid]
+            tail = self._tails.get(nodeid)
+            if tail is None:
+                if not path.is_file():
+                    continue
+                tail = self._tails[nodeid] = TrajectoryTail(path)
+            tail.read()
+            progress = cell_progress(
+                self._labels[nodeid],
+                tail.events,
+                mtime=tail.mtime,
+                now=now,
+                result_written=(planned.cell_dir / "result.json").is_file(),
+            )
+            if progress.phase == "finished":
+                self._over[nodeid] = tail.inode
+                self._tails.pop(nodeid, None)
+                continue
+            cells.append(progress)
+        return cells
+
+    def poll(self) -> str | None:
+        cells = self.snapshot()
+        with self._lock:
+            done = len(self._reported)
+        clock = time.strftime("%H:%M:%S", time.localtime(self._clock()))
+        return status_line(cells, done, len(self._plan), clock, self._width())
+
+
+class TerminalSink:
+    """Whole lines to the terminal reporter's stream from the monitor thread.
+
+    Without xdist the tests run in this process under pytest's capture, which points
+    file descriptor 1 at a temporary file while a test runs: a line written through the
+    reporter then would land in the test's captured output. The sink writes to a copy
+    of the reporter's descriptor taken before any test ran, after flushing what the
+    reporter buffered, on a fresh line (the result letters go on below it)."""
+
+    def __init__(self, reporter: Any) -> None:
+        self._reporter = reporter
+        self._tw: Any = getattr(reporter, "_tw", None)
+        self._fd: int | None = None
+        self.isatty = False
+        stream: Any = getattr(self._tw, "_file", None)
+        try:
+            self._fd = os.dup(stream.fileno())
+            self.isatty = os.isatty(self._fd)
+        except (AttributeError, OSError, ValueError):
+            self._fd = None  # not a real file (pytester's inline runs): use the reporter
+
+    def width(self) -> int:
+        try:
+            full = int(self._tw.fullwidth)
+        except (AttributeError, TypeError, ValueError):
+            full = 80
+        return full if self.isatty else max(full, LOG_WIDTH)
+
+    def write_line(self, line: str) -> None:
+        fresh = int(getattr(self._tw, "width_of_current_line", 1) or 0) == 0
+        if self._fd is None:
+            if not fresh:
+                self._reporter.write_line("")
+            self._reporter.write_line(line)
+            return
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            self._tw.flush()
+        data = (("" if fresh else "\n") + line + "\n").encode("utf-8", "replace")
+        while data:
+            data = data[os.write(self._fd, data) :]
+        if hasattr(self._tw, "_current_line"):
+            self._tw._current_line = ""
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class LiveProgress:
+    """The controller's pre-flight line and progress thread, for one session."""
+
+    def __init__(self, monitor: ProgressMonitor | None = None) -> None:
+        self.monitor = monitor
+        self._sink: TerminalSink | None = None
+        self._stop = threading.Event()
+        self._write = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def begin(
+        cls, config: pytest.Config, plan: Sequence[PlannedCell], interval_s: float
+    ) -> LiveProgress:
+        """Print the pre-flight line and start the monitor (none for an empty plan, with
+        ``--collect-only``, without a terminal or with ``interval_s <= 0``)."""
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if not plan or reporter is None:
+            return cls()
+        tx = config.getoption("tx", None) if config.pluginmanager.has_plugin("dsession") else None
+        workers = len(tx) if isinstance(tx, list) and tx else 1
+        tw = getattr(reporter, "_tw", None)
+        if tw is not None and tw.width_of_current_line:
+            reporter.write_line("")
+        reporter.write_line(preflight_line(plan, workers))
+        if interval_s <= 0 or config.getoption("collectonly", False):
+            return cls()
+        sink = TerminalSink(reporter)
+        live = cls(ProgressMonitor(plan, width=sink.width))
+        live._sink = sink
+        live._thread = threading.Thread(
+            target=live._run, args=(interval_s,), name="automedbench-progress", daemon=True
+        )
+        live._thread.start()
+        config.add_cleanup(live.stop)
+        config.pluginmanager.register(live, "automedbench-progress")
+        return live
+
+    def _run(self, interval_s: float) -> None:
+        assert self.monitor is not None
+        while not self._stop.wait(interval_s):
+            try:
+                line = self.monitor.poll()
+                with self._write:
+                    if line is not None and self._sink is not None and not self._stop.is_set():
+                        self._sink.write_line(line)
+            except Exception:  # a progress line is never worth failing a session
+                continue
+
+    def test_finished(self, nodeid: str) -> None:
+        if self.monitor is not None:
+            self.monitor.test_finished(nodeid)
+
+    # Hooks, while the monitor runs (registered as a plugin by :meth:`begin`).
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A test's end (its teardown, or xdist's report of a crashed worker's item)
+        ends its cell for the monitor, whatever its files say."""
+        if report.when not in ("setup", "call"):
+            self.test_finished(report.nodeid)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        """No progress line in or after the summary."""
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the thread (idempotent); no line is written after this returns."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        with self._write:
+            if self._sink is not None:
+                self._sink.close()
+                self._sink = None
