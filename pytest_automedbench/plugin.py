@@ -65,12 +65,17 @@ GATES_KEY = pytest.StashKey[list[GateResult]]()
 PROGRESS_KEY = pytest.StashKey[LiveProgress]()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Cell:
     """The ``cell`` parameter: which agent runs which task, tier and repeat."""
 
     key: CellKey
     task: TaskSpec
+
+    def __repr__(self) -> str:
+        # Short and stable: reporters (Allure's history id) hash the parameter's repr,
+        # which must not change whenever a task's brief is edited.
+        return f"Cell({self.key.agent}/{self.key.task}/{self.key.tier}/r{self.key.run})"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

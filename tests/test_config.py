@@ -123,7 +123,8 @@ def test_report_header_echoes_resolved_configuration(
             "automedbench: run *",
             "automedbench: agents: reference",
             "automedbench: tier: lite  runs: task default*sandbox: auto (network on)  judge: rules",
-            f"automedbench: data-root: (synthetic data, small)  results: {tmp_path}/res",
+            "automedbench: data-root: (synthetic data, small)  "
+            f"results: {tmp_path}/res  executor: local",
         ]
     )
 

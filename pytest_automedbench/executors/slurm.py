@@ -280,7 +280,7 @@ def cancel_jobs(job_ids: list[str]) -> list[str]:
     return doomed
 
 
-def _set_aside(cell_dir: Path, attempt: int) -> None:
+def set_aside_attempt(cell_dir: Path, attempt: int) -> None:
     """Keep a failed attempt's files under ``<cell>/attempt-N/`` before the next one."""
     if not cell_dir.is_dir():
         return
@@ -329,7 +329,7 @@ def run_cell_on_slurm(plan: CellPlan, settings: SlurmSettings, jobs_log: Path) -
                 return result
         failures.append(f"job {job_id} ended {end}")
         if end in RETRIED_STATES and attempt < settings.retries:
-            _set_aside(plan.cell_dir, attempt + 1)
+            set_aside_attempt(plan.cell_dir, attempt + 1)
             continue
         history = "; ".join(failures)
         return infra_result(
