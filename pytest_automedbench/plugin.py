@@ -581,6 +581,9 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     amb = config.stash.get(SESSION_KEY, None)
     if PROGRESS_KEY in config.stash or amb is None:
         return
-    _begin_progress(
-        config, cells_from_nodeids(ids, config.rootpath, amb.config.agents, amb.config.tiers)
-    )
+    invocation = config.invocation_params.dir
+    roots = [config.rootpath] + [
+        folder if folder.is_dir() else folder.parent
+        for folder in (invocation / arg.partition("::")[0] for arg in config.args)
+    ]
+    _begin_progress(config, cells_from_nodeids(ids, roots, amb.config.agents, amb.config.tiers))

@@ -126,13 +126,19 @@ def param_id(nodeid: str) -> str | None:
 
 
 def cells_from_nodeids(
-    ids: Sequence[str], rootpath: Path, agents: Sequence[str], tiers: Sequence[str]
+    ids: Sequence[str],
+    rootpath: Path | Sequence[Path],
+    agents: Sequence[str],
+    tiers: Sequence[str],
 ) -> list[tuple[str, CellKey, TaskSpec]]:
     """Cells from the node ids a worker collected (the xdist controller collects nothing).
 
     The parameter id is ``<task>-<tier>-r<run>``, prefixed ``<agent>-`` when the session
     has several agents (as the plugin names them); the task comes from the test file's
-    folder, as in collection. Ids that are not cells are left out."""
+    folder, as in collection. Ids that are not cells are left out. A node id is relative to
+    the rootdir, or, for a test file outside it, to the argument it was collected from:
+    ``rootpath`` may list those folders, the first that has the test file wins."""
+    roots = [rootpath] if isinstance(rootpath, Path) else list(rootpath)
     if not agents:
         return []
     agent_part = "|".join(re.escape(a) for a in sorted(agents, key=len, reverse=True))
@@ -145,7 +151,11 @@ def cells_from_nodeids(
         pid = param_id(nodeid)
         if pid is None:
             continue
-        suite = (rootpath / nodeid.partition("::")[0]).parent
+        relative = nodeid.partition("::")[0]
+        suite = next(
+            ((root / relative).parent for root in roots if (root / relative).is_file()),
+            (roots[0] / relative).parent if roots else Path(relative).parent,
+        )
         if suite not in tasks_by_dir:
             try:
                 tasks_by_dir[suite] = {t.id: t for t in discover_tasks(suite)}

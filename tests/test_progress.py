@@ -282,6 +282,17 @@ def test_cells_from_the_node_ids_an_xdist_worker_collected() -> None:
     assert param_id("a.py::test_cell[x-y]") == "x-y" and param_id("a.py::test") is None
 
 
+def test_node_ids_outside_the_rootdir_are_found_under_the_session_arguments(
+    tmp_path: Path,
+) -> None:
+    """``pytest /repo/suites -c elsewhere/pyproject.toml``: the ids are relative to the
+    argument, not to the rootdir."""
+    ids = ["vqa/test_vqa.py::test_cell[vqa-rad-lite-r0]"]
+    assert cells_from_nodeids(ids, tmp_path, ["reference"], ["lite"]) == []
+    cells = cells_from_nodeids(ids, [tmp_path, REPO / "suites"], ["reference"], ["lite"])
+    assert [(k.task, k.tier) for _, k, _ in cells] == [("vqa-rad", "lite")]
+
+
 # --------------------------------------------------------------------------- the monitor
 
 
