@@ -28,7 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
 CLUSTER_DIR = Path("/tmp/automedbench-slurm")
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="Slurm")]
+#: One xdist worker runs them all (scripts/test uses --dist loadgroup): they share the
+#: one node, and the preemption test's urgent job would preempt the other tests' cells.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform != "linux", reason="Slurm"),
+    pytest.mark.xdist_group("slurm-cluster"),
+]
 
 
 @pytest.fixture(scope="session")
