@@ -50,6 +50,9 @@ class SlurmSettings(BaseModel):
     cpus_per_cell: int = Field(default=2, ge=1)
     mem_gb: float = Field(default=16.0, gt=0)
     time_margin_min: int = Field(default=15, ge=0)
+    #: A fixed job time limit in minutes instead of the task's limit plus the margin
+    #: (for clusters whose partitions cap jobs below a task's limit).
+    time_limit_min: int | None = Field(default=None, ge=1)
     #: More sbatch options, as submitit's ``additional_parameters``
     #: (``constraint = "a100"``, ``exclusive = true``).
     extra_sbatch: dict[str, str | int | bool] = Field(default_factory=dict)

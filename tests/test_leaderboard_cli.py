@@ -172,3 +172,15 @@ def test_leaderboard_html_flag_writes_the_page_with_three_plots(
     same = tmp_path / "same.html"
     assert main(["leaderboard", str(a), str(b), "--format", "html", "--out", str(same)]) == 0
     assert same.read_text(encoding="utf-8") == page.read_text(encoding="utf-8")
+
+
+def test_markdown_keeps_one_column_per_field_whatever_the_agent_is_called(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = write(tmp_path / "odd.jsonl", "odd|name<b>", 0.0)
+    assert main(["leaderboard", str(ledger)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header_columns = lines[0].count(" | ")
+    for row in lines[2:]:
+        assert row.count(" | ") == header_columns
+        assert row.startswith("| odd\\|name&lt;b&gt; |")

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
+from pytest_automedbench.sandbox import resolve_backend
+
 from .conftest import read_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,14 +62,16 @@ def slurm_cluster() -> Iterator[Path]:
     yield conf
 
 
-def write_project(path: Path, *, cpus: int = 1, retries: int = 1) -> Path:
+def write_project(
+    path: Path, *, cpus: int = 1, retries: int = 1, sandbox: str = "local", extra: str = ""
+) -> Path:
     """A pyproject for the session under test: small jobs and a sleeping command agent."""
     path.mkdir(parents=True, exist_ok=True)
     pyproject = path / "pyproject.toml"
     pyproject.write_text(
         f"""
 [tool.automedbench]
-sandbox = "local"
+sandbox = "{sandbox}"
 
 [tool.automedbench.slurm]
 cpus_per_cell = {cpus}
@@ -75,6 +79,7 @@ mem_gb = 1
 poll_s = 0.3
 retries = {retries}
 time_margin_min = 5
+{extra}
 
 [tool.automedbench.agents.sleeper]
 command = "echo working; sleep 12; echo done"
@@ -155,8 +160,9 @@ def scores(records: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[Any, ..
 
 def test_slurm_cells_score_as_local_cells(slurm_cluster: Path, tmp_path: Path) -> None:
     """A handful of cells from three tracks, as Slurm jobs under -n 2 and in the worker:
-    the same ledger scores, one job per cell, results back through submitit."""
-    project = write_project(tmp_path / "project")
+    the same ledger scores, one job per cell, results back through submitit. The sandbox
+    is `auto`, resolved on the node: Docker there when its daemon answers (CI starts one)."""
+    project = write_project(tmp_path / "project", sandbox="auto")
     selection = ("-k", "vqa-rad or bccd-det or ldct-denoising", "--tier", "lite")
     on_slurm = run_session(
         project, tmp_path / "slurm", *selection, "--executor", "slurm", "-n", "2"
@@ -173,6 +179,12 @@ def test_slurm_cells_score_as_local_cells(slurm_cluster: Path, tmp_path: Path) -
     assert len(jobs) == 3
     pickles = list((tmp_path / "slurm" / "slurm").glob("*/*/*_result.pkl"))
     assert sorted(p.parent.name for p in pickles) == sorted(jobs)
+    expected = {"docker": "DockerSandbox", "local": "BubblewrapSandbox"}.get(
+        resolve_backend("auto"), "LocalSandbox"
+    )
+    for record in slurm_records:
+        start = json.loads((Path(record["cell_dir"]) / "trajectory.jsonl").open().readline())
+        assert start["kind"] == "start" and start["sandbox"] == expected
 
 
 def test_a_job_cancelled_mid_run_is_an_infrastructure_error_with_its_trajectory(
@@ -236,6 +248,30 @@ def test_a_preempted_job_is_submitted_again_and_the_first_attempt_kept(
     first_attempt = cell_dir / "attempt-1" / "trajectory.jsonl"
     assert '"kind": "start"' in first_attempt.read_text()
     assert '"kind": "start"' in (cell_dir / "trajectory.jsonl").read_text()
+
+
+def test_a_job_past_its_time_limit_is_a_timeout_with_its_trajectory(
+    slurm_cluster: Path, tmp_path: Path
+) -> None:
+    """A one-minute job limit (the shortest Slurm has) for a cell whose agent sleeps longer:
+    Slurm ends the job, the cell stops on SIGTERM and is recorded as a timeout."""
+    project = write_project(tmp_path / "project", extra="time_limit_min = 1")
+    pyproject = project.read_text().replace("sleep 12", "sleep 300")
+    project.write_text(pyproject)
+    out = tmp_path / "out"
+    finished = run_session(
+        project, out, "-k", "vqa-rad", "--tier", "lite", "--agent", "cmd:sleeper",
+        "--runs", "1", "--executor", "slurm",
+    )  # fmt: skip
+    assert finished.returncode == 1, finished.stdout[-3000:]
+    (record,) = read_ledger(out)
+    assert record["status"] == "infra_error" and record["termination"] == "timeout"
+    (job,) = jobs_of(out)
+    assert job_state(job) == "TIMEOUT"
+    events = (Path(record["cell_dir"]) / "trajectory.jsonl").read_text().splitlines()
+    kinds = [json.loads(line)["kind"] for line in events]
+    assert kinds[0] == "start" and kinds[-1] == "interrupted"
+    assert "JobTerminated" in json.loads(events[-1])["error"]
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])

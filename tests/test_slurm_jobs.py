@@ -67,6 +67,8 @@ def test_job_parameters_follow_the_settings_and_the_task_limit(tmp_path: Path) -
     assert params["setup"] == ["module load cuda"]
     assert params["job_name"] == "amb-reference-vqa-rad-lite-r0"
     assert "qos" not in params  # unset settings are left to the cluster's defaults
+    fixed = plan_for(tmp_path, {"time_limit_min": 30})
+    assert submitit_parameters(fixed, fixed.config.slurm)["time"] == 30
 
 
 def test_time_limit_rounds_up_to_whole_minutes() -> None:

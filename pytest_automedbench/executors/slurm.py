@@ -128,7 +128,8 @@ def submitit_parameters(plan: CellPlan, settings: SlurmSettings) -> dict[str, An
     """``SlurmExecutor.update_parameters`` for one cell."""
     parameters: dict[str, Any] = {
         "job_name": job_name(plan),
-        "time": time_limit_minutes(plan.task.time_limit_s, settings.time_margin_min),
+        "time": settings.time_limit_min
+        or time_limit_minutes(plan.task.time_limit_s, settings.time_margin_min),
         "cpus_per_task": settings.cpus_per_cell,
         "mem": f"{math.ceil(settings.mem_gb * 1024)}M",
         "comment": f"automedbench run {plan.run_id}",

@@ -91,6 +91,17 @@ def _codes(row: dict[str, Any]) -> str:
     return ", ".join(f"{c}×{n}" for c, n in row["error_codes"].items()) or "none"  # noqa: RUF001
 
 
+def _cell_text(value: str) -> str:
+    """A user-controlled name in a Markdown table cell: no column breaks, no markup."""
+    return (
+        value.replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("\n", " ")
+    )
+
+
 def _markdown(table: list[dict[str, Any]]) -> str:
     header = (
         "| agent | track | runs | OVERALL [95% CI] | TASK | AGENTIC | S1 | S2 | S3 | S4 | S5 | "
@@ -100,7 +111,7 @@ def _markdown(table: list[dict[str, Any]]) -> str:
     for r in table:
         stages = " | ".join(f"{r[s]:.0f}" for s in STAGES)
         lines.append(
-            f"| {r['agent']} | {r['track']} | {r['runs']} | {r['overall']:.1f} "
+            f"| {_cell_text(r['agent'])} | {r['track']} | {r['runs']} | {r['overall']:.1f} "
             f"[{r['overall_low']:.1f}, {r['overall_high']:.1f}] | {r['task']:.1f} | "
             f"{r['agentic']:.1f} | {stages} | {100 * r['pass_at_k']:.0f}% (k={r['k']}) | "
             f"{_codes(r)} | {r['cost_usd_per_run']:.4f} |"
