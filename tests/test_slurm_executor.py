@@ -274,6 +274,21 @@ def test_a_job_past_its_time_limit_is_a_timeout_with_its_trajectory(
     assert "JobTerminated" in json.loads(events[-1])["error"]
 
 
+def test_a_job_sbatch_refuses_is_an_infrastructure_error_naming_why(
+    slurm_cluster: Path, tmp_path: Path
+) -> None:
+    project = write_project(tmp_path / "project", extra='partition = "no-such-partition"')
+    out = tmp_path / "out"
+    finished = run_session(
+        project, out, "-k", "vqa-rad", "--tier", "lite", "--runs", "1", "--executor", "slurm"
+    )
+    assert finished.returncode == 1, finished.stdout[-3000:]
+    (record,) = read_ledger(out)
+    assert record["status"] == "infra_error" and record["termination"] == "submit_failed"
+    assert "invalid partition" in record["error"].lower()
+    assert "sbatch refused" in finished.stdout
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
 def test_interrupting_the_session_cancels_its_jobs(
     slurm_cluster: Path, tmp_path: Path, workers: list[str]

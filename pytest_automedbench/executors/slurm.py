@@ -305,7 +305,15 @@ def run_cell_on_slurm(plan: CellPlan, settings: SlurmSettings, jobs_log: Path) -
     executor = _executor(plan, settings)
     failures: list[str] = []
     for attempt in range(settings.retries + 1):
-        job = executor.submit(cell_job, plan)
+        try:
+            job = executor.submit(cell_job, plan)
+        except Exception as exc:  # sbatch refused it: a bad partition, account, limit
+            return infra_result(
+                plan,
+                f"slurm: sbatch refused the cell's job ({exc}); check "
+                "[tool.automedbench.slurm] against the cluster's partitions and limits",
+                "submit_failed",
+            )
         job_id = str(job.job_id)
         record_job(jobs_log, job_id, plan)
         try:
