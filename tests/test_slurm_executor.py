@@ -125,6 +125,24 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def start_sleeping_cells(
+    project: Path, out: Path, selection: str, *args: str
+) -> subprocess.Popen[str]:
+    """A background session of the sleeping command agent on Slurm, returned once one of
+    its cells has started on the node."""
+    session = subprocess.Popen(
+        pytest_command(project, out, "-k", selection, "--tier", "lite", "--agent",
+                       "cmd:sleeper", "--runs", "1", "--executor", "slurm", *args),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=project.parent,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: started_cells(out), 120, "a cell to start on the node", session)
+    except BaseException:
+        session.kill()
+        raise
+    return session
+
+
 def jobs_of(out: Path) -> list[str]:
     ids = []
     for log in out.glob("runs/*/slurm-jobs.jsonl"):
@@ -192,13 +210,8 @@ def test_a_job_cancelled_mid_run_is_an_infrastructure_error_with_its_trajectory(
 ) -> None:
     project = write_project(tmp_path / "project")
     out = tmp_path / "out"
-    session = subprocess.Popen(
-        pytest_command(project, out, "-k", "vqa-rad", "--tier", "lite",
-                       "--agent", "cmd:sleeper", "--runs", "1", "--executor", "slurm"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-    )  # fmt: skip
+    session = start_sleeping_cells(project, out, "vqa-rad")
     try:
-        wait_for(lambda: started_cells(out), 120, "the cell to start on the node", session)
         (job,) = jobs_of(out)
         subprocess.run(["scancel", job], check=True)
         output, _ = session.communicate(timeout=120)
@@ -223,13 +236,8 @@ def test_a_preempted_job_is_submitted_again_and_the_first_attempt_kept(
     cpus = os.cpu_count() or 1
     project = write_project(tmp_path / "project", cpus=cpus)
     out = tmp_path / "out"
-    session = subprocess.Popen(
-        pytest_command(project, out, "-k", "vqa-rad", "--tier", "lite",
-                       "--agent", "cmd:sleeper", "--runs", "1", "--executor", "slurm"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-    )  # fmt: skip
+    session = start_sleeping_cells(project, out, "vqa-rad")
     try:
-        wait_for(lambda: started_cells(out), 120, "the cell to start on the node", session)
         (first,) = jobs_of(out)
         subprocess.run(
             ["sbatch", "-p", "urgent", "-c", str(cpus), "--mem=100M", "-o", "/dev/null",
@@ -295,13 +303,8 @@ def test_interrupting_the_session_cancels_its_jobs(
 ) -> None:
     project = write_project(tmp_path / "project")
     out = tmp_path / "out"
-    session = subprocess.Popen(
-        pytest_command(project, out, "-k", "vqa-rad or slake", "--tier", "lite",
-                       "--agent", "cmd:sleeper", "--runs", "1", "--executor", "slurm", *workers),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-    )  # fmt: skip
+    session = start_sleeping_cells(project, out, "vqa-rad or slake", *workers)
     try:
-        wait_for(lambda: started_cells(out), 120, "a cell to start on the node", session)
         submitted = jobs_of(out)
         assert submitted
         session.send_signal(signal.SIGINT)
