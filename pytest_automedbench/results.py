@@ -26,6 +26,11 @@ class CellKey(BaseModel):
         return f"{self.task}-{self.tier}-r{self.run}"
 
 
+#: A cell as the ledger knows it across sessions: agent, model, task, tier, run and the
+#: configuration hash.
+LedgerKey = tuple[str, str, str, str, int, str]
+
+
 class CellResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -75,3 +80,8 @@ class CellResult(BaseModel):
     @property
     def key(self) -> CellKey:
         return CellKey(agent=self.agent, task=self.task, tier=self.tier, run=self.run)
+
+    @property
+    def ledger_key(self) -> LedgerKey:
+        """The cell across sessions: (agent, model, task, tier, run, config_hash)."""
+        return (self.agent, self.model, self.task, self.tier, self.run, self.config_hash)

@@ -22,7 +22,7 @@ from pytest_automedbench.fixtures.staging import (
     stage_synthetic,
 )
 from pytest_automedbench.ledger import Ledger
-from pytest_automedbench.results import CellKey, CellResult
+from pytest_automedbench.results import CellKey, CellResult, LedgerKey
 from pytest_automedbench.tasks import TaskSpec
 
 
@@ -34,23 +34,12 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
-def _finished_key(record: CellResult) -> tuple[str, str, str, str, int, str]:
-    return (
-        record.agent,
-        record.model,
-        record.task,
-        record.tier,
-        record.run,
-        record.config_hash,
-    )
-
-
 @dataclass
 class AutoMedBenchSession:
     config: RunConfig
     run_id: str
     _staged: dict[str, StagedData] = field(default_factory=dict)
-    _finished: dict[tuple[str, str, str, str, int, str], CellResult] | None = None
+    _finished: dict[LedgerKey, CellResult] | None = None
 
     @property
     def ledger(self) -> Ledger:
@@ -82,7 +71,7 @@ class AutoMedBenchSession:
             self._finished = {}
             for record in self.ledger.records():
                 if record.status == "scored" and record.run_id != self.run_id:
-                    self._finished[_finished_key(record)] = record
+                    self._finished[record.ledger_key] = record
         cell = (key.agent, model, key.task, key.tier, key.run, self.config.scoring_hash())
         return self._finished.get(cell)
 

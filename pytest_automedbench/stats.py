@@ -223,8 +223,15 @@ def bootstrap_ci(
         return EMPTY
     if not np.isfinite(data).all():
         raise ValueError("bootstrap_ci needs finite values")
-    column = data[:, None]
-    intervals, _ = _intervals(
+    return _column_interval(data, n_boot=n_boot, seed=seed, level=level)[0]
+
+
+def _column_interval(
+    values: FloatArray, *, n_boot: int, seed: int, level: float
+) -> tuple[Interval, FloatArray]:
+    """The mean of one sample of unit-weight values, its interval and resampled means."""
+    column = values[:, None]
+    intervals, boot = _intervals(
         column,
         np.ones_like(column),
         column.min(axis=0),
@@ -233,7 +240,7 @@ def bootstrap_ci(
         seed=seed,
         level=level,
     )
-    return intervals[0]
+    return intervals[0], boot[:, 0]
 
 
 def _p_two_sided(boot: FloatArray) -> float:
@@ -252,17 +259,10 @@ def _paired(
     """The mean of paired differences with its CI and bootstrap p-value."""
     if not diffs:
         return EMPTY, _NAN
-    column = np.asarray(diffs, dtype=np.float64)[:, None]
-    intervals, boot = _intervals(
-        column,
-        np.ones_like(column),
-        column.min(axis=0),
-        column.max(axis=0),
-        n_boot=n_boot,
-        seed=seed,
-        level=level,
+    interval, boot = _column_interval(
+        np.asarray(diffs, dtype=np.float64), n_boot=n_boot, seed=seed, level=level
     )
-    return intervals[0], _p_two_sided(boot[:, 0])
+    return interval, _p_two_sided(boot)
 
 
 # --------------------------------------------------------------------------- pass@k
@@ -296,15 +296,7 @@ CellIdentity = tuple[str, str, str, str, str, int, str]
 def cell_identity(record: CellResult) -> CellIdentity:
     """(run_id, agent, model, task, tier, run, config_hash): records sharing it are one
     cell recorded more than once (see ``latest_per_cell``)."""
-    return (
-        record.run_id,
-        record.agent,
-        record.model,
-        record.task,
-        record.tier,
-        record.run,
-        record.config_hash,
-    )
+    return (record.run_id, *record.ledger_key)
 
 
 def _instant(finished_at: str) -> float:
