@@ -12,24 +12,17 @@ reach into.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .detection import DetectionEvaluator
-from .enhancement import EnhancementEvaluator
-from .report import ReportEvaluator
-from .schema import (
-    SCHEMA_VERSION,
-    CaseResult,
-    EvalSpec,
-    EvaluationResult,
-    EvaluatorInputError,
-    FormatReport,
-    SegmentationRegion,
-    SegmentationSpec,
-)
-from .segmentation import SegmentationEvaluator
-from .vqa import VqaEvaluator
+if TYPE_CHECKING:
+    from .detection import DetectionEvaluator
+    from .enhancement import EnhancementEvaluator
+    from .report import ReportEvaluator
+    from .schema import EvalSpec, EvaluationResult, FormatReport
+    from .segmentation import SegmentationEvaluator
+    from .vqa import VqaEvaluator
 
 
 class Evaluator(Protocol):
@@ -45,29 +38,68 @@ class Evaluator(Protocol):
     def score(self, submission: Path, references: Path) -> EvaluationResult: ...
 
 
-EVALUATORS: dict[str, type[Evaluator]] = {
-    "segmentation": SegmentationEvaluator,
-    "enhancement": EnhancementEvaluator,
-    "vqa": VqaEvaluator,
-    "report": ReportEvaluator,
-    "detection": DetectionEvaluator,
+#: Track -> ``module:class`` of its evaluator, imported when first asked for (each pulls
+#: in its own heavy libraries: nibabel, SimpleITK, pycocotools, ...).
+EVALUATOR_CLASSES: dict[str, str] = {
+    "segmentation": "segmentation:SegmentationEvaluator",
+    "enhancement": "enhancement:EnhancementEvaluator",
+    "vqa": "vqa:VqaEvaluator",
+    "report": "report:ReportEvaluator",
+    "detection": "detection:DetectionEvaluator",
 }
+
+
+def evaluator_class(track: str) -> type[Evaluator]:
+    """The evaluator class of a track (imports its module)."""
+    from .schema import EvaluatorInputError
+
+    try:
+        module, name = EVALUATOR_CLASSES[track].split(":")
+    except KeyError:
+        supported = ", ".join(sorted(EVALUATOR_CLASSES))
+        raise EvaluatorInputError(
+            f"no evaluator for track {track!r} (supported: {supported})"
+        ) from None
+    cls: type[Evaluator] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return cls
 
 
 def get_evaluator(spec: EvalSpec) -> Evaluator:
     """Instantiate the track's evaluator; an unsupported track is a benchmark bug (exit 2)."""
-    try:
-        cls = EVALUATORS[spec.track]
-    except KeyError:
-        supported = ", ".join(sorted(EVALUATORS))
-        raise EvaluatorInputError(
-            f"no evaluator for track {spec.track!r} (supported: {supported})"
-        ) from None
-    return cls(spec)
+    return evaluator_class(spec.track)(spec)
+
+
+_LAZY = {
+    "DetectionEvaluator": "detection",
+    "EnhancementEvaluator": "enhancement",
+    "ReportEvaluator": "report",
+    "SegmentationEvaluator": "segmentation",
+    "VqaEvaluator": "vqa",
+    **dict.fromkeys(
+        (
+            "SCHEMA_VERSION",
+            "CaseResult",
+            "EvalSpec",
+            "EvaluationResult",
+            "EvaluatorInputError",
+            "FormatReport",
+            "SegmentationRegion",
+            "SegmentationSpec",
+        ),
+        "schema",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, each imported from its module when first used."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
-    "EVALUATORS",
+    "EVALUATOR_CLASSES",
     "SCHEMA_VERSION",
     "CaseResult",
     "DetectionEvaluator",
@@ -82,5 +114,6 @@ __all__ = [
     "SegmentationRegion",
     "SegmentationSpec",
     "VqaEvaluator",
+    "evaluator_class",
     "get_evaluator",
 ]

@@ -13,9 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+from .tracks import Track
 
-Track = Literal["segmentation", "enhancement", "vqa", "report", "detection"]
+SCHEMA_VERSION = 1
 
 
 class EvaluatorInputError(Exception):

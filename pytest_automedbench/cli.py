@@ -18,6 +18,9 @@ from pytest_automedbench.agents.registry import (
     NAMED_MODELS,
     SCRIPTED,
     AgentEntry,
+    CommandAgent,
+    ModelAgent,
+    ReplayAgent,
     UnknownAgentError,
     parse_definitions,
     read_agents_file,
@@ -89,23 +92,21 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _agent_row(entry: AgentEntry, source: str) -> dict[str, str]:
-    prices = (
-        f"${entry.prices.input_per_mtok:g} / ${entry.prices.output_per_mtok:g} per Mtok"
-        if entry.prices
-        else ""
-    )
-    target = {
-        "scripted": "offline",
-        "model": entry.model or "",
-        "command": entry.command or "",
-        "replay": str(entry.path),
-    }[entry.kind]
-    name = f"cmd:{entry.name}" if entry.kind == "command" else entry.name
+    prices, key, target = "", "", "offline"
+    if isinstance(entry, ModelAgent):
+        target, key = entry.model, entry.api_key_env or ""
+        if entry.prices:
+            p = entry.prices
+            prices = f"${p.input_per_mtok:g} / ${p.output_per_mtok:g} per Mtok"
+    elif isinstance(entry, CommandAgent):
+        target = entry.command
+    elif isinstance(entry, ReplayAgent):
+        target = str(entry.path)
     return {
-        "agent": name,
+        "agent": entry.model_label if isinstance(entry, CommandAgent) else entry.name,
         "kind": entry.kind,
         "runs": target,
-        "key": entry.api_key_env or "",
+        "key": key,
         "prices": prices,
         "from": source,
         "about": entry.description,
@@ -114,7 +115,8 @@ def _agent_row(entry: AgentEntry, source: str) -> dict[str, str]:
 
 def cmd_agents(args: argparse.Namespace) -> int:
     """The agents --agent accepts here: built-ins, pyproject tables, an agents file."""
-    rows = [_agent_row(e, "built-in") for e in [*SCRIPTED.values(), *NAMED_MODELS.values()]]
+    built_in: list[AgentEntry] = [*SCRIPTED.values(), *NAMED_MODELS.values()]
+    rows = [_agent_row(e, "built-in") for e in built_in]
     pyproject = Path.cwd() / "pyproject.toml"
     defined = parse_definitions(read_pyproject_agents(pyproject), str(pyproject))
     rows += [_agent_row(e, "pyproject.toml") for e in defined.values()]

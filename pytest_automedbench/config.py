@@ -1,8 +1,8 @@
 """The run configuration: command-line options over ``[tool.automedbench]`` over defaults.
 
-Every option exists in both places under the same name (dashes become
-underscores in pyproject), so a CI job can pin settings in the repository and a
-researcher can still override them on the command line.
+Every setting is declared once, in :mod:`pytest_automedbench.settings` (flag, pyproject
+key, default, help), so a CI job can pin settings in the repository and a researcher
+can still override them on the command line.
 """
 
 from __future__ import annotations
@@ -12,9 +12,16 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from pytest_automedbench.agents.registry import (
     AgentEntry,
@@ -22,12 +29,16 @@ from pytest_automedbench.agents.registry import (
     read_agents_file,
     resolve_agent,
 )
+from pytest_automedbench.settings import (
+    BY_FIELD,
+    BY_PYPROJECT_KEY,
+    CHOICE_FIELDS,
+    SANDBOX_ALIASES,
+    SCORING_FIELDS,
+    origin_of,
+)
+from pytest_automedbench.terms import ALL_TIERS, TIERS
 
-TIER_CHOICES: tuple[str, ...] = ("lite", "standard", "pro", "all")
-SANDBOX_CHOICES: tuple[str, ...] = ("auto", "local", "process", "docker")
-DATA_SIZE_CHOICES: tuple[str, ...] = ("small", "realistic")
-NETWORK_CHOICES: tuple[str, ...] = ("on", "off")
-EXECUTOR_CHOICES: tuple[str, ...] = ("local", "slurm")
 DEFAULT_OUT = Path("automedbench-results")
 
 
@@ -67,33 +78,53 @@ class SlurmSettings(BaseModel):
     folder: Path | None = None
 
 
+def _setting(field: str) -> Any:
+    """A RunConfig field's default and description, from its one declaration."""
+    setting = BY_FIELD[field]
+    return Field(default=setting.default, description=setting.help)
+
+
 class RunConfig(BaseModel):
+    """The resolved settings of a run. Defaults, descriptions and choices come from the
+    table in :mod:`pytest_automedbench.settings`; a test checks that every field has
+    exactly one row there."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    agents: tuple[str, ...] = ("reference",)
-    tier: Literal["lite", "standard", "pro", "all"] = "all"
-    runs: int | None = Field(default=None, ge=1)
-    sandbox: Literal["auto", "local", "process", "docker"] = "auto"
-    #: Network inside the agent's sandbox: on (the paper's agents download models) or off.
-    sandbox_network: Literal["on", "off"] = "on"
-    #: Docker backend: the base image ("debootstrap" builds one from a Debian mirror, else
-    #: a registry image with python3) and the GPUs given to agent containers ("all", "0,1").
-    docker_base: str = "debootstrap"
-    gpus: str | None = None
-    judge: str = "rules"
-    #: LLM judge: independent verdicts per cell (majority per item).
-    judge_votes: int = Field(default=1, ge=1, le=15)
-    #: LLM judges whose verdicts are recorded but do not score (for judge-agreement).
-    audit_judges: tuple[str, ...] = ()
-    #: Endpoint of the LLM judges (a proxy, vLLM); the provider's default otherwise.
-    judge_api_base: str | None = None
-    #: Gates on the session's aggregate (see gates.py): thresholds, and a baseline ledger
-    #: with the largest tolerated drop of OVERALL in points.
-    #: Reuse finished cells of earlier runs (same configuration hash); rerun the rest.
-    resume: bool = False
-    fail_under: str | None = None
-    baseline: Path | None = None
-    max_regression: float = Field(default=0.0, ge=0.0)
+    agents: tuple[str, ...] = _setting("agents")
+    tier: str = _setting("tier")
+    runs: int | None = Field(default=None, ge=1, description=BY_FIELD["runs"].help)
+    sandbox: str = _setting("sandbox")
+    sandbox_network: str = _setting("sandbox_network")
+    docker_base: str = _setting("docker_base")
+    gpus: str | None = _setting("gpus")
+    judge: str = _setting("judge")
+    judge_votes: int = Field(default=1, ge=1, le=15, description=BY_FIELD["judge_votes"].help)
+    audit_judges: tuple[str, ...] = _setting("audit_judges")
+    judge_api_base: str | None = _setting("judge_api_base")
+    resume: bool = _setting("resume")
+    fail_under: str | None = _setting("fail_under")
+    baseline: Path | None = _setting("baseline")
+    max_regression: float = Field(default=0.0, ge=0.0, description=BY_FIELD["max_regression"].help)
+    data_root: Path | None = _setting("data_root")
+    data_size: str = _setting("data_size")
+    amb_out: Path = Field(default=DEFAULT_OUT, description=BY_FIELD["amb_out"].help)
+    executor: str = _setting("executor")
+    progress_s: float = Field(default=30.0, ge=0.0, description=BY_FIELD["progress_s"].help)
+    agent_api_base: str | None = _setting("agent_api_base")
+    agents_file: Path | None = _setting("agents_file")
+    #: Not settings of their own: the ``[tool.automedbench.slurm]`` table and the raw
+    #: ``[tool.automedbench.agents]`` tables.
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    agent_definitions: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator(*CHOICE_FIELDS)
+    @classmethod
+    def _one_of_the_choices(cls, value: str, info: ValidationInfo) -> str:
+        choices = BY_FIELD[str(info.field_name)].choices or ()
+        if value not in choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+        return SANDBOX_ALIASES.get(value, value) if info.field_name == "sandbox" else value
 
     @field_validator("fail_under")
     @classmethod
@@ -103,19 +134,6 @@ class RunConfig(BaseModel):
 
             parse_fail_under(value)  # raises GateError (a ValueError) naming the part
         return value
-
-    data_root: Path | None = None
-    #: Synthetic data size: small (fast, the default) or the real datasets' image sizes.
-    data_size: Literal["small", "realistic"] = "small"
-    amb_out: Path = DEFAULT_OUT
-    #: Where cells run: in the pytest worker (local) or as one Slurm job each.
-    executor: Literal["local", "slurm"] = "local"
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
-    #: Endpoint for every model agent (vLLM, Ollama, OpenRouter, a proxy).
-    agent_api_base: str | None = None
-    #: A YAML agents file, and the ``[tool.automedbench.agents]`` tables (raw settings).
-    agents_file: Path | None = None
-    agent_definitions: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("judge")
     @classmethod
@@ -143,7 +161,7 @@ class RunConfig(BaseModel):
 
     @property
     def tiers(self) -> tuple[str, ...]:
-        return ("lite", "standard", "pro") if self.tier == "all" else (self.tier,)
+        return TIERS if self.tier == ALL_TIERS else (self.tier,)
 
     def agent_entries(self) -> dict[str, AgentEntry]:
         """Agents defined in pyproject and in the agents file (the file wins on a name)."""
@@ -158,14 +176,10 @@ class RunConfig(BaseModel):
 
     def scoring_hash(self) -> str:
         """Hash of the settings that change scores, so ledger records stay comparable."""
-        payload = {
-            "judge": self.judge,
-            "judge_votes": self.judge_votes,
-            "sandbox": self.sandbox,
-            "sandbox_network": self.sandbox_network,
-            "data_root": str(self.data_root),
-            "data_size": self.data_size,
-        }
+        payload: dict[str, Any] = {field: getattr(self, field) for field in SCORING_FIELDS}
+        payload["data_root"] = str(self.data_root)
+        # Records made before the bubblewrap backend had its own name keep their hash.
+        payload["sandbox"] = _LEGACY_HASH_NAMES.get(self.sandbox, self.sandbox)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
     def describe(self) -> list[str]:
@@ -179,30 +193,8 @@ class RunConfig(BaseModel):
         ]
 
 
-#: pyproject key -> RunConfig field
-_PYPROJECT_KEYS: dict[str, str] = {
-    "agent": "agents",
-    "tier": "tier",
-    "runs": "runs",
-    "sandbox": "sandbox",
-    "sandbox_network": "sandbox_network",
-    "docker_base": "docker_base",
-    "gpus": "gpus",
-    "judge": "judge",
-    "judge_votes": "judge_votes",
-    "audit_judges": "audit_judges",
-    "judge_api_base": "judge_api_base",
-    "resume": "resume",
-    "fail_under": "fail_under",
-    "baseline": "baseline",
-    "max_regression": "max_regression",
-    "data_root": "data_root",
-    "data_size": "data_size",
-    "amb_out": "amb_out",
-    "agents_file": "agents_file",
-    "agent_api_base": "agent_api_base",
-    "executor": "executor",
-}
+#: Backend names as the configuration hash knows them.
+_LEGACY_HASH_NAMES = {"bubblewrap": "local"}
 
 
 def _automedbench_table(path: Path) -> dict[str, Any]:
@@ -248,27 +240,30 @@ def build_config(
     agent_definitions: dict[str, Any] | None = None,
     slurm: dict[str, Any] | None = None,
 ) -> RunConfig:
-    """Merge CLI values (None = not given) over pyproject values; relative paths are
-    resolved against ``base_dir`` (the pytest rootdir) so workers agree on them."""
+    """Merge CLI values (field -> value; None = not given) over pyproject values (key ->
+    value); relative paths are resolved against ``base_dir`` (the pytest rootdir) so
+    workers agree on them. Errors name the flag or the pyproject key the value came from."""
     merged: dict[str, Any] = {}
-    source: dict[str, str] = {}
+    from_file: dict[str, str] = {}
     where = str(pyproject_path) if pyproject_path else "pyproject.toml"
     for key, value in pyproject.items():
-        if key not in _PYPROJECT_KEYS:
+        setting = BY_PYPROJECT_KEY.get(key)
+        if setting is None:
             raise ConfigError(
                 f"{where}: unknown key {key!r} in [tool.automedbench]; "
-                f"valid keys: {', '.join(sorted(_PYPROJECT_KEYS))}"
+                f"valid keys: {', '.join(sorted(BY_PYPROJECT_KEY))}"
             )
-        merged[_PYPROJECT_KEYS[key]] = value
-        source[_PYPROJECT_KEYS[key]] = f"{where} [tool.automedbench] {key}"
+        merged[setting.field] = value
+        from_file[setting.field] = where
     for field, value in cli.items():
+        if field not in BY_FIELD:
+            raise ConfigError(f"unknown setting {field!r}")
         if value is not None:
             merged[field] = value
-            source[field] = "--agent" if field == "agents" else f"--{field.replace('_', '-')}"
-    if isinstance(merged.get("audit_judges"), str):
-        merged["audit_judges"] = [merged["audit_judges"]]
-    if isinstance(merged.get("agents"), str):
-        merged["agents"] = [merged["agents"]]
+            from_file.pop(field, None)
+    for field in ("audit_judges", "agents"):
+        if isinstance(merged.get(field), str):
+            merged[field] = [merged[field]]
     if "agents" in merged:
         merged["agents"] = tuple(dict.fromkeys(merged["agents"]))  # de-duplicate, keep order
     for key in ("data_root", "amb_out", "agents_file", "baseline"):
@@ -287,15 +282,29 @@ def build_config(
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
-        origin = source.get(field, field)
+        origin = origin_of(field, from_file.get(field))
         if field == "slurm" and len(err["loc"]) > 1:
             origin = f"{where} [tool.automedbench.slurm] {err['loc'][1]}"
-        choices = {
-            "tier": TIER_CHOICES,
-            "sandbox": SANDBOX_CHOICES,
-            "data_size": DATA_SIZE_CHOICES,
-            "sandbox_network": NETWORK_CHOICES,
-            "executor": EXECUTOR_CHOICES,
-        }.get(field)
+        choices = BY_FIELD[field].choices if field in BY_FIELD else None
         hint = f"; valid values: {', '.join(choices)}" if choices else ""
-        raise ConfigError(f"{origin}: {err['msg']} (got {err.get('input')!r}){hint}") from exc
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{origin}: {message} (got {err.get('input')!r}){hint}") from exc
+
+
+def load_config(cli: dict[str, Any], pyproject: Path, base_dir: Path) -> RunConfig:
+    """The run's configuration from the command line's values (field -> value) and a
+    pyproject file, checked whole: every agent named resolves and a baseline ledger
+    exists. Raises ConfigError or UnknownAgentError naming the setting."""
+    config = build_config(
+        cli,
+        read_pyproject_section(pyproject),
+        pyproject,
+        base_dir,
+        read_pyproject_agents(pyproject),
+        read_pyproject_slurm(pyproject),
+    )
+    for agent in config.agents:
+        config.agent(agent)
+    if config.baseline is not None and not config.baseline.is_file():
+        raise ConfigError(f"{origin_of('baseline')}: ledger {config.baseline} does not exist")
+    return config

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import ValidationError
 
@@ -147,6 +148,26 @@ def _in_process(
     return proc.returncode, proc.stderr[-2000:]
 
 
+_Verdict = TypeVar("_Verdict", FormatReport, EvaluationResult)
+
+
+def _verdict(
+    model: type[_Verdict],
+    spec: EvalSpec,
+    submission: Path,
+    references: Path,
+    workdir: Path,
+    placement: Placement,
+) -> _Verdict:
+    format_only = model is FormatReport
+    text = _run(spec, submission, references, workdir, format_only, placement)
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as exc:
+        what = "format report" if format_only else "result"
+        raise EvaluatorError(f"evaluator wrote an unreadable {what}: {exc}") from exc
+
+
 def check_format(
     spec: EvalSpec,
     submission: Path,
@@ -155,11 +176,7 @@ def check_format(
     placement: Placement = HOST_PROCESS,
 ) -> FormatReport:
     """The pre-submission check shown to the agent: format only, no scores."""
-    text = _run(spec, submission, references, workdir, True, placement)
-    try:
-        return FormatReport.model_validate_json(text)
-    except ValidationError as exc:
-        raise EvaluatorError(f"evaluator wrote an unreadable format report: {exc}") from exc
+    return _verdict(FormatReport, spec, submission, references, workdir, placement)
 
 
 def evaluate(
@@ -169,8 +186,5 @@ def evaluate(
     workdir: Path,
     placement: Placement = HOST_PROCESS,
 ) -> EvaluationResult:
-    text = _run(spec, submission, references, workdir, False, placement)
-    try:
-        return EvaluationResult.model_validate_json(text)
-    except ValidationError as exc:
-        raise EvaluatorError(f"evaluator wrote an unreadable result: {exc}") from exc
+    """The final evaluation: every metric, every case."""
+    return _verdict(EvaluationResult, spec, submission, references, workdir, placement)

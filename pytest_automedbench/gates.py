@@ -23,9 +23,9 @@ from statistics import mean
 
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import latest_per_cell
-from pytest_automedbench.tasks import TRACKS
+from pytest_automedbench.terms import STAGES, TRACKS
 
-SCORE_KEYS = ("overall", "agentic", "task", "S1", "S2", "S3", "S4", "S5")
+SCORE_KEYS = ("overall", "agentic", "task", *STAGES)
 
 
 class GateError(ValueError):
@@ -54,19 +54,19 @@ def parse_fail_under(spec: str) -> list[Threshold]:
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep:
-            raise GateError(f"--amb-fail-under: {part!r} is not KEY=VALUE")
+            raise GateError(f"{part!r} is not KEY=VALUE")
         if key not in SCORE_KEYS and key not in TRACKS:
             valid = ", ".join([*SCORE_KEYS, *TRACKS])
-            raise GateError(f"--amb-fail-under: unknown key {key!r}; valid keys: {valid}")
+            raise GateError(f"unknown key {key!r}; valid keys: {valid}")
         try:
             minimum = float(value)
         except ValueError:
-            raise GateError(f"--amb-fail-under: {key}={value!r} is not a number") from None
+            raise GateError(f"{key}={value!r} is not a number") from None
         if not 0 <= minimum <= 100:
-            raise GateError(f"--amb-fail-under: {key}={minimum:g} is outside 0-100")
+            raise GateError(f"{key}={minimum:g} is outside 0-100")
         thresholds.append(Threshold(key, minimum))
     if not thresholds:
-        raise GateError("--amb-fail-under: no threshold given (e.g. overall=60)")
+        raise GateError("no threshold given (e.g. overall=60)")
     return thresholds
 
 

@@ -32,23 +32,33 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_automedbench.agents.base import INFRA_TERMINATIONS, Limits
+from pytest_automedbench.agents.base import INFRA_TERMINATIONS
+from pytest_automedbench.events import (
+    EndEvent,
+    Event,
+    MessageEvent,
+    StartEvent,
+    kind_of,
+    parse_event,
+    parse_events,
+)
 from pytest_automedbench.results import CellKey
-from pytest_automedbench.runner import OUTPUTS_DIRNAME
 from pytest_automedbench.scoring.attribution import attributed_calls
 from pytest_automedbench.scoring.rules import JudgeContext
-from pytest_automedbench.session import AutoMedBenchSession
-from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
+from pytest_automedbench.terms import OUTPUTS_DIRNAME
+
+if TYPE_CHECKING:
+    from pytest_automedbench.cells import Cell
+    from pytest_automedbench.session import AutoMedBenchSession
 
 #: Default seconds between progress lines (``--amb-progress``; 0 turns them off).
 DEFAULT_INTERVAL_S = 30.0
@@ -87,94 +97,21 @@ class PlannedCell:
     cost_limit_usd: float | None
 
 
-def cost_limit(kind: str) -> float | None:
-    """Per-cell cost limit of an agent kind (the tool loop's :class:`Limits`)."""
-    if kind == "model":
-        return Limits().max_cost_usd
-    if kind == "command":
-        return None
-    return 0.0
-
-
-def plan_cells(
-    amb: AutoMedBenchSession, cells: Iterable[tuple[str, CellKey, TaskSpec]]
+def planned_cells(
+    cells: Iterable[tuple[str, Cell]], session: AutoMedBenchSession
 ) -> list[PlannedCell]:
-    """The plan from (node id, key, task) triples: limits and the cell's folder."""
-    kinds: dict[str, str] = {}
-    plan: list[PlannedCell] = []
-    for nodeid, key, task in cells:
-        if key.agent not in kinds:
-            kinds[key.agent] = amb.config.agent(key.agent).kind
-        plan.append(
-            PlannedCell(
-                nodeid=nodeid,
-                key=key,
-                cell_dir=amb.cell_dir(key),
-                time_limit_s=float(task.time_limit_s),
-                cost_limit_usd=cost_limit(kinds[key.agent]),
-            )
+    """The monitor's plan from the session's (node id, cell) pairs: each cell's folder
+    and limits."""
+    return [
+        PlannedCell(
+            nodeid=nodeid,
+            key=cell.key,
+            cell_dir=session.cell_dir(cell.key),
+            time_limit_s=float(cell.task.time_limit_s),
+            cost_limit_usd=session.config.agent(cell.key.agent).cost_limit_usd,
         )
-    return plan
-
-
-def param_id(nodeid: str) -> str | None:
-    """The parameter id of a parametrised test's node id (``...::test_cell[<id>]``)."""
-    name = nodeid.rpartition("::")[2]
-    if not name.endswith("]") or "[" not in name:
-        return None
-    return name[name.index("[") + 1 : -1]
-
-
-def cells_from_nodeids(
-    ids: Sequence[str],
-    rootpath: Path | Sequence[Path],
-    agents: Sequence[str],
-    tiers: Sequence[str],
-) -> list[tuple[str, CellKey, TaskSpec]]:
-    """Cells from the node ids a worker collected (the xdist controller collects nothing).
-
-    The parameter id is ``<task>-<tier>-r<run>``, prefixed ``<agent>-`` when the session
-    has several agents (as the plugin names them); the task comes from the test file's
-    folder, as in collection. Ids that are not cells are left out. A node id is relative to
-    the rootdir, or, for a test file outside it, to the argument it was collected from:
-    ``rootpath`` may list those folders, the first that has the test file wins."""
-    roots = [rootpath] if isinstance(rootpath, Path) else list(rootpath)
-    if not agents:
-        return []
-    agent_part = "|".join(re.escape(a) for a in sorted(agents, key=len, reverse=True))
-    tier_part = "|".join(re.escape(t) for t in tiers)
-    prefix = rf"(?P<agent>{agent_part})-" if len(agents) > 1 else ""
-    tasks_by_dir: dict[Path, dict[str, TaskSpec]] = {}
-    patterns: dict[Path, re.Pattern[str]] = {}
-    out: list[tuple[str, CellKey, TaskSpec]] = []
-    for nodeid in ids:
-        pid = param_id(nodeid)
-        if pid is None:
-            continue
-        relative = nodeid.partition("::")[0]
-        suite = next(
-            ((root / relative).parent for root in roots if (root / relative).is_file()),
-            (roots[0] / relative).parent if roots else Path(relative).parent,
-        )
-        if suite not in tasks_by_dir:
-            try:
-                tasks_by_dir[suite] = {t.id: t for t in discover_tasks(suite)}
-            except (OSError, TaskError, ValueError):
-                tasks_by_dir[suite] = {}
-            task_part = "|".join(
-                re.escape(t) for t in sorted(tasks_by_dir[suite], key=len, reverse=True)
-            )
-            patterns[suite] = re.compile(
-                rf"{prefix}(?P<task>{task_part or '(?!)'})-(?P<tier>{tier_part or '(?!)'})"
-                r"-r(?P<run>\d+)"
-            )
-        match = patterns[suite].fullmatch(pid)
-        if match is None:
-            continue
-        agent = match.groupdict().get("agent") or agents[0]
-        key = CellKey(agent=agent, task=match["task"], tier=match["tier"], run=int(match["run"]))
-        out.append((nodeid, key, tasks_by_dir[suite][key.task]))
-    return out
+        for nodeid, cell in cells
+    ]
 
 
 def fmt_hours(seconds: float) -> str:
@@ -259,12 +196,14 @@ class TrajectoryTail:
     events: list[dict[str, Any]] = field(default_factory=list)
     mtime: float | None = None
     inode: int | None = None
+    #: ``events`` as typed events (:mod:`pytest_automedbench.events`), each parsed once.
+    typed: list[Event] = field(default_factory=list)
 
     def read(self) -> None:
         try:
             stat = self.path.stat()
             if stat.st_size < self.offset or (self.inode is not None and stat.st_ino != self.inode):
-                self.offset, self.events = 0, []
+                self.offset, self.events, self.typed = 0, [], []
             self.mtime, self.inode = stat.st_mtime, stat.st_ino
             if stat.st_size == self.offset:
                 return
@@ -275,6 +214,7 @@ class TrajectoryTail:
             return
         events, used = parse_chunk(data)
         self.events += events
+        self.typed += parse_events(events)
         self.offset += used
 
 
@@ -289,52 +229,52 @@ class CellProgress:
     elapsed_s: float
 
 
-def _judge_context(start: Mapping[str, Any]) -> JudgeContext:
+def _judge_context(start: StartEvent) -> JudgeContext:
     """What stage attribution needs, from the ``start`` event alone."""
-    cases = start.get("cases")
     return JudgeContext(
-        tier=str(start.get("tier", "")),
+        tier=start.tier or "",
         track="",
-        plan_dir=Path(str(start.get("plan_dir") or "/workspace/plan")),
+        plan_dir=Path(start.plan_dir or "/workspace/plan"),
         method_keywords=[],
-        n_cases=cases if isinstance(cases, int) else 0,
-        public_path=str(start.get("public_dir", "")),
-        submission_path=str(start.get("outputs_dir") or OUTPUTS_DIRNAME),
+        n_cases=start.cases or 0,
+        public_path=start.public_dir or "",
+        submission_path=start.outputs_dir or OUTPUTS_DIRNAME,
         input_markers=(),
         output_markers=(f"{OUTPUTS_DIRNAME}/",),
     )
 
 
-def current_stage(events: list[dict[str, Any]]) -> str | None:
+def current_stage(events: Sequence[Mapping[str, Any] | Event]) -> str | None:
     """The stage of the latest tool call that ran (None before the first)."""
-    start = next((e for e in events if e.get("kind") == "start"), None)
+    start = next((e for e in events if kind_of(e) == "start"), None)
     if start is None:
         return None
-    calls = attributed_calls(_judge_context(start), events)
+    typed = parse_event(start)
+    if not isinstance(typed, StartEvent):
+        return None
+    calls = attributed_calls(_judge_context(typed), events)
     return calls[-1][1] if calls else None
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def is_finished(events: list[dict[str, Any]], result_written: bool) -> bool:
+def is_finished(events: Sequence[Mapping[str, Any] | Event], result_written: bool) -> bool:
     """The harness is done with this cell: result.json, a crash or interrupt, or an
     infrastructure end (which writes no result.json)."""
     if result_written:
         return True
     for event in events:
-        kind = event.get("kind")
+        kind = kind_of(event)
         if kind in FINAL_KINDS:
             return True
-        if kind == "end" and event.get("termination") in INFRA_TERMINATIONS:
-            return True
+        if kind == "end":
+            end = parse_event(event)
+            if isinstance(end, EndEvent) and end.termination in INFRA_TERMINATIONS:
+                return True
     return False
 
 
 def cell_progress(
     label: str,
-    events: list[dict[str, Any]],
+    events: Sequence[Mapping[str, Any] | Event],
     *,
     mtime: float | None,
     now: float,
@@ -343,20 +283,21 @@ def cell_progress(
     """Where a cell stands, from its events so far. ``mtime`` (the trajectory file's)
     dates the last event, whose ``t`` is seconds since the cell started, so the elapsed
     time is ``t_last + (now - mtime)``; before any event, ``now - mtime``."""
-    kinds = [e.get("kind") for e in events]
-    turn = max((int(n) for e in events if (n := _number(e.get("turn"))) is not None), default=0)
+    typed = parse_events(events)
+    kinds = [e.kind for e in typed]
+    turn = max((e.turn for e in typed if e.turn is not None), default=0)
     cost = sum(
-        _number((e.get("usage") or {}).get("cost_usd")) or 0.0
-        for e in events
-        if e.get("kind") == "message" and isinstance(e.get("usage"), dict)
+        e.usage.cost_usd or 0.0
+        for e in typed
+        if isinstance(e, MessageEvent) and e.usage is not None
     )
-    end = next((e for e in events if e.get("kind") == "end"), None)
+    end = next((e for e in typed if isinstance(e, EndEvent)), None)
     if end is not None:
-        turn = max(turn, int(_number(end.get("turns")) or 0))
-        cost = _number(end.get("cost_usd")) or cost
+        turn = max(turn, end.turns or 0)
+        cost = end.cost_usd or cost
     stage: str | None = None
     phase: Phase
-    if is_finished(events, result_written):
+    if is_finished(typed, result_written):
         phase = "finished"
     elif "evaluation" in kinds:
         phase = "scoring"
@@ -366,10 +307,10 @@ def cell_progress(
         phase = "starting"
     else:
         phase = "running"
-        stage = current_stage(events)
+        stage = current_stage(typed)
         if stage is None and "start_command" in kinds:
             stage = "cmd"
-    last_t = next((t for e in reversed(events) if (t := _number(e.get("t"))) is not None), 0.0)
+    last_t = next((e.t for e in reversed(typed) if e.t is not None), 0.0)
     since_write = max(0.0, now - mtime) if mtime is not None else 0.0
     return CellProgress(
         label=label,
@@ -490,7 +431,7 @@ class ProgressMonitor:
             tail.read()
             progress = cell_progress(
                 self._labels[nodeid],
-                tail.events,
+                tail.typed,
                 mtime=tail.mtime,
                 now=now,
                 result_written=(planned.cell_dir / "result.json").is_file(),

@@ -31,6 +31,11 @@ class CellKey(BaseModel):
 LedgerKey = tuple[str, str, str, str, int, str]
 
 
+def ledger_key(key: CellKey, model: str, config_hash: str) -> LedgerKey:
+    """The one definition of a cell across sessions (resume and the ledger's dedup)."""
+    return (key.agent, model, key.task, key.tier, key.run, config_hash)
+
+
 class CellResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -84,4 +89,4 @@ class CellResult(BaseModel):
     @property
     def ledger_key(self) -> LedgerKey:
         """The cell across sessions: (agent, model, task, tier, run, config_hash)."""
-        return (self.agent, self.model, self.task, self.tier, self.run, self.config_hash)
+        return ledger_key(self.key, self.model, self.config_hash)

@@ -1,4 +1,5 @@
-"""One cell, end to end: sandbox, agent loop, evaluator, stage scores, result.
+"""One cell, end to end: open the sandbox and run the agent in it, evaluate, score,
+build the record (:func:`run_cell`; each step is a function with typed inputs).
 
 Everything a cell produces lives in its own folder under the results directory:
 ``workspace/`` (the agent's), ``trajectory.jsonl`` and ``conversation.json``
@@ -20,11 +21,9 @@ from pytest_automedbench.agents.base import (
     INFRA_TERMINATIONS,
     AgentContext,
     AgentOutcome,
+    AgentRun,
     Limits,
-    Policy,
 )
-from pytest_automedbench.agents.loop import run_agent
-from pytest_automedbench.agents.registry import AgentEntry
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
@@ -33,25 +32,20 @@ from pytest_automedbench.agents.trajectory import (
 )
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluation import Placement, check_format, evaluate
+from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.observe import observe_outputs
 from pytest_automedbench.redact import redact
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox, resolve_backend
-from pytest_automedbench.scoring import JudgeSettings, score_stages
-from pytest_automedbench.scoring.attribution import stage_activity
-from pytest_automedbench.scoring.diagnosis import diagnose
-from pytest_automedbench.scoring.overall import (
-    agentic_score,
-    is_resolved,
-    overall_score,
-    rate,
-    zero_stages,
-)
+from pytest_automedbench.scoring import JudgeSettings
+from pytest_automedbench.scoring.cell import CellEvidence, CellScore, score_cell
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import TaskSpec
+from pytest_automedbench.terms import OUTPUTS_DIRNAME
 from pytest_automedbench.violations import Policy as ViolationPolicy
-from pytest_automedbench.violations import find_violations
+
+__all__ = ["OUTPUTS_DIRNAME", "CellPlan", "harness_versions", "infra_result", "run_cell"]
 
 SYSTEM_PROMPT = """You are an autonomous medical-AI research engineer working in a sandbox.
 You act only through tools: `execute` runs bash or Python in your workspace, `read_file` and
@@ -67,9 +61,6 @@ KICKOFF = {
     "pro": "Begin. Follow S1 through S5.",
 }
 
-#: The workspace folder the agent writes its deliverables into (the shared contract).
-OUTPUTS_DIRNAME = "outputs"
-
 
 @dataclass(frozen=True)
 class CellPlan:
@@ -79,6 +70,12 @@ class CellPlan:
     config: RunConfig
     run_id: str
     cell_dir: Path
+    #: The sandbox backend, resolved once per session; None: resolve it here (a Slurm
+    #: job resolves it on its compute node).
+    backend: str | None = None
+
+    def resolved_backend(self) -> str:
+        return self.backend if self.backend is not None else resolve_backend(self.config.sandbox)
 
 
 def harness_versions() -> dict[str, str]:
@@ -109,30 +106,6 @@ def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
         "cell_dir": str(plan.cell_dir),
         "versions": harness_versions(),
     }
-
-
-def unavailable_reason(entry: AgentEntry) -> str | None:
-    """Why a cell of this agent cannot run here (a missing API key): the cell is skipped."""
-    if entry.kind != "model":
-        return None
-    from pytest_automedbench.agents.model import missing_credentials
-
-    return missing_credentials(entry)
-
-
-def policy_for(entry: AgentEntry, ctx: AgentContext) -> Policy:
-    """The turn-by-turn policy of a scripted, model or replay agent."""
-    if entry.kind == "scripted" and entry.factory is not None:
-        return entry.factory(ctx)
-    if entry.kind == "model":
-        from pytest_automedbench.agents.model import policy_from_entry
-
-        return policy_from_entry(entry)
-    if entry.kind == "replay" and entry.path is not None:
-        from pytest_automedbench.agents.replay import load_replay
-
-        return load_replay(entry.path, ctx)
-    raise ValueError(f"agent {entry.name!r} of kind {entry.kind!r} has no turn-by-turn policy")
 
 
 def infra_result(plan: CellPlan, error: str, termination: str | None = None) -> CellResult:
@@ -166,107 +139,20 @@ def run_cell(plan: CellPlan) -> CellResult:
 
 
 def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
-    task, staged, key = plan.task, plan.staged, plan.key
-    entry = plan.config.agent(key.agent)
-    workspace = plan.cell_dir / "workspace"
-    backend = resolve_backend(plan.config.sandbox)
-    sandbox: Sandbox = create_sandbox(
-        backend,
-        SandboxSpec(
-            public_dir=staged.public_dir,
-            workspace_dir=workspace,
-            network=plan.config.sandbox_network == "on",
-            gpus=plan.config.gpus,
-            run_id=plan.run_id,
-            docker_base=plan.config.docker_base,
-        ),
-    )
-    # With the Docker backend the evaluator gets its own container too.
-    placement = Placement(
-        container=backend == "docker", run_id=plan.run_id, docker_base=plan.config.docker_base
-    )
-    spec = task.eval_spec(staged.case_ids)
-    deliverables = task.deliverables(staged.case_ids)
-    single_file_kind = None if task.per_case_outputs else task.track
-    outputs_host = workspace / OUTPUTS_DIRNAME
-    with sandbox:
-        ws = sandbox.workspace_path
-        ctx = AgentContext(
-            task=task,
-            tier=key.tier,
-            public_dir=sandbox.public_path,
-            workspace=ws,
-            outputs_dir=f"{ws}/{OUTPUTS_DIRNAME}",
-            plan_dir=f"{ws}/plan",
-            case_ids=tuple(staged.case_ids),
-        )
-        brief = task.tiers[key.tier].render(
-            public_dir=ctx.public_dir,
-            workspace=ctx.workspace,
-            outputs_dir=ctx.outputs_dir,
-            plan_dir=ctx.plan_dir,
-            case_count=len(staged.case_ids),
-            time_limit_min=task.time_limit_s // 60,
-        )
-        kickoff = f"{brief}\n\n{KICKOFF[key.tier]}"
-        trajectory.emit(
-            "start",
-            run_id=plan.run_id,
-            agent=key.agent,
-            agent_kind=entry.kind,
-            model=entry.model_label,
-            task=task.id,
-            tier=key.tier,
-            run=key.run,
-            sandbox=type(sandbox).__name__,
-            data_source=staged.source,
-            cases=len(staged.case_ids),
-            workspace=ctx.workspace,
-            public_dir=ctx.public_dir,
-            outputs_dir=ctx.outputs_dir,
-            plan_dir=ctx.plan_dir,
-        )
-        limits = Limits(wall_clock_s=float(task.time_limit_s))
-        toolbox = Toolbox(
-            sandbox=sandbox,
-            precheck=lambda: check_format(
-                spec, outputs_host, staged.private_dir, plan.cell_dir / "precheck", placement
-            ),
-            observe=lambda: observe_outputs(
-                workspace, outputs_host, deliverables, single_file_kind
-            ),
-            remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
-        )
-        try:
-            outcome = _run_agent(entry, ctx, kickoff, toolbox, limits, trajectory, sandbox)
-        finally:
-            write_conversation(
-                plan.cell_dir / "conversation.json",
-                conversation_from_events(trajectory.events),
-                {
-                    "agent": key.agent,
-                    "model": entry.model_label,
-                    "task": task.id,
-                    "tier": key.tier,
-                    "run": key.run,
-                    "workspace": ctx.workspace,
-                    "public_dir": ctx.public_dir,
-                    "outputs_dir": ctx.outputs_dir,
-                    "plan_dir": ctx.plan_dir,
-                },
-            )
+    """The steps of a cell: open the sandbox and run the agent in it; evaluate the
+    submission; score the cell from its evidence; build the record."""
+    cell = CellFiles.of(plan)
+    with open_sandbox(plan, cell) as sandbox:
+        ctx = agent_context(plan, sandbox)
+        outcome = run_agent_in(plan, cell, sandbox, ctx, trajectory)
     if outcome.termination in INFRA_TERMINATIONS:
-        detail = next(
-            (
-                e.get("error", "")
-                for e in reversed(trajectory.events)
-                if e["kind"] == outcome.termination
-            ),
-            "",
-        )
-        return infra_result(plan, f"{outcome.termination}: {detail}", outcome.termination)
+        return infra_result(plan, infra_detail(outcome, trajectory), outcome.termination)
     evaluation = evaluate(
-        spec, outputs_host, staged.private_dir, plan.cell_dir / "evaluator", placement
+        cell.spec,
+        cell.outputs,
+        plan.staged.private_dir,
+        plan.cell_dir / "evaluator",
+        cell.placement,
     )
     trajectory.emit(
         "evaluation",
@@ -274,112 +160,251 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         metrics=evaluation.metrics,
         format_valid=evaluation.format.valid,
     )
-    judge_ctx = JudgeContext(
-        tier=key.tier,
-        track=task.track,
-        plan_dir=workspace / "plan",
-        method_keywords=task.method_keywords,
-        n_cases=len(staged.case_ids),
-        public_path=ctx.public_dir,
-        submission_path=ctx.outputs_dir,
-        input_markers=tuple(task.data.inputs),
-        output_markers=(f"{OUTPUTS_DIRNAME}/",),
-    )
-    config = plan.config
-    judged = score_stages(
-        judge_ctx,
-        trajectory.events,
-        evaluation.format,
-        outcome.submitted,
-        JudgeSettings(
-            judge=config.judge,
-            votes=config.judge_votes,
-            audit_judges=config.audit_judges,
-            api_base=config.judge_api_base,
-            cache_dir=config.amb_out / "judge-cache",
+    evidence = evidence_of(plan, cell, ctx, outcome, evaluation, trajectory.events)
+    score = score_cell(evidence, judges_of(plan))
+    if score.violations:
+        trajectory.emit("violations", violations=[v.as_dict() for v in score.violations])
+    result = build_result(plan, outcome, evaluation, score)
+    (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
+    return result
+
+
+@dataclass(frozen=True)
+class CellFiles:
+    """Where a cell's files are on the host, and how its evaluator is run."""
+
+    workspace: Path
+    outputs: Path
+    spec: EvalSpec
+    backend: str
+    placement: Placement
+
+    @classmethod
+    def of(cls, plan: CellPlan) -> CellFiles:
+        workspace = plan.cell_dir / "workspace"
+        backend = plan.resolved_backend()
+        return cls(
+            workspace=workspace,
+            outputs=workspace / OUTPUTS_DIRNAME,
+            spec=plan.task.eval_spec(plan.staged.case_ids),
+            backend=backend,
+            # With the Docker backend the evaluator gets its own container too.
+            placement=Placement(
+                container=backend == "docker",
+                run_id=plan.run_id,
+                docker_base=plan.config.docker_base,
+            ),
+        )
+
+
+def open_sandbox(plan: CellPlan, cell: CellFiles) -> Sandbox:
+    """The cell's agent sandbox (a context manager: started on entry, stopped on exit)."""
+    return create_sandbox(
+        cell.backend,
+        SandboxSpec(
+            public_dir=plan.staged.public_dir,
+            workspace_dir=cell.workspace,
+            network=plan.config.sandbox_network == "on",
+            gpus=plan.config.gpus,
+            run_id=plan.run_id,
+            docker_base=plan.config.docker_base,
         ),
     )
-    stages = judged.stages
-    error_codes = diagnose(
-        judge_ctx,
-        trajectory.events,
-        evaluation.format,
-        stages,
-        outcome.termination,
-        outcome.submitted,
+
+
+def agent_context(plan: CellPlan, sandbox: Sandbox) -> AgentContext:
+    """The cell as the agent is told it: task, tier and paths inside the sandbox."""
+    ws = sandbox.workspace_path
+    return AgentContext(
+        task=plan.task,
+        tier=plan.key.tier,
+        public_dir=sandbox.public_path,
+        workspace=ws,
+        outputs_dir=f"{ws}/{OUTPUTS_DIRNAME}",
+        plan_dir=f"{ws}/plan",
+        case_ids=tuple(plan.staged.case_ids),
     )
-    activity = stage_activity(judge_ctx, trajectory.events)
-    violations = find_violations(
-        trajectory.events,
-        ViolationPolicy(
+
+
+def kickoff_of(plan: CellPlan, ctx: AgentContext) -> str:
+    """The first user message: the tier's brief, rendered for this sandbox."""
+    brief = plan.task.tiers[plan.key.tier].render(
+        public_dir=ctx.public_dir,
+        workspace=ctx.workspace,
+        outputs_dir=ctx.outputs_dir,
+        plan_dir=ctx.plan_dir,
+        case_count=len(plan.staged.case_ids),
+        time_limit_min=plan.task.time_limit_s // 60,
+    )
+    return f"{brief}\n\n{KICKOFF[plan.key.tier]}"
+
+
+def run_agent_in(
+    plan: CellPlan,
+    cell: CellFiles,
+    sandbox: Sandbox,
+    ctx: AgentContext,
+    trajectory: TrajectoryWriter,
+) -> AgentOutcome:
+    """Run the agent in its sandbox to its end; the conversation is written whatever
+    happens."""
+    agent = plan.config.agent(plan.key.agent)
+    trajectory.emit(
+        "start",
+        run_id=plan.run_id,
+        agent=plan.key.agent,
+        agent_kind=agent.kind,
+        model=agent.model_label,
+        task=plan.task.id,
+        tier=plan.key.tier,
+        run=plan.key.run,
+        sandbox=type(sandbox).__name__,
+        data_source=plan.staged.source,
+        cases=len(plan.staged.case_ids),
+        workspace=ctx.workspace,
+        public_dir=ctx.public_dir,
+        outputs_dir=ctx.outputs_dir,
+        plan_dir=ctx.plan_dir,
+    )
+    limits = Limits(wall_clock_s=float(plan.task.time_limit_s))
+    deliverables = plan.task.deliverables(plan.staged.case_ids)
+    single_file_kind = None if plan.task.per_case_outputs else plan.task.track
+    toolbox = Toolbox(
+        sandbox=sandbox,
+        precheck=lambda: check_format(
+            cell.spec,
+            cell.outputs,
+            plan.staged.private_dir,
+            plan.cell_dir / "precheck",
+            cell.placement,
+        ),
+        observe=lambda: observe_outputs(
+            cell.workspace, cell.outputs, deliverables, single_file_kind
+        ),
+        remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
+    )
+    run = AgentRun(
+        ctx=ctx,
+        system_prompt=SYSTEM_PROMPT,
+        kickoff=kickoff_of(plan, ctx),
+        toolbox=toolbox,
+        sandbox=sandbox,
+        limits=limits,
+        trajectory=trajectory,
+    )
+    try:
+        return agent.run(run)
+    finally:
+        write_conversation(
+            plan.cell_dir / "conversation.json",
+            conversation_from_events(trajectory.events),
+            {
+                "agent": plan.key.agent,
+                "model": agent.model_label,
+                "task": plan.task.id,
+                "tier": plan.key.tier,
+                "run": plan.key.run,
+                "workspace": ctx.workspace,
+                "public_dir": ctx.public_dir,
+                "outputs_dir": ctx.outputs_dir,
+                "plan_dir": ctx.plan_dir,
+            },
+        )
+
+
+def infra_detail(outcome: AgentOutcome, trajectory: TrajectoryWriter) -> str:
+    """``<termination>: <the error its event recorded>``."""
+    detail = next(
+        (
+            e.get("error", "")
+            for e in reversed(trajectory.events)
+            if e["kind"] == outcome.termination
+        ),
+        "",
+    )
+    return f"{outcome.termination}: {detail}"
+
+
+def evidence_of(
+    plan: CellPlan,
+    cell: CellFiles,
+    ctx: AgentContext,
+    outcome: AgentOutcome,
+    evaluation: EvaluationResult,
+    events: list[dict[str, Any]],
+) -> CellEvidence:
+    """What the cell left to score it by."""
+    task = plan.task
+    return CellEvidence(
+        judge_ctx=JudgeContext(
+            tier=plan.key.tier,
+            track=task.track,
+            plan_dir=cell.workspace / "plan",
+            method_keywords=task.method_keywords,
+            n_cases=len(plan.staged.case_ids),
+            public_path=ctx.public_dir,
+            submission_path=ctx.outputs_dir,
+            input_markers=tuple(task.data.inputs),
+            output_markers=(f"{OUTPUTS_DIRNAME}/",),
+        ),
+        events=events,
+        format=evaluation.format,
+        task_score=evaluation.task_score,
+        submitted=outcome.submitted,
+        termination=outcome.termination,
+        band_a=task.rating.a,
+        band_b=task.rating.b,
+        violation_policy=ViolationPolicy(
             public_path=ctx.public_dir,
             workspace_path=ctx.workspace,
             forbidden_host_paths=(
-                str(staged.private_dir),
+                str(plan.staged.private_dir),
                 str(plan.config.amb_out / "ledger.jsonl"),
             ),
         ),
     )
-    task_score: float | None = evaluation.task_score
-    if violations:
-        trajectory.emit("violations", violations=[v.as_dict() for v in violations])
-        stages = zero_stages(stages, f"isolation violation: {violations[0].evidence}")
-        task_score = None  # excluded, per the scoring contract
-    agentic = agentic_score(stages)
-    overall = 0.0 if violations else overall_score(agentic, evaluation.task_score)
-    rating = rate(
-        task=evaluation.task_score,
-        agentic=agentic,
-        band_a=task.rating.a,
-        band_b=task.rating.b,
-        submission_valid=evaluation.format.valid,
-        violation=bool(violations),
+
+
+def judges_of(plan: CellPlan) -> JudgeSettings:
+    config = plan.config
+    return JudgeSettings(
+        judge=config.judge,
+        votes=config.judge_votes,
+        audit_judges=config.audit_judges,
+        api_base=config.judge_api_base,
+        cache_dir=config.amb_out / "judge-cache",
     )
+
+
+def build_result(
+    plan: CellPlan, outcome: AgentOutcome, evaluation: EvaluationResult, score: CellScore
+) -> CellResult:
+    """The cell's record."""
     result = CellResult(
         status="scored",
         termination=outcome.termination,
-        stages=stages,
-        agentic=agentic,
-        task_score=task_score,
-        overall=overall,
-        rating=rating,
-        resolved=is_resolved(rating),
+        stages=score.stages,
+        agentic=score.agentic,
+        task_score=score.task_score,
+        overall=score.overall,
+        rating=score.rating,
+        resolved=score.resolved,
         task_metrics=evaluation.metrics,
         format_valid=evaluation.format.valid,
         completion_rate=evaluation.completion_rate,
         format_problems=evaluation.format.problems[:20],
-        violations=[v.as_dict() for v in violations],
-        error_codes=error_codes,
-        error_codes_llm=judged.llm_codes,
-        stage_activity=activity,
-        verdicts=judged.verdicts,
+        violations=[v.as_dict() for v in score.violations],
+        error_codes=score.error_codes,
+        error_codes_llm=score.error_codes_llm,
+        stage_activity=score.activity,
+        verdicts=score.verdicts,
         turns=outcome.turns,
         tokens_in=outcome.usage.tokens_in,
         tokens_out=outcome.usage.tokens_out,
         cost_usd=round(outcome.usage.cost_usd, 6),
         wall_s=outcome.wall_s,
         finished_at=_now(),
-        **_base_fields(plan, entry.model_label),
+        **_base_fields(plan, plan.config.agent(plan.key.agent).model_label),
     )
     result.versions["evaluator"] = evaluation.evaluator_version
-    (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
     return result
-
-
-def _run_agent(
-    entry: AgentEntry,
-    ctx: AgentContext,
-    kickoff: str,
-    toolbox: Toolbox,
-    limits: Limits,
-    trajectory: TrajectoryWriter,
-    sandbox: Sandbox,
-) -> AgentOutcome:
-    """Command agents run their own loop inside the sandbox; the rest answer turn by turn."""
-    if entry.kind == "command":
-        from pytest_automedbench.agents.external import run_command_agent
-
-        brief = f"{SYSTEM_PROMPT}\n\n{kickoff}"
-        return run_command_agent(entry, sandbox, brief, toolbox, limits, trajectory)
-    policy = policy_for(entry, ctx)
-    return run_agent(policy, SYSTEM_PROMPT, kickoff, toolbox, limits, trajectory)

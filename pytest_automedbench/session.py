@@ -10,6 +10,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from filelock import FileLock
 
@@ -22,8 +23,11 @@ from pytest_automedbench.fixtures.staging import (
     stage_synthetic,
 )
 from pytest_automedbench.ledger import Ledger
-from pytest_automedbench.results import CellKey, CellResult, LedgerKey
+from pytest_automedbench.results import CellKey, CellResult, LedgerKey, ledger_key
 from pytest_automedbench.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    from pytest_automedbench.executors import Executor
 
 
 class DataUnavailable(LookupError):
@@ -40,6 +44,27 @@ class AutoMedBenchSession:
     run_id: str
     _staged: dict[str, StagedData] = field(default_factory=dict)
     _finished: dict[LedgerKey, CellResult] | None = None
+    _backend: str | None = None
+    _executor: Executor | None = None
+
+    @property
+    def executor(self) -> Executor:
+        """How this session's cells run (``--executor``)."""
+        if self._executor is None:
+            from pytest_automedbench.executors import get_executor
+
+            self._executor = get_executor(self.config.executor)
+        return self._executor
+
+    @property
+    def backend(self) -> str:
+        """The sandbox backend cells of this process run in, resolved once (``auto``
+        asks the Docker daemon): raises SandboxError when the chosen one cannot run."""
+        if self._backend is None:
+            from pytest_automedbench.sandbox import resolve_backend
+
+            self._backend = resolve_backend(self.config.sandbox)
+        return self._backend
 
     @property
     def ledger(self) -> Ledger:
@@ -72,8 +97,7 @@ class AutoMedBenchSession:
             for record in self.ledger.records():
                 if record.status == "scored" and record.run_id != self.run_id:
                     self._finished[record.ledger_key] = record
-        cell = (key.agent, model, key.task, key.tier, key.run, self.config.scoring_hash())
-        return self._finished.get(cell)
+        return self._finished.get(ledger_key(key, model, self.config.scoring_hash()))
 
     def note_resumed(self, record: CellResult) -> None:
         self.resumed_file.parent.mkdir(parents=True, exist_ok=True)

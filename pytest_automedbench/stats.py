@@ -55,11 +55,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pytest_automedbench.results import CellResult
+from pytest_automedbench.terms import ERROR_CODE_IDS, STAGES
 
 FloatArray = NDArray[np.float64]
 
-ERROR_CODE_IDS: tuple[str, ...] = ("E1", "E2", "E3", "E4", "E5")
-STAGE_IDS: tuple[str, ...] = ("S1", "S2", "S3", "S4", "S5")
+STAGE_IDS = STAGES
 #: Record fields ``summarise`` can group by.
 GROUP_FIELDS: tuple[str, ...] = ("agent", "model", "task", "track", "tier", "run_id")
 #: Elements of one block of resample counts. Small on purpose: the block stays in cache,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -24,24 +23,9 @@ from pytest_automedbench.evaluators.schema import (
     SegmentationSpec,
     VqaSpec,
 )
-from pytest_automedbench.fixtures.registry import RegistryError, get_generator, get_stager
+from pytest_automedbench.fixtures.registry import RegistryError, check_declared
 from pytest_automedbench.fixtures.staging import CaseLayout
-
-TRACKS: tuple[str, ...] = ("segmentation", "enhancement", "vqa", "report", "detection")
-TIERS: tuple[str, ...] = ("lite", "standard", "pro")
-MODALITIES: tuple[str, ...] = (
-    "ct",
-    "mri",
-    "xray",
-    "pathology",
-    "microscopy",
-    "dental",
-    "endoscopy",
-    "mixed",
-)
-
-Track = Literal["segmentation", "enhancement", "vqa", "report", "detection"]
-Tier = Literal["lite", "standard", "pro"]
+from pytest_automedbench.terms import MODALITIES, TIERS, Tier, Track
 
 #: How each track's public/private split names its cases (see fixtures.staging).
 CASE_LAYOUTS: dict[str, CaseLayout] = {
@@ -261,15 +245,15 @@ def load_task(folder: Path) -> TaskSpec:
         if brief_path.exists():
             text = brief_path.read_text(encoding="utf-8")
             _check_template(brief_path, text)
-            tiers[tier] = TierSpec(name=tier, brief_template=text)  # type: ignore[arg-type]
+            tiers[tier] = TierSpec(name=tier, brief_template=text)
     data = raw.get("data") or {}
     generator = (data.get("synthetic") or {}).get("generator")
     stager = (data.get("real") or {}).get("stager")
     try:
         if generator is not None:
-            get_generator(generator)
+            check_declared("generator", generator)
         if stager is not None:
-            get_stager(stager)
+            check_declared("stager", stager)
     except RegistryError as exc:
         raise TaskError(f"{yaml_path}: data: {exc}") from None
     if raw.get("id") != folder.name:

@@ -77,6 +77,8 @@ _clients: dict[int, Any] = {}
 _swept = False
 _network_lock = threading.Lock()
 _network_ready = False
+#: A daemon answered this process once (later sandboxes skip the ping).
+_daemon_answered = False
 
 
 def docker_client(timeout: int = API_TIMEOUT_S) -> Any:
@@ -205,8 +207,11 @@ class DockerSandbox(MountedFiles):
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        if (problem := docker_problem()) is not None:
-            raise SandboxError(f"Docker backend unavailable: {problem}")
+        global _daemon_answered
+        if not _daemon_answered:  # once per process: the session's first cell asks
+            if (problem := docker_problem()) is not None:
+                raise SandboxError(f"Docker backend unavailable: {problem}")
+            _daemon_answered = True
         if not self.spec.public_dir.is_dir():
             raise SandboxError(f"public inputs not found: {self.spec.public_dir}")
         client = docker_client()

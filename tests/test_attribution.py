@@ -14,7 +14,7 @@ from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import stage_synthetic
 from pytest_automedbench.results import CellKey
-from pytest_automedbench.runner import OUTPUTS_DIRNAME, CellPlan, run_cell
+from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.scoring.attribution import (
     STAGES,
     attribute_calls,
@@ -24,6 +24,7 @@ from pytest_automedbench.scoring.attribution import (
 from pytest_automedbench.scoring.models import StageActivity
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import load_task
+from pytest_automedbench.terms import OUTPUTS_DIRNAME
 
 from .conftest import SUITES
 

@@ -21,12 +21,13 @@ from pytest_automedbench.evaluators.schema import EvaluationResult, FormatReport
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
 from pytest_automedbench.results import CellKey, CellResult
-from pytest_automedbench.runner import OUTPUTS_DIRNAME, CellPlan, run_cell
+from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.scoring.deterministic import score_s4, score_s5
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.models import ErrorCode, StageScores
 from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
 from pytest_automedbench.tasks import TaskSpec, load_task
+from pytest_automedbench.terms import OUTPUTS_DIRNAME
 
 from .conftest import SUITES
 

@@ -23,7 +23,7 @@ import pytest
 from pycocotools.coco import COCO as OracleCOCO
 from pycocotools.cocoeval import COCOeval as OracleEval
 
-from pytest_automedbench.evaluators import EVALUATORS, get_evaluator
+from pytest_automedbench.evaluators import evaluator_class, get_evaluator
 from pytest_automedbench.evaluators.detection import (
     MAX_PREDICTIONS_BYTES,
     DetectionEvaluator,
@@ -493,7 +493,7 @@ def test_unusable_references_are_input_errors(tmp_path: Path, mutate: Any, reaso
 
 
 def test_registry_and_spec_checks() -> None:
-    assert EVALUATORS["detection"] is DetectionEvaluator
+    assert evaluator_class("detection") is DetectionEvaluator
     assert isinstance(get_evaluator(make_spec(["case_0001"])), DetectionEvaluator)
     with pytest.raises(EvaluatorInputError, match="no 'detection' section"):
         DetectionEvaluator(EvalSpec(task_id="t", track="detection", case_ids=["a"]))

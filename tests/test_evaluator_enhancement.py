@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from pytest_automedbench.evaluators import EVALUATORS, get_evaluator
+from pytest_automedbench.evaluators import evaluator_class, get_evaluator
 from pytest_automedbench.evaluators import enhancement as enh_module
 from pytest_automedbench.evaluators.enhancement import (
     PSNR_CAP,
@@ -730,7 +730,7 @@ def test_missing_references_directory_is_an_input_error(tmp_path: Path) -> None:
 
 
 def test_registry_factory_and_spec_checks() -> None:
-    assert EVALUATORS["enhancement"] is EnhancementEvaluator
+    assert evaluator_class("enhancement") is EnhancementEvaluator
     evaluator = get_evaluator(make_spec(["a"]))
     assert isinstance(evaluator, EnhancementEvaluator)
     assert (evaluator.track, evaluator.version) == ("enhancement", "enhancement-1.0.0")

@@ -31,7 +31,7 @@ import pytest
 from rouge_score import rouge_scorer
 from sacrebleu.metrics import BLEU
 
-from pytest_automedbench.evaluators import EVALUATORS, get_evaluator
+from pytest_automedbench.evaluators import evaluator_class, get_evaluator
 from pytest_automedbench.evaluators import report as report_module
 from pytest_automedbench.evaluators.chexpert_labeller import label_report, positives
 from pytest_automedbench.evaluators.report import (
@@ -489,7 +489,7 @@ def test_unusable_references_are_input_errors(
 
 
 def test_registry_and_spec_checks() -> None:
-    assert EVALUATORS["report"] is ReportEvaluator
+    assert evaluator_class("report") is ReportEvaluator
     assert isinstance(get_evaluator(make_spec()), ReportEvaluator)
     with pytest.raises(EvaluatorInputError, match="no 'report' section"):
         ReportEvaluator(EvalSpec(task_id="t", track="report", case_ids=["a"]))

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
-from pytest_automedbench.evaluators import EVALUATORS, get_evaluator
+from pytest_automedbench.evaluators import evaluator_class, get_evaluator
 from pytest_automedbench.evaluators import segmentation as seg_module
 from pytest_automedbench.evaluators.schema import (
     EvalSpec,
@@ -109,7 +109,7 @@ def vol(values: list[int]) -> np.ndarray:
 
 
 def test_registry_and_factory() -> None:
-    assert EVALUATORS["segmentation"] is SegmentationEvaluator
+    assert evaluator_class("segmentation") is SegmentationEvaluator
     assert isinstance(get_evaluator(make_spec(["a"])), SegmentationEvaluator)
     with pytest.raises(EvaluatorInputError, match="vqa"):
         get_evaluator(EvalSpec(task_id="t", track="vqa", case_ids=["a"]))

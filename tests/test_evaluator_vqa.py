@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_automedbench.evaluators import EVALUATORS, get_evaluator
+from pytest_automedbench.evaluators import evaluator_class, get_evaluator
 from pytest_automedbench.evaluators import vqa as vqa_module
 from pytest_automedbench.evaluators.safe_io import MAX_JSON_DEPTH
 from pytest_automedbench.evaluators.schema import (
@@ -497,7 +497,7 @@ def test_missing_or_broken_reference_file_is_an_input_error(tmp_path: Path, refs
 
 
 def test_registry_and_spec_checks() -> None:
-    assert EVALUATORS["vqa"] is VqaEvaluator
+    assert evaluator_class("vqa") is VqaEvaluator
     assert isinstance(get_evaluator(make_spec()), VqaEvaluator)
     with pytest.raises(EvaluatorInputError, match="no 'vqa' section"):
         VqaEvaluator(EvalSpec(task_id="t", track="vqa", case_ids=["q_1"]))

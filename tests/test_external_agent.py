@@ -17,7 +17,7 @@ import pytest
 
 from pytest_automedbench.agents.base import AgentOutcome, Limits
 from pytest_automedbench.agents.external import BRIEF_FILENAME, run_command_agent
-from pytest_automedbench.agents.registry import SCRIPTED, AgentEntry
+from pytest_automedbench.agents.registry import SCRIPTED, CommandAgent
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
 from pytest_automedbench.evaluation import check_format
@@ -97,7 +97,7 @@ def run_cell(
     sandbox = LocalSandbox(SandboxSpec(public_dir=staged.public_dir, workspace_dir=workspace))
     spec = TASK.eval_spec(staged.case_ids)
     deliverables = TASK.deliverables(staged.case_ids)
-    entry = AgentEntry("toy", "test", "command", command=command, transcript=transcript)
+    entry = CommandAgent("toy", "test", command=command, transcript=transcript)
     limits = Limits(wall_clock_s=wall_clock_s)
     trajectory = TrajectoryWriter(tmp_path / "trajectory.jsonl")
     with sandbox:

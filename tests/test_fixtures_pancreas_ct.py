@@ -22,15 +22,9 @@ import SimpleITK as sitk
 from scipy import ndimage
 
 from pytest_automedbench.fixtures.pancreas_ct import (
-    DEFAULT_SHAPE,
-    DEFAULT_SPACING,
     GENERATOR_VERSION,
     OAR_LABELS,
-    REALISTIC_SHAPE,
-    REALISTIC_SPACING,
     TUMOR_LABELS,
-    Phantom,
-    build_phantom,
     case_id,
     generate_oar_case,
     generate_oar_dataset,
@@ -40,6 +34,14 @@ from pytest_automedbench.fixtures.pancreas_ct import (
     oar_lesion_indices,
     stage_pants_oar,
     stage_pants_tumor,
+)
+from pytest_automedbench.fixtures.pancreas_phantom import (
+    DEFAULT_SHAPE,
+    DEFAULT_SPACING,
+    REALISTIC_SHAPE,
+    REALISTIC_SPACING,
+    Phantom,
+    build_phantom,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import case_ids_of, stage_real

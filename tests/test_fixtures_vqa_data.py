@@ -32,6 +32,23 @@ from PIL import Image
 from pytest_automedbench.fixtures import vqa_data as vd
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import case_ids_of
+from pytest_automedbench.fixtures.vqa_drawing import IMAGE_SIZE, REALISTIC_SHAPE
+from pytest_automedbench.fixtures.vqa_frames import FrameScene, render_frames
+from pytest_automedbench.fixtures.vqa_pathology import (
+    STAINS,
+    TISSUES,
+    random_path_scene,
+    render_pathology,
+)
+from pytest_automedbench.fixtures.vqa_questions import path_families, rad_vqa_families
+from pytest_automedbench.fixtures.vqa_radiology import (
+    SUBTLE_CONTRAST,
+    RadScene,
+    place_lesions,
+    random_rad_scene,
+    render_radiology,
+)
+from pytest_automedbench.fixtures.vqa_vignettes import SKIN_DIAGNOSES, SkinScene, render_skin
 from pytest_automedbench.tasks import BRIEF_FIELDS
 
 from .conftest import SUITES
@@ -198,7 +215,7 @@ def test_split_follows_the_questions_contract(name: str, tmp_path: Path) -> None
             used.add(rel)
             with Image.open(public / rel) as image:
                 assert image.format == ("PNG" if rel.endswith(".png") else "JPEG")
-                assert image.size == (vd.IMAGE_SIZE, vd.IMAGE_SIZE)
+                assert image.size == (IMAGE_SIZE, IMAGE_SIZE)
     # every image file is used, and several questions share an image (as in the real sets)
     assert used == {f"images/{p.name}" for p in (public / "images").iterdir()}
     if name in ("vqa-rad", "pathvqa", "slake"):
@@ -207,20 +224,20 @@ def test_split_follows_the_questions_contract(name: str, tmp_path: Path) -> None
 
 def test_images_look_like_their_modality() -> None:
     rng = np.random.default_rng(3)
-    ct = vd.render_radiology(vd._rad_scene("ct-chest", rng, 0, slake=False))
-    mri = vd.render_radiology(vd._rad_scene("mri-head", rng, 0, slake=False))
-    xray = vd.render_radiology(vd._rad_scene("xray-chest", rng, 0, slake=False))
+    ct = render_radiology(random_rad_scene("ct-chest", rng, 0, slake=False))
+    mri = render_radiology(random_rad_scene("mri-head", rng, 0, slake=False))
+    xray = render_radiology(random_rad_scene("xray-chest", rng, 0, slake=False))
     for image in (ct, mri, xray):
         assert image.dtype == np.uint8 and image.ndim == 2
     # tomographic slices sit on black air; a radiograph fills the frame
     assert (ct < 20).mean() > 0.4 and (mri < 20).mean() > 0.4 and (xray < 20).mean() < 0.2
-    patch = vd.render_pathology(vd.random_path_scene("carcinoma", "h&e", rng)).astype(float)
+    patch = render_pathology(random_path_scene("carcinoma", "h&e", rng)).astype(float)
     r, g, b = (patch[..., c].mean() for c in range(3))
     assert r - g > 30 and b - g > 20  # eosin pink and hematoxylin purple, no green
-    frames = vd.render_frames(
-        vd.FrameScene("endoscopy", (True, True), ((0.0, 0.0), (0.1, 0.1)), (0.15, 0.2), 1)
+    frames = render_frames(
+        FrameScene("endoscopy", (True, True), ((0.0, 0.0), (0.1, 0.1)), (0.15, 0.2), 1)
     )
-    assert len(frames) == 2 and frames[0].shape == (vd.IMAGE_SIZE, vd.IMAGE_SIZE, 3)
+    assert len(frames) == 2 and frames[0].shape == (IMAGE_SIZE, IMAGE_SIZE, 3)
     assert frames[0][..., 0].mean() > frames[0][..., 2].mean()  # red mucosa
 
 
@@ -330,7 +347,7 @@ def _ask(families: list[Any], question: str) -> str:
     raise AssertionError(f"{question!r} is not asked of this scene")
 
 
-def _mirror(scene: vd.RadScene) -> vd.RadScene:
+def _mirror(scene: RadScene) -> RadScene:
     flipped = {"left": "right", "right": "left"}
     lesions = tuple(replace(les, cx=-les.cx, side=flipped[les.side]) for les in scene.lesions)
     return replace(scene, lesions=lesions)
@@ -339,27 +356,27 @@ def _mirror(scene: vd.RadScene) -> vd.RadScene:
 def test_the_lesion_side_decides_the_answer() -> None:
     solver = _solver("vqa-rad")
     rng = np.random.default_rng(12)
-    base = vd.RadScene("ct", "chest", scale=(1.0, 1.0), noise_seed=4)
-    left = vd.place_lesions(base, [("lung", "left")], rng)
+    base = RadScene("ct", "chest", scale=(1.0, 1.0), noise_seed=4)
+    left = place_lesions(base, [("lung", "left")], rng)
     left = replace(left, lesions=tuple(replace(les, contrast=1.0) for les in left.lesions))
     right = _mirror(left)
     question = "Is there a nodule in the left lung?"
     # the gold answer follows the scene ...
-    assert _ask(vd._rad_vqa_families(left), question) == "yes"
-    assert _ask(vd._rad_vqa_families(right), question) == "no"
-    assert _ask(vd._rad_vqa_families(base), question) == "no"
-    assert _ask(vd._rad_vqa_families(left), "Which side is the lesion on?") == "left"
+    assert _ask(rad_vqa_families(left), question) == "yes"
+    assert _ask(rad_vqa_families(right), question) == "no"
+    assert _ask(rad_vqa_families(base), question) == "no"
+    assert _ask(rad_vqa_families(left), "Which side is the lesion on?") == "left"
     # ... and so does what the image shows: the patient's left is the image right
-    image = vd.render_radiology(left)
+    image = render_radiology(left)
     info = solver.analyse(image)
     assert [les["side"] for les in info["lesions"]] == ["left"]
-    assert info["lesions"][0]["x"] > vd.IMAGE_SIZE / 2
+    assert info["lesions"][0]["x"] > IMAGE_SIZE / 2
     assert solver.answer(question, "closed", info) == "yes"
     flipped = solver.analyse(np.ascontiguousarray(image[:, ::-1]))
     assert solver.answer(question, "closed", flipped) == "no"
     assert solver.answer("Which side is the lesion on?", "open", flipped) == "right"
     assert (
-        solver.answer("Is this image normal?", "closed", solver.analyse(vd.render_radiology(base)))
+        solver.answer("Is this image normal?", "closed", solver.analyse(render_radiology(base)))
         == "yes"
     )
 
@@ -383,8 +400,8 @@ def test_the_same_question_gets_different_answers_from_different_images(tmp_path
 def test_modality_and_region_are_read_from_the_image(modality: str) -> None:
     solver = _solver("slake")
     for seed in range(3):
-        scene = vd._rad_scene(modality, np.random.default_rng(seed), 2, slake=True)
-        info = solver.analyse(vd.render_radiology(scene))
+        scene = random_rad_scene(modality, np.random.default_rng(seed), 2, slake=True)
+        info = solver.analyse(render_radiology(scene))
         assert (info["modality"], info["region"]) == (scene.modality, scene.region)
         if scene.region == "abdomen":
             assert info["kidneys"] == len(scene.kidneys)
@@ -394,25 +411,25 @@ def test_modality_and_region_are_read_from_the_image(modality: str) -> None:
 def test_analysis_works_at_the_realistic_size() -> None:
     solver = _solver("vqa-rad")
     rng = np.random.default_rng(2)
-    scene = vd.place_lesions(
-        vd.RadScene("ct", "chest", noise_seed=3), [("lung", "right"), ("lung", "left")], rng
+    scene = place_lesions(
+        RadScene("ct", "chest", noise_seed=3), [("lung", "right"), ("lung", "left")], rng
     )
     scene = replace(scene, lesions=tuple(replace(les, contrast=1.0) for les in scene.lesions))
-    image = vd.render_radiology(scene, vd.REALISTIC_SHAPE[0])
-    assert image.shape == vd.REALISTIC_SHAPE
+    image = render_radiology(scene, REALISTIC_SHAPE[0])
+    assert image.shape == REALISTIC_SHAPE
     info = solver.analyse(image)
     assert sorted(les["side"] for les in info["lesions"]) == ["left", "right"]
 
 
 def test_subtle_lesions_keep_a_visible_contrast() -> None:
     rng = np.random.default_rng(5)
-    scene = vd.place_lesions(vd.RadScene("mri", "head", noise_seed=1), [("brain", "left")], rng)
-    faint = replace(scene, lesions=(replace(scene.lesions[0], contrast=vd.SUBTLE_CONTRAST),))
-    plain = vd.render_radiology(replace(faint, lesions=())).astype(float)
-    shown = vd.render_radiology(faint).astype(float)
+    scene = place_lesions(RadScene("mri", "head", noise_seed=1), [("brain", "left")], rng)
+    faint = replace(scene, lesions=(replace(scene.lesions[0], contrast=SUBTLE_CONTRAST),))
+    plain = render_radiology(replace(faint, lesions=())).astype(float)
+    shown = render_radiology(faint).astype(float)
     les = faint.lesions[0]
-    row = int((les.cy + 1) / 2 * vd.IMAGE_SIZE)
-    col = int((les.cx + 1) / 2 * vd.IMAGE_SIZE)
+    row = int((les.cy + 1) / 2 * IMAGE_SIZE)
+    col = int((les.cx + 1) / 2 * IMAGE_SIZE)
     difference = (
         shown[row - 2 : row + 3, col - 2 : col + 3].mean()
         - plain[row - 2 : row + 3, col - 2 : col + 3].mean()
@@ -420,15 +437,15 @@ def test_subtle_lesions_keep_a_visible_contrast() -> None:
     assert difference > 25  # several times the noise: visible, if not to a fixed threshold
 
 
-@pytest.mark.parametrize("tissue", list(vd.TISSUES))
+@pytest.mark.parametrize("tissue", list(TISSUES))
 def test_tissue_pattern_and_stain_are_read_from_the_patch(tissue: str) -> None:
     solver = _solver("pathvqa")
-    for k, stain in enumerate(vd.STAINS):
-        scene = vd.random_path_scene(tissue, stain, np.random.default_rng(k))
-        info = solver.analyse(vd.render_pathology(scene))
+    for k, stain in enumerate(STAINS):
+        scene = random_path_scene(tissue, stain, np.random.default_rng(k))
+        info = solver.analyse(render_pathology(scene))
         assert (info["tissue"], info["stain"]) == (tissue, stain)
-        malignant = vd.TISSUES[tissue][0]
-        gold = _ask(vd._path_families(scene), "Is there evidence of malignancy?")
+        malignant = TISSUES[tissue][0]
+        gold = _ask(path_families(scene), "Is there evidence of malignancy?")
         assert gold == ("yes" if malignant else "no")
         assert solver.answer("Is there evidence of malignancy?", "closed", info) == gold
 
@@ -437,9 +454,9 @@ def test_reversing_the_frames_reverses_trend_and_motion(tmp_path: Path) -> None:
     solver = _solver("medframeqa")
     for kind in ("endoscopy", "ultrasound"):
         centres = ((0.2, -0.25), (0.2, 0.0), (0.2, 0.25))
-        scene = vd.FrameScene(kind, (True, True, True), centres, (0.1, 0.14, 0.19), 3)
+        scene = FrameScene(kind, (True, True, True), centres, (0.1, 0.14, 0.19), 3)
         paths = []
-        for k, frame in enumerate(vd.render_frames(scene)):
+        for k, frame in enumerate(render_frames(scene)):
             paths.append(tmp_path / f"{kind}{k}.png")
             Image.fromarray(frame).save(paths[-1])
         found = [solver.detect(p) for p in paths]
@@ -451,18 +468,18 @@ def test_reversing_the_frames_reverses_trend_and_motion(tmp_path: Path) -> None:
         assert solver.reason(move_q, found[::-1]) == "right to left"
         assert solver.reason("In which frame does the lesion first appear?", found) == "frame 1"
         late = replace(scene, present=(False, False, True))
-        frames = vd.render_frames(late)
+        frames = render_frames(late)
         Image.fromarray(frames[0]).save(paths[0])
         Image.fromarray(frames[1]).save(paths[1])
         found = [solver.detect(p) for p in paths]
         assert solver.reason("In which frame does the lesion first appear?", found) == "frame 3"
 
 
-@pytest.mark.parametrize("diagnosis", vd.SKIN_DIAGNOSES)
+@pytest.mark.parametrize("diagnosis", SKIN_DIAGNOSES)
 def test_skin_lesion_type_is_read_from_the_photograph(diagnosis: str) -> None:
     solver = _solver("medxpertqa-mm")
     for seed in range(3):
-        image = vd.render_skin(vd.SkinScene(diagnosis, seed))
+        image = render_skin(SkinScene(diagnosis, seed))
         assert solver.read_skin(image) == diagnosis
 
 
@@ -471,12 +488,12 @@ def test_skin_lesion_type_is_read_from_the_photograph(diagnosis: str) -> None:
 )
 def test_radiograph_finding_and_side_are_read_from_the_image(finding: str, side: str) -> None:
     solver = _solver("medxpertqa-mm")
-    scene = vd.RadScene("x-ray", "chest", finding=finding, finding_side=side, noise_seed=7)
-    assert solver.read_xray(vd.render_radiology(scene).astype(float)) == (finding, side)
+    scene = RadScene("x-ray", "chest", finding=finding, finding_side=side, noise_seed=7)
+    assert solver.read_xray(render_radiology(scene).astype(float)) == (finding, side)
     if side:
         other = "right" if side == "left" else "left"
         mirrored = replace(scene, finding_side=other)
-        assert solver.read_xray(vd.render_radiology(mirrored).astype(float)) == (finding, other)
+        assert solver.read_xray(render_radiology(mirrored).astype(float)) == (finding, other)
 
 
 @pytest.mark.parametrize("name", TASKS)

@@ -33,7 +33,7 @@ from pytest_automedbench.agents.model import (
     missing_credentials,
     policy_from_entry,
 )
-from pytest_automedbench.agents.registry import AgentEntry, Prices
+from pytest_automedbench.agents.registry import ModelAgent, Prices
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
 from pytest_automedbench.evaluators.schema import FormatReport
@@ -66,7 +66,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
         yield fake
 
 
-def make_entry(api_base: str, **overrides: Any) -> AgentEntry:
+def make_entry(api_base: str, **overrides: Any) -> ModelAgent:
     settings: dict[str, Any] = {
         "model": "openai/fake-model",
         "api_base": api_base,
@@ -74,7 +74,7 @@ def make_entry(api_base: str, **overrides: Any) -> AgentEntry:
         "prices": PRICES,
         **overrides,
     }
-    return AgentEntry("fake", "a model on the fake server", "model", **settings)
+    return ModelAgent("fake", "a model on the fake server", **settings)
 
 
 def make_policy(server: FakeOpenAI, max_retries: int = 5, **overrides: Any) -> LiteLLMPolicy:

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
+from pytest_automedbench.cells import cells_of_nodeids, param_id
+from pytest_automedbench.config import build_config
 from pytest_automedbench.progress import (
     CellProgress,
     PlannedCell,
     ProgressMonitor,
     TrajectoryTail,
     cell_progress,
-    cells_from_nodeids,
     current_stage,
     fmt_elapsed,
-    param_id,
     parse_chunk,
     preflight_line,
     status_line,
@@ -259,26 +259,29 @@ def test_preflight_of_an_uneven_plan_without_models() -> None:
     )
 
 
-def test_cells_from_the_node_ids_an_xdist_worker_collected() -> None:
+def test_cells_from_the_node_ids_an_xdist_worker_collected(tmp_path: Path) -> None:
+    """The controller finds the cells behind a worker's node ids by the test ids that
+    collection gave them (the same plan), not by decoding the ids."""
     ids = [
         "suites/vqa/test_vqa.py::test_cell[vqa-rad-lite-r0]",
         "suites/vqa/test_vqa.py::test_cell[slake-pro-r2]",
+        "suites/vqa/test_vqa.py::test_cell[slake-pro-r3]",  # not planned: runs = 3
         "suites/vqa/test_vqa.py::test_cell[no-tasks]",
         "tests/test_x.py::test_plain",
     ]
-    cells = cells_from_nodeids(ids, REPO, ["reference"], ["lite", "standard", "pro"])
-    assert [(n, k.agent, k.task, k.tier, k.run) for n, k, _ in cells] == [
+    config = build_config({"runs": 3}, {}, None, tmp_path)
+    cells = cells_of_nodeids(ids, [REPO], config)
+    assert [(n, c.key.agent, c.key.task, c.key.tier, c.key.run) for n, c in cells] == [
         (ids[0], "reference", "vqa-rad", "lite", 0),
         (ids[1], "reference", "slake", "pro", 2),
     ]
-    assert cells[0][2].id == "vqa-rad" and cells[0][2].time_limit_s > 0
-    several = cells_from_nodeids(
+    assert cells[0][1].task.id == "vqa-rad" and cells[0][1].task.time_limit_s > 0
+    several = cells_of_nodeids(
         ["suites/vqa/test_vqa.py::test_cell[no-plan-vqa-rad-lite-r0]"],
-        REPO,
-        ["reference", "no-plan"],
-        ["lite"],
+        [REPO],
+        build_config({"agents": ["reference", "no-plan"], "tier": "lite"}, {}, None, tmp_path),
     )
-    assert [(k.agent, k.task) for _, k, _ in several] == [("no-plan", "vqa-rad")]
+    assert [(c.key.agent, c.key.task) for _, c in several] == [("no-plan", "vqa-rad")]
     assert param_id("a.py::test_cell[x-y]") == "x-y" and param_id("a.py::test") is None
 
 
@@ -288,9 +291,10 @@ def test_node_ids_outside_the_rootdir_are_found_under_the_session_arguments(
     """``pytest /repo/suites -c elsewhere/pyproject.toml``: the ids are relative to the
     argument, not to the rootdir."""
     ids = ["vqa/test_vqa.py::test_cell[vqa-rad-lite-r0]"]
-    assert cells_from_nodeids(ids, tmp_path, ["reference"], ["lite"]) == []
-    cells = cells_from_nodeids(ids, [tmp_path, REPO / "suites"], ["reference"], ["lite"])
-    assert [(k.task, k.tier) for _, k, _ in cells] == [("vqa-rad", "lite")]
+    config = build_config({"tier": "lite"}, {}, None, tmp_path)
+    assert cells_of_nodeids(ids, [tmp_path], config) == []
+    cells = cells_of_nodeids(ids, [tmp_path, REPO / "suites"], config)
+    assert [(c.key.task, c.key.tier) for _, c in cells] == [("vqa-rad", "lite")]
 
 
 # --------------------------------------------------------------------------- the monitor

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_automedbench.agents import registry
+from pytest_automedbench.agents import registry, scripted
 from pytest_automedbench.agents.base import AgentContext, Message, Reply
 from pytest_automedbench.agents.scripted import reference_agent
 from pytest_automedbench.config import RunConfig
@@ -70,10 +70,9 @@ def plan_for(agent: str, staged: StagedData, tmp_path: Path) -> CellPlan:
 
 
 def register(monkeypatch: pytest.MonkeyPatch, error: BaseException, turn: int) -> None:
-    entry = registry.AgentEntry(
-        "exploding", "test", "scripted", factory=lambda ctx: Exploding(ctx, error, turn)
-    )
+    entry = registry.ScriptedAgent("exploding", "test")
     monkeypatch.setitem(registry.SCRIPTED, "exploding", entry)
+    monkeypatch.setitem(scripted.ARCHETYPES, "exploding", lambda ctx: Exploding(ctx, error, turn))
 
 
 def events(tmp_path: Path) -> list[dict[str, Any]]:

@@ -84,7 +84,7 @@ def test_backend_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
         assert resolve_backend("auto") == "docker"
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     assert docker_problem() is not None
-    fallback = "local" if bubblewrap_problem() is None else "process"
+    fallback = "bubblewrap" if bubblewrap_problem() is None else "process"
     assert resolve_backend("auto") == fallback
     with pytest.raises(SandboxError, match="'docker' cannot run here: no Docker daemon"):
         resolve_backend("docker")

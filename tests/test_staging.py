@@ -302,3 +302,21 @@ def test_load_prepared_rejects_empty_case_folder(tmp_path: Path) -> None:
     (root / "private" / "a").mkdir()
     with pytest.raises(StagingError, match="'a'"):
         load_prepared(TASK, root)
+
+
+def test_the_registry_index_read_from_source_matches_the_modules_declarations() -> None:
+    """Task loading checks generator and stager names against an index read from the
+    fixture modules' source (no import); it must list exactly what the modules declare."""
+    import importlib
+
+    from pytest_automedbench.fixtures import registry
+
+    declared: dict[str, dict[str, str]] = {"generator": {}, "stager": {}}
+    for module in registry._modules():
+        loaded = importlib.import_module(f"pytest_automedbench.fixtures.{module}")
+        for generator in getattr(loaded, "GENERATORS", []):
+            declared["generator"][generator.name] = module
+        for stager in getattr(loaded, "STAGERS", []):
+            declared["stager"][stager.name] = module
+    assert registry._index() == declared
+    assert len(declared["generator"]) >= 19 and len(declared["stager"]) >= 20

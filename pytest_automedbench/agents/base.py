@@ -8,9 +8,13 @@ produce the same trajectory.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pytest_automedbench.tasks import TaskSpec
+if TYPE_CHECKING:
+    from pytest_automedbench.agents.tools import Toolbox
+    from pytest_automedbench.agents.trajectory import TrajectoryWriter
+    from pytest_automedbench.sandbox import Sandbox
+    from pytest_automedbench.tasks import TaskSpec
 
 Message = dict[str, Any]
 
@@ -125,3 +129,55 @@ class AgentOutcome:
     wall_s: float
     submitted: bool
     messages: list[Message]
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """Everything an agent gets for one cell: what it is told (the system prompt, the
+    kickoff with the brief, its context) and what it acts through (the toolbox and the
+    sandbox), under which limits, recorded where."""
+
+    ctx: AgentContext
+    system_prompt: str
+    kickoff: str
+    toolbox: Toolbox
+    sandbox: Sandbox
+    limits: Limits
+    trajectory: TrajectoryWriter
+
+
+class Agent(Protocol):
+    """One kind of agent (scripted, model, replay, command): what the harness needs of
+    it to plan, budget and run a cell."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def model_label(self) -> str:
+        """What the ledger records as the agent's model."""
+        ...
+
+    @property
+    def deterministic(self) -> bool:
+        """The same every time: one run per cell is enough."""
+        ...
+
+    @property
+    def cost_limit_usd(self) -> float | None:
+        """The most a cell may spend (0.0: no model called; None: not metered)."""
+        ...
+
+    def unavailable_reason(self) -> str | None:
+        """Why this agent cannot run here (a missing API key): its cells are skipped."""
+        ...
+
+    def run(self, run: AgentRun) -> AgentOutcome:
+        """Run the cell to its end and say how it ended."""
+        ...

@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_automedbench.agents.base import AgentOutcome, Limits, Message, Termination, Usage
 from pytest_automedbench.agents.registry import AgentEntry
-from pytest_automedbench.agents.tools import Toolbox, truncate_middle
+from pytest_automedbench.agents.tools import Toolbox, exec_content, exec_record
 from pytest_automedbench.agents.trajectory import TrajectoryWriter
 from pytest_automedbench.sandbox import Sandbox
 
@@ -151,28 +151,14 @@ def run_command_agent(
         timeout_s=round(timeout, 3),
     )
     result = sandbox.exec("bash", _command_code(environment, entry.command), timeout)
-    stdout, stderr = truncate_middle(result.stdout), truncate_middle(result.stderr)
-    parts = [f"exit_code: {result.exit_code}"]
-    if result.timed_out:
-        parts.append(f"TIMEOUT: the command was killed after {timeout:.0f} s")
-    parts.append("stdout:\n" + stdout)
-    if result.stderr:
-        parts.append("stderr:\n" + stderr)
     _record_tool_result(
         trajectory,
         messages,
         tool="execute",
         call_id="command",
         index=0,
-        content="\n".join(parts),
-        language="bash",
-        code=entry.command,
-        exit_code=result.exit_code,
-        timed_out=result.timed_out,
-        duration_s=result.duration_s,
-        stdout=stdout,
-        stderr=stderr,
-        observed=toolbox.observe(),
+        content=exec_content(result, timeout, "command"),
+        **exec_record("bash", entry.command, result, toolbox.observe()),
     )
     _record_transcript(entry, sandbox, trajectory)
 

@@ -14,22 +14,16 @@ a provider can do wrong and turns it into what the loop understands:
 * a reply that cannot arrive before the cell's wall clock runs out raises
   :class:`ReplyDeadlineError` (the loop ends with ``time_limit``).
 
-Keys are read from the environment on the host at request time and masked (``***``) in
-every error message this module records. litellm is imported on first use, never when
+The client (:mod:`pytest_automedbench.llm`, shared with the LLM judge) reads keys from
+the environment on the host at request time, masks them (``***``) in every error message
+recorded, retries and records the attempts; litellm is imported on first use, never when
 the plugin is imported, and always with its cost map read locally (no network).
 """
 
 from __future__ import annotations
 
 import copy
-import email.utils
-import importlib
 import json
-import os
-import random
-import re
-import time
-from datetime import UTC, datetime
 from typing import Any
 
 from pytest_automedbench.agents.base import (
@@ -41,35 +35,20 @@ from pytest_automedbench.agents.base import (
     Usage,
 )
 from pytest_automedbench.agents.registry import AgentEntry
-
-DEFAULT_REQUEST_TIMEOUT_S = 600.0
-DEFAULT_MAX_RETRIES = 5
-DEFAULT_BACKOFF_BASE_S = 1.0
-#: The longest wait between two attempts, whether from backoff or from Retry-After.
-MAX_WAIT_S = 60.0
-#: Sent when an entry has an endpoint but no key variable: self-hosted servers (vLLM,
-#: Ollama) need no key, but the OpenAI client refuses to send a request without one.
-PLACEHOLDER_KEY = "sk-automedbench-no-key"
-#: Characters of a provider's error message kept in a retry record.
-DETAIL_CHARS = 500
-
-_CONTEXT_OVERFLOW = re.compile(
-    r"context[ _-]?(length|window)|maximum context|prompt is too long|too many tokens",
-    re.IGNORECASE,
+from pytest_automedbench.llm import (
+    DEFAULT_BACKOFF_BASE_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    ContextOverflow,
+    DeadlineExceeded,
+    LlmClient,
+    LlmError,
+    MissingKeyError,
+    api_key,
+    import_litellm,
+    mask_secrets,
 )
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
-_BEARER = re.compile(r"(Bearer\s+)\S+", re.IGNORECASE)
-
-
-def _litellm() -> Any:
-    """litellm, imported on first use with its local cost map and without its banners.
-
-    Imported through :mod:`importlib` so the type checker treats it as an opaque module
-    rather than analysing its thousands of files on every run (hence ``Any``)."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    litellm: Any = importlib.import_module("litellm")
-    litellm.suppress_debug_info = True
-    return litellm
+from pytest_automedbench.llm import PLACEHOLDER_KEY as PLACEHOLDER_KEY  # public here too
 
 
 def missing_credentials(entry: AgentEntry) -> str | None:
@@ -81,55 +60,21 @@ def missing_credentials(entry: AgentEntry) -> str | None:
         return None
     if not entry.model:
         return f"agent {entry.name!r} names no model"
-    if entry.api_key_env:
-        if not os.environ.get(entry.api_key_env, "").strip():
+    try:
+        api_key(entry.model, key_env=entry.api_key_env, api_base=entry.api_base)
+    except MissingKeyError as exc:
+        if entry.api_key_env:
             return (
                 f"agent {entry.name!r} ({entry.model}) needs its API key in the environment "
                 f"variable {entry.api_key_env}, which is not set"
             )
-        return None
-    if entry.api_base:
-        return None  # a self-hosted endpoint: no key needed
-    try:
-        checked = _litellm().validate_environment(model=entry.model)
-    except Exception:  # an unknown provider: the request itself will say what is wrong
-        return None
-    missing = [str(name) for name in checked.get("missing_keys") or []]
-    if missing:
         return (
-            f"agent {entry.name!r} ({entry.model}) needs {', '.join(missing)} "
+            f"agent {entry.name!r} ({entry.model}) needs {', '.join(exc.names)} "
             "set in the environment"
         )
+    except Exception:  # litellm cannot be imported: the request itself will say so
+        return None
     return None
-
-
-def _retry_after_s(exc: BaseException) -> float | None:
-    """The provider's requested wait, from ``retry-after-ms`` or ``Retry-After`` (seconds
-    or an HTTP date), or None when it asked for nothing readable."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _sendable(messages: list[Message]) -> list[Message]:
@@ -159,20 +104,13 @@ def _sendable(messages: list[Message]) -> list[Message]:
     return sent
 
 
-def _status(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)
-    try:
-        return int(status) if status is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 class LiteLLMPolicy:
     """An LLM behind litellm answering one turn per :meth:`respond`.
 
     ``max_retries`` failed attempts are retried (so at most ``max_retries + 1`` requests
     per turn); the n-th wait is ``backoff_base_s * 2**(n-1)`` with jitter, or what the
-    provider's Retry-After asks for, never more than :data:`MAX_WAIT_S`.
+    provider's Retry-After asks for, never more than
+    :data:`pytest_automedbench.llm.MAX_WAIT_S` (:class:`pytest_automedbench.llm.LlmClient`).
     """
 
     scripted = False
@@ -190,154 +128,78 @@ class LiteLLMPolicy:
         self.entry = entry
         self.name = entry.name
         self.model: str = entry.model
-        self.max_retries = max_retries
-        self.backoff_base_s = backoff_base_s
-        self.request_timeout_s = request_timeout_s
-        self._rng = random.Random()
+        self.client = LlmClient(
+            entry.model,
+            api_base=entry.api_base,
+            max_retries=max_retries,
+            backoff_base_s=backoff_base_s,
+            request_timeout_s=request_timeout_s,
+        )
         #: False when neither the entry nor litellm's cost map prices this model: its
         #: cost is then recorded as 0 and a cost limit cannot stop it.
         self.price_known = entry.prices is not None or self._litellm_prices_known()
 
+    @property
+    def max_retries(self) -> int:
+        return self.client.max_retries
+
+    @property
+    def backoff_base_s(self) -> float:
+        return self.client.backoff_base_s
+
+    @property
+    def request_timeout_s(self) -> float:
+        return self.client.request_timeout_s
+
     def _litellm_prices_known(self) -> bool:
         try:
-            _litellm().cost_per_token(model=self.model, prompt_tokens=1, completion_tokens=1)
+            import_litellm().cost_per_token(model=self.model, prompt_tokens=1, completion_tokens=1)
         except Exception:  # litellm raises its own "not mapped" errors, among others
             return False
         return True
 
     def _api_key(self) -> str | None:
-        if self.entry.api_key_env:
-            key = os.environ.get(self.entry.api_key_env, "").strip()
-            if not key:
-                raise ProviderError(missing_credentials(self.entry) or "API key missing")
-            return key
-        if self.entry.api_base:
-            return PLACEHOLDER_KEY
-        return None  # litellm reads the provider's usual variable itself
-
-    def _mask(self, text: str, key: str | None) -> str:
-        """``text`` with the key in use, any secret-looking environment value and any
-        bearer token replaced by ``***`` (providers echo keys in their error messages)."""
-        secrets = {key} if key and key != PLACEHOLDER_KEY else set()
-        secrets |= {
-            value
-            for name, value in os.environ.items()
-            if _SECRET_NAME.search(name) and len(value) >= 8
-        }
-        for secret in sorted(secrets, key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return _BEARER.sub(r"\1***", text)
-
-    def _backoff_s(self, failures: int, exc: BaseException) -> float:
-        asked = _retry_after_s(exc)
-        if asked is not None:
-            return min(asked, MAX_WAIT_S)
-        ceiling = min(MAX_WAIT_S, self.backoff_base_s * 2.0 ** (failures - 1))
-        return ceiling * self._rng.uniform(0.5, 1.0)
+        try:
+            return api_key(self.model, key_env=self.entry.api_key_env, api_base=self.entry.api_base)
+        except MissingKeyError as exc:
+            raise ProviderError(missing_credentials(self.entry) or str(exc)) from None
 
     def _request(self, messages: list[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
         options = dict(self.entry.options)
         request: dict[str, Any] = {
-            "model": self.model,
             "messages": _sendable(messages),
             "temperature": options.get("temperature", 0),
             # Models that reject a parameter (temperature on reasoning models) get the
             # request without it rather than a 400 that would end the cell.
             "drop_params": True,
-            "num_retries": 0,
-            "max_retries": 0,
         }
         if tools:
             request["tools"] = tools
             request["tool_choice"] = "auto"
         if "max_tokens" in options:
             request["max_tokens"] = options["max_tokens"]
-        if self.entry.api_base:
-            request["api_base"] = self.entry.api_base
         return request
 
     def respond(
         self, messages: list[Message], tools: list[dict[str, Any]], timeout_s: float
     ) -> Reply:
-        litellm = _litellm()
-        openai = importlib.import_module("openai")
         key = self._api_key()
-        request = self._request(messages, tools)
-        if key is not None:
-            request["api_key"] = key
-        deadline = time.monotonic() + timeout_s
-        attempts: list[dict[str, Any]] = []
-        attempt = 0
-        while True:
-            attempt += 1
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ReplyDeadlineError(f"no time left for request {attempt} to {self.model}")
-            bounded_by_deadline = remaining <= self.request_timeout_s
-            started = time.monotonic()
-            try:
-                response = litellm.completion(
-                    **request, timeout=min(self.request_timeout_s, remaining)
-                )
-            except Exception as exc:  # classified below; anything else is not retried
-                status = _status(exc)
-                detail = self._mask(str(exc), key)
-                record: dict[str, Any] = {
-                    "attempt": attempt,
-                    "status": status,
-                    "error": type(exc).__name__,
-                    "detail": detail[:DETAIL_CHARS],
-                    "wait_s": None,
-                }
-                # 413: the request is too large, which compaction (old output and
-                # images dropped) is also the answer to.
-                if (
-                    isinstance(exc, litellm.ContextWindowExceededError)
-                    or status == 413
-                    or (status == 400 and _CONTEXT_OVERFLOW.search(detail))
-                ):
-                    raise ContextOverflowError(detail) from None
-                timed_out = isinstance(exc, openai.APITimeoutError)
-                if timed_out and bounded_by_deadline:
-                    raise ReplyDeadlineError(
-                        f"{self.model} did not reply within the {remaining:.1f} s the cell "
-                        f"had left (attempt {attempt})"
-                    ) from None
-                retryable = (
-                    timed_out
-                    or isinstance(exc, openai.APIConnectionError)
-                    or status in (408, 409, 429)
-                    or (status is not None and status >= 500)
-                )
-                attempts.append(record)
-                if not retryable:
-                    raise ProviderError(
-                        f"{self.model}: {type(exc).__name__} (status {status}): {detail}",
-                        attempts,
-                    ) from None
-                if attempt > self.max_retries:
-                    raise ProviderError(
-                        f"{self.model}: gave up after {attempt} attempts; last: "
-                        f"{type(exc).__name__} (status {status}): {detail}",
-                        attempts,
-                    ) from None
-                wait = self._backoff_s(attempt, exc)
-                if time.monotonic() + wait >= deadline:
-                    raise ReplyDeadlineError(
-                        f"{self.model}: attempt {attempt} failed ({type(exc).__name__}, status "
-                        f"{status}) and the {wait:.1f} s wait before a retry would pass the "
-                        "cell's wall-clock limit"
-                    ) from None
-                record["wait_s"] = round(wait, 3)
-                time.sleep(wait)
-                continue
-            latency = time.monotonic() - started
-            return Reply(
-                self._message(response, key),
-                self._usage(response),
-                retries=attempts,
-                latency_s=latency,
+        try:
+            completion = self.client.complete(
+                self._request(messages, tools), key=key, timeout_s=timeout_s
             )
+        except ContextOverflow as exc:
+            raise ContextOverflowError(str(exc)) from None
+        except DeadlineExceeded as exc:
+            raise ReplyDeadlineError(str(exc)) from None
+        except LlmError as exc:
+            raise ProviderError(str(exc), exc.attempts) from None
+        return Reply(
+            self._message(completion.response, key),
+            self._usage(completion.response),
+            retries=completion.attempts,
+            latency_s=completion.latency_s,
+        )
 
     def _message(self, response: Any, key: str | None) -> Message:
         """The reply as a plain OpenAI message dict, the form the loop and the trajectory
@@ -346,7 +208,7 @@ class LiteLLMPolicy:
         choices = getattr(response, "choices", None) or []
         if not choices:
             raise ProviderError(
-                self._mask(f"{self.model}: a reply without choices: {response!r}"[:2000], key)
+                mask_secrets(f"{self.model}: a reply without choices: {response!r}"[:2000], [key])
             )
         raw = choices[0].message
         content = getattr(raw, "content", None)
@@ -382,7 +244,7 @@ class LiteLLMPolicy:
             cost = self.entry.prices.cost(tokens_in, tokens_out)
         elif self.price_known:
             try:
-                cost_in, cost_out = _litellm().cost_per_token(
+                cost_in, cost_out = import_litellm().cost_per_token(
                     model=self.model, prompt_tokens=tokens_in, completion_tokens=tokens_out
                 )
                 cost = float(cost_in) + float(cost_out)

@@ -14,25 +14,28 @@ from typing import Any
 
 from pytest_automedbench.agents.base import AgentContext
 
-#: Checks every output of a segmentation task against its input's geometry and the
-#: task's label set; exits non-zero on any problem so the agent sees a failure.
-CHECK_SEGMENTATION = '''"""Check segmentation outputs: geometry, labels, foreground, volumes."""
-import argparse
-from pathlib import Path
 
-import numpy as np
-import SimpleITK as sitk
+#: The command line every check script takes: inputs, outputs, the output name pattern,
+#: the task's own arguments, and optionally the cases to check.
+def _arguments(extra: str = "") -> str:
+    return (
+        "parser = argparse.ArgumentParser()\n"
+        'parser.add_argument("--inputs", type=Path, required=True)\n'
+        'parser.add_argument("--outputs", type=Path, required=True)\n'
+        'parser.add_argument("--pattern", required=True)\n'
+        f"{extra}"
+        'parser.add_argument("--cases", nargs="*")\n'
+        "args = parser.parse_args()\n"
+    )
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--inputs", type=Path, required=True)
-parser.add_argument("--outputs", type=Path, required=True)
-parser.add_argument("--pattern", required=True)
-parser.add_argument("--reference-input", required=True)
-parser.add_argument("--labels", required=True, help="allowed values, comma separated")
-parser.add_argument("--cases", nargs="*")
-args = parser.parse_args()
-allowed = {int(v) for v in args.labels.split(",")}
-cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
+
+_SEGMENTATION_ARGUMENTS = (
+    'parser.add_argument("--reference-input", required=True)\n'
+    'parser.add_argument("--labels", required=True, help="allowed values, comma separated")\n'
+)
+
+#: The loop over per-case outputs of a check script; a missing output is a problem.
+_EACH_CASE = """cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
 bad = 0
 for case in cases:
     path = args.outputs / args.pattern.replace("{case}", case)
@@ -40,7 +43,25 @@ for case in cases:
         print(f"{case}: MISSING {path}")
         bad += 1
         continue
-    image = sitk.ReadImage(str(args.inputs / case / args.reference_input))
+"""
+
+
+#: Checks every output of a segmentation task against its input's geometry and the
+#: task's label set; exits non-zero on any problem so the agent sees a failure.
+CHECK_SEGMENTATION = (
+    '''"""Check segmentation outputs: geometry, labels, foreground, volumes."""
+import argparse
+from pathlib import Path
+
+import numpy as np
+import SimpleITK as sitk
+
+'''
+    + _arguments(_SEGMENTATION_ARGUMENTS)
+    + """allowed = {int(v) for v in args.labels.split(",")}
+"""
+    + _EACH_CASE
+    + """    image = sitk.ReadImage(str(args.inputs / case / args.reference_input))
     mask = sitk.ReadImage(str(path))
     labels = sitk.GetArrayFromImage(mask)
     problems = []
@@ -62,31 +83,23 @@ for case in cases:
     print(f"{case}: {volumes}" + (" PROBLEMS: " + "; ".join(problems) if problems else " OK"))
     bad += bool(problems)
 raise SystemExit(1 if bad else 0)
-'''
+"""
+)
 
 
 #: Checks every output of an enhancement task: a finite, non-constant 2-D float image.
-CHECK_ENHANCEMENT = '''"""Check enhancement outputs: present, 2-D float, finite, not constant."""
+CHECK_ENHANCEMENT = (
+    '''"""Check enhancement outputs: present, 2-D float, finite, not constant."""
 import argparse
 from pathlib import Path
 
 import numpy as np
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--inputs", type=Path, required=True)
-parser.add_argument("--outputs", type=Path, required=True)
-parser.add_argument("--pattern", required=True)
-parser.add_argument("--cases", nargs="*")
-args = parser.parse_args()
-cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
-bad = 0
-for case in cases:
-    path = args.outputs / args.pattern.replace("{case}", case)
-    if not path.is_file():
-        print(f"{case}: MISSING {path}")
-        bad += 1
-        continue
-    image = np.load(path, allow_pickle=False)
+'''
+    + _arguments()
+    + """"""
+    + _EACH_CASE
+    + """    image = np.load(path, allow_pickle=False)
     problems = []
     if image.dtype.kind != "f":
         problems.append(f"dtype {image.dtype} is not floating point")
@@ -102,20 +115,19 @@ for case in cases:
           + (" PROBLEMS: " + "; ".join(problems) if problems else " OK"))
     bad += bool(problems)
 raise SystemExit(1 if bad else 0)
-'''
+"""
+)
 
 #: Checks a VQA answers file: every question answered, choice answers are option letters.
-CHECK_VQA = '''"""Check VQA answers: all questions answered, short answers, option letters."""
+CHECK_VQA = (
+    '''"""Check VQA answers: all questions answered, short answers, option letters."""
 import argparse
 import json
 from pathlib import Path
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--inputs", type=Path, required=True)
-parser.add_argument("--outputs", type=Path, required=True)
-parser.add_argument("--pattern", required=True)
-parser.add_argument("--cases", nargs="*")
-args = parser.parse_args()
+'''
+    + _arguments()
+    + """\
 questions = {q["question_id"]: q for q in json.loads((args.inputs / "questions.json").read_text())}
 path = args.outputs / args.pattern
 if not path.is_file():
@@ -145,29 +157,21 @@ if unknown:
     bad += 1
 print(f"{sum(counts.values())} questions checked {counts}: {bad} problem(s)")
 raise SystemExit(1 if bad else 0)
-'''
+"""
+)
 
 
 #: Checks report outputs: present, plain text of a plausible length.
-CHECK_REPORT = '''"""Check report outputs: one non-trivial FINDINGS text per case."""
+CHECK_REPORT = (
+    '''"""Check report outputs: one non-trivial FINDINGS text per case."""
 import argparse
 from pathlib import Path
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--inputs", type=Path, required=True)
-parser.add_argument("--outputs", type=Path, required=True)
-parser.add_argument("--pattern", required=True)
-parser.add_argument("--cases", nargs="*")
-args = parser.parse_args()
-cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
-bad = 0
-for case in cases:
-    path = args.outputs / args.pattern.replace("{case}", case)
-    if not path.is_file():
-        print(f"{case}: MISSING {path}")
-        bad += 1
-        continue
-    text = path.read_text(encoding="utf-8")
+'''
+    + _arguments()
+    + """"""
+    + _EACH_CASE
+    + """    text = path.read_text(encoding="utf-8")
     problems = []
     if sum(c.isalpha() for c in text) < 20:
         problems.append("fewer than 20 letters")
@@ -177,23 +181,21 @@ for case in cases:
     print(f"{case}: {words} words" + (" PROBLEMS: " + "; ".join(problems) if problems else " OK"))
     bad += bool(problems)
 raise SystemExit(1 if bad else 0)
-'''
+"""
+)
 
 
 #: Checks a COCO results file against the public image list and categories.
-CHECK_DETECTION = '''"""Check detection outputs: COCO results, known ids, boxes in bounds."""
+CHECK_DETECTION = (
+    '''"""Check detection outputs: COCO results, known ids, boxes in bounds."""
 import argparse
 import json
 import math
 from pathlib import Path
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--inputs", type=Path, required=True)
-parser.add_argument("--outputs", type=Path, required=True)
-parser.add_argument("--pattern", required=True)
-parser.add_argument("--cases", nargs="*")
-args = parser.parse_args()
-index = json.loads((args.inputs / "images.json").read_text())
+'''
+    + _arguments()
+    + """index = json.loads((args.inputs / "images.json").read_text())
 images = {im["id"]: im for im in index["images"]}
 categories = {c["id"]: c["name"] for c in index["categories"]}
 path = args.outputs / args.pattern
@@ -235,7 +237,8 @@ if empty:
     print(f"{len(empty)} expected image(s) without any box: {empty[:5]}")
 print(f"{bad} problem(s)")
 raise SystemExit(1 if bad else 0)
-'''
+"""
+)
 
 #: Prints what each input file of the first case holds, NIfTI or NumPy alike.
 INSPECT_INPUTS = """from pathlib import Path

@@ -1,33 +1,41 @@
 """Which agents exist and how ``--agent NAME`` resolves to one.
 
-An agent is one of four kinds:
+An agent is one of four kinds, one class each behind the
+:class:`~pytest_automedbench.agents.base.Agent` protocol:
 
-* ``scripted`` -- a fixed policy in :mod:`.scripted` (offline; archetypes for scoring tests);
-* ``model`` -- an LLM through litellm (:mod:`.model`), from the paper's six named models,
-  ``litellm:<any litellm model string>``, or an entry of the agents file;
-* ``replay`` -- ``replay:<file>`` plays back the tool calls of a recorded or
+* :class:`ScriptedAgent` -- a fixed policy in :mod:`.scripted` (offline; archetypes for
+  scoring tests);
+* :class:`ModelAgent` -- an LLM through litellm (:mod:`.model`), from the paper's six
+  named models, ``litellm:<any litellm model string>``, or an entry of the agents file;
+* :class:`ReplayAgent` -- ``replay:<file>`` plays back the tool calls of a recorded or
   hand-written trajectory (:mod:`.replay`);
-* ``command`` -- ``cmd:<name>`` runs a configured command-line agent (Codex, Claude Code,
-  ...) inside the agent sandbox (:mod:`.external`).
+* :class:`CommandAgent` -- ``cmd:<name>`` runs a configured command-line agent (Codex,
+  Claude Code, ...) inside the agent sandbox (:mod:`.external`).
 
-Agents files (YAML, ``--agents-file``) and ``[tool.automedbench.agents.<name>]`` tables
-define more model and command agents; they are parsed by :func:`parse_definitions`.
-Keys are never written in either: an entry names the environment variable that holds its
-key (``api_key_env``), and the key is read on the host only when a request is made.
+Names resolve through :data:`SCRIPTED`, :data:`NAMED_MODELS`, the user's definitions and
+the prefixes of :data:`PREFIXES`. Agents files (YAML, ``--agents-file``) and
+``[tool.automedbench.agents.<name>]`` tables define more model and command agents; they
+are parsed by :func:`parse_definitions`. Keys are never written in either: an entry
+names the environment variable that holds its key (``api_key_env``), and the key is read
+on the host only when a request is made.
+
+Light on purpose (the plugin validates agent names at start-up): what a kind needs to
+run is imported when it runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
-from pytest_automedbench.agents.base import AgentContext, Policy
+from pytest_automedbench.agents.base import Limits
 
-AgentKind = Literal["scripted", "model", "replay", "command"]
+if TYPE_CHECKING:
+    from pytest_automedbench.agents.base import AgentContext, AgentOutcome, AgentRun, Policy
 
 
 class UnknownAgentError(ValueError):
@@ -45,118 +53,198 @@ class Prices:
         return (tokens_in * self.input_per_mtok + tokens_out * self.output_per_mtok) / 1e6
 
 
+class _TurnByTurn:
+    """Agents that answer turn by turn in the host's tool loop (scripted, model, replay):
+    a kind says only which policy answers."""
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        raise NotImplementedError
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def run(self, run: AgentRun) -> AgentOutcome:
+        from pytest_automedbench.agents.loop import run_agent
+
+        return run_agent(
+            self.policy(run.ctx),
+            run.system_prompt,
+            run.kickoff,
+            run.toolbox,
+            run.limits,
+            run.trajectory,
+        )
+
+
 @dataclass(frozen=True)
-class AgentEntry:
+class ScriptedAgent(_TurnByTurn):
+    """A scripted archetype: the same turns every time, no model, no cost."""
+
     name: str
     description: str
-    kind: AgentKind
-    #: scripted: builds the policy for a cell.
-    factory: Callable[[AgentContext], Policy] | None = None
-    #: model: the litellm model string, endpoint, key variable, prices, request options.
-    model: str | None = None
+    kind: ClassVar[str] = "scripted"
+    deterministic: ClassVar[bool] = True
+    cost_limit_usd: ClassVar[float | None] = 0.0
+
+    @property
+    def model_label(self) -> str:
+        return f"scripted:{self.name}"
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        from pytest_automedbench.agents import scripted
+
+        return scripted.ARCHETYPES[self.name](ctx)
+
+
+@dataclass(frozen=True)
+class ModelAgent(_TurnByTurn):
+    """An LLM through litellm."""
+
+    name: str
+    description: str
+    #: The litellm model string, endpoint, key variable, prices, request options.
+    model: str
     api_base: str | None = None
     api_key_env: str | None = None
     prices: Prices | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    #: replay: the trajectory file.
-    path: Path | None = None
-    #: command: the shell command run in the sandbox and the transcript it may write.
-    command: str | None = None
-    transcript: str | None = None
-
-    @property
-    def scripted(self) -> bool:
-        """Deterministic agents: one run per cell is enough."""
-        return self.kind in ("scripted", "replay")
+    kind: ClassVar[str] = "model"
+    deterministic: ClassVar[bool] = False
+    cost_limit_usd: ClassVar[float | None] = Limits().max_cost_usd
 
     @property
     def model_label(self) -> str:
-        """What the ledger records as the agent's model."""
-        if self.kind == "model":
-            return str(self.model)
-        if self.kind == "command":
-            return f"cmd:{self.name}"
-        if self.kind == "replay":
-            return f"replay:{self.path}"
-        return f"scripted:{self.name}"
+        return self.model
+
+    def unavailable_reason(self) -> str | None:
+        """A missing API key: the cell is skipped (a property of the machine)."""
+        from pytest_automedbench.agents.model import missing_credentials
+
+        return missing_credentials(self)
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        from pytest_automedbench.agents.model import policy_from_entry
+
+        return policy_from_entry(self)
 
 
-def _scripted(name: str, description: str) -> AgentEntry:
-    def factory(ctx: AgentContext) -> Policy:
-        from pytest_automedbench.agents import scripted  # late: scripted imports this module
+@dataclass(frozen=True)
+class ReplayAgent(_TurnByTurn):
+    """The tool calls of a recorded or hand-written trajectory, played back."""
 
-        return scripted.ARCHETYPES[name](ctx)
+    name: str
+    path: Path
+    kind: ClassVar[str] = "replay"
+    deterministic: ClassVar[bool] = True
+    cost_limit_usd: ClassVar[float | None] = 0.0
 
-    return AgentEntry(name, description, "scripted", factory=factory)
+    @property
+    def description(self) -> str:
+        return f"replay of {self.path}"
+
+    @property
+    def model_label(self) -> str:
+        return f"replay:{self.path}"
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        from pytest_automedbench.agents.replay import load_replay
+
+        return load_replay(self.path, ctx)
+
+
+@dataclass(frozen=True)
+class CommandAgent:
+    """A command-line agent system running its own loop inside the sandbox. Its cost is
+    not metered (None)."""
+
+    name: str
+    description: str
+    #: The shell command run in the sandbox and the transcript it may write.
+    command: str
+    transcript: str | None = None
+    kind: ClassVar[str] = "command"
+    deterministic: ClassVar[bool] = False
+    cost_limit_usd: ClassVar[float | None] = None
+
+    @property
+    def model_label(self) -> str:
+        return f"cmd:{self.name}"
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def run(self, run: AgentRun) -> AgentOutcome:
+        from pytest_automedbench.agents.external import run_command_agent
+
+        brief = f"{run.system_prompt}\n\n{run.kickoff}"
+        return run_command_agent(self, run.sandbox, brief, run.toolbox, run.limits, run.trajectory)
+
+
+#: Every agent the registry can resolve a name to.
+AgentEntry = ScriptedAgent | ModelAgent | ReplayAgent | CommandAgent
 
 
 #: The scripted archetypes (see :mod:`.scripted` for what each one does).
-SCRIPTED: dict[str, AgentEntry] = {
+SCRIPTED: dict[str, ScriptedAgent] = {
     entry.name: entry
     for entry in (
-        _scripted(
+        ScriptedAgent(
             "reference",
             "competent pipeline: plan, setup checks, pilot + check, batch, check, submit",
         ),
-        _scripted("no-validate", "the reference pipeline without the S3 pilot and its check"),
-        _scripted("no-plan", "the reference pipeline without writing a plan"),
-        _scripted("malformed", "does the work but submits outputs in the wrong format"),
-        _scripted("partial", "the reference pipeline on only half of the cases"),
-        _scripted("empty", "submits nothing"),
-        _scripted("cheater", "tries to read the references and leave the sandbox, then works"),
-        _scripted("stuck", "repeats a call that makes no progress until a limit stops it"),
+        ScriptedAgent("no-validate", "the reference pipeline without the S3 pilot and its check"),
+        ScriptedAgent("no-plan", "the reference pipeline without writing a plan"),
+        ScriptedAgent("malformed", "does the work but submits outputs in the wrong format"),
+        ScriptedAgent("partial", "the reference pipeline on only half of the cases"),
+        ScriptedAgent("empty", "submits nothing"),
+        ScriptedAgent("cheater", "tries to read the references and leave the sandbox, then works"),
+        ScriptedAgent("stuck", "repeats a call that makes no progress until a limit stops it"),
     )
 }
 
 #: The paper's six models. Prices in USD per million tokens (the providers' list prices
 #: as in litellm's cost map of 2026-03; override them in an agents file).
-NAMED_MODELS: dict[str, AgentEntry] = {
+NAMED_MODELS: dict[str, ModelAgent] = {
     entry.name: entry
     for entry in (
-        AgentEntry(
+        ModelAgent(
             "opus46",
             "Claude Opus 4.6 (Anthropic)",
-            "model",
             model="anthropic/claude-opus-4-6",
             api_key_env="ANTHROPIC_API_KEY",
             prices=Prices(5.0, 25.0),
         ),
-        AgentEntry(
+        ModelAgent(
             "gpt54",
             "GPT-5.4 (OpenAI)",
-            "model",
             model="openai/gpt-5.4",
             api_key_env="OPENAI_API_KEY",
             prices=Prices(2.5, 15.0),
         ),
-        AgentEntry(
+        ModelAgent(
             "gemini31pro",
             "Gemini 3.1 Pro preview (Google AI Studio)",
-            "model",
             model="gemini/gemini-3.1-pro-preview",
             api_key_env="GEMINI_API_KEY",
             prices=Prices(2.0, 12.0),
         ),
-        AgentEntry(
+        ModelAgent(
             "glm5",
             "GLM-5 (Z.ai)",
-            "model",
             model="zai/glm-5",
             api_key_env="ZAI_API_KEY",
             prices=Prices(1.0, 3.2),
         ),
-        AgentEntry(
+        ModelAgent(
             "minimax25",
             "MiniMax-M2.5 (MiniMax)",
-            "model",
             model="minimax/MiniMax-M2.5",
             api_key_env="MINIMAX_API_KEY",
             prices=Prices(0.3, 1.2),
         ),
-        AgentEntry(
+        ModelAgent(
             "qwen35",
             "Qwen3.5-397B-A17B (Together AI)",
-            "model",
             model="together_ai/Qwen/Qwen3.5-397B-A17B",
             api_key_env="TOGETHERAI_API_KEY",
             prices=Prices(0.6, 3.6),
@@ -202,10 +290,9 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
             raise UnknownAgentError(f"{here}: {key} has an invalid value {value!r}")
     description = str(raw.get("description", ""))
     if "command" in raw:
-        return AgentEntry(
+        return CommandAgent(
             name,
             description or f"command-line agent: {raw['command']}",
-            "command",
             command=str(raw["command"]),
             transcript=raw.get("transcript"),
         )
@@ -213,10 +300,9 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
     if has_in != has_out:
         raise UnknownAgentError(f"{here}: give both input_usd_per_mtok and output_usd_per_mtok")
     options = {k: raw[k] for k in ("temperature", "max_tokens") if k in raw}
-    return AgentEntry(
+    return ModelAgent(
         name,
         description or f"litellm model {raw['model']}",
-        "model",
         model=str(raw["model"]),
         api_base=raw.get("api_base"),
         api_key_env=raw.get("api_key_env"),
@@ -258,6 +344,43 @@ def known_names(definitions: Mapping[str, AgentEntry] | None = None) -> list[str
     return sorted(dict.fromkeys(names))
 
 
+def _any_litellm_model(name: str, model: str, _: Mapping[str, AgentEntry]) -> AgentEntry:
+    return ModelAgent(name, "any litellm model", model=model)
+
+
+def _replay_file(name: str, file: str, _: Mapping[str, AgentEntry]) -> AgentEntry:
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise UnknownAgentError(f"--agent {name}: trajectory file {path} does not exist")
+    from pytest_automedbench.agents.replay import ReplayFileError, read_replay
+
+    try:  # a bad file is a usage error now, not an infrastructure error in every cell
+        read_replay(path)
+    except ReplayFileError as exc:
+        raise UnknownAgentError(f"--agent {name}: {exc}") from None
+    return ReplayAgent(name, path.resolve())
+
+
+def _defined_command(name: str, target: str, defined: Mapping[str, AgentEntry]) -> AgentEntry:
+    agent = defined.get(target)
+    if not isinstance(agent, CommandAgent):
+        commands = sorted(n for n, e in defined.items() if isinstance(e, CommandAgent))
+        raise UnknownAgentError(
+            f"--agent {name}: no command agent {target!r} is defined "
+            "([tool.automedbench.agents.<name>] with command = ..., or --agents-file); "
+            f"defined: {', '.join(commands) or 'none'}"
+        )
+    return agent
+
+
+#: ``--agent <prefix><rest>``: the agents that are named by what follows a prefix.
+PREFIXES: dict[str, Callable[[str, str, Mapping[str, AgentEntry]], AgentEntry]] = {
+    "litellm:": _any_litellm_model,
+    "replay:": _replay_file,
+    "cmd:": _defined_command,
+}
+
+
 def resolve_agent(
     name: str,
     definitions: Mapping[str, AgentEntry] | None = None,
@@ -271,40 +394,20 @@ def resolve_agent(
         return SCRIPTED[name]
     if name in definitions:
         entry = definitions[name]
+        if isinstance(entry, CommandAgent):
+            raise UnknownAgentError(f"agent {name!r} is a command agent: use --agent cmd:{name}")
     elif name in NAMED_MODELS:
         entry = NAMED_MODELS[name]
-    elif name.startswith("litellm:") and len(name) > len("litellm:"):
-        entry = AgentEntry(name, "any litellm model", "model", model=name[len("litellm:") :])
-    elif name.startswith("replay:") and len(name) > len("replay:"):
-        path = Path(name[len("replay:") :]).expanduser()
-        if not path.is_file():
-            raise UnknownAgentError(f"--agent {name}: trajectory file {path} does not exist")
-        from pytest_automedbench.agents.replay import ReplayFileError, read_replay
-
-        try:  # a bad file is a usage error now, not an infrastructure error in every cell
-            read_replay(path)
-        except ReplayFileError as exc:
-            raise UnknownAgentError(f"--agent {name}: {exc}") from None
-        return AgentEntry(name, f"replay of {path}", "replay", path=path.resolve())
-    elif name.startswith("cmd:"):
-        target = definitions.get(name[len("cmd:") :])
-        if target is None or target.kind != "command":
-            commands = sorted(n for n, e in definitions.items() if e.kind == "command")
+    else:
+        prefix = next((p for p in PREFIXES if name.startswith(p) and len(name) > len(p)), None)
+        if prefix is None:
             raise UnknownAgentError(
-                f"--agent {name}: no command agent {name[4:]!r} is defined "
-                "([tool.automedbench.agents.<name>] with command = ..., or --agents-file); "
-                f"defined: {', '.join(commands) or 'none'}"
+                f"unknown agent {name!r}; valid agents: {', '.join(known_names(definitions))}, "
+                "litellm:<model>, replay:<file>, cmd:<name>"
             )
-        return target
-    if entry is None:
-        raise UnknownAgentError(
-            f"unknown agent {name!r}; valid agents: {', '.join(known_names(definitions))}, "
-            "litellm:<model>, replay:<file>, cmd:<name>"
-        )
-    if entry.kind == "command":
-        raise UnknownAgentError(f"agent {name!r} is a command agent: use --agent cmd:{name}")
-    if api_base is not None and entry.kind == "model":
-        entry = AgentEntry(**{**entry.__dict__, "api_base": api_base})
+        entry = PREFIXES[prefix](name, name[len(prefix) :], definitions)
+    if api_base is not None and isinstance(entry, ModelAgent):
+        entry = replace(entry, api_base=api_base)
     return entry
 
 

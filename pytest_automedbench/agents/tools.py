@@ -3,6 +3,8 @@
 Tool results are plain text for the model plus structured fields for the
 trajectory (exit code, duration, what the workspace looked like afterwards), so
 the stage scorer can reason about what each call achieved without re-running it.
+The fields are those of :class:`pytest_automedbench.events.ToolResultEvent`, and how a
+call ended is read from them by :func:`pytest_automedbench.events.call_outcome` alone.
 """
 
 from __future__ import annotations
@@ -129,6 +131,36 @@ def truncate_middle(text: str, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL)
     return f"{text[:head]}\n[... {dropped} characters truncated ...]\n{text[-tail:]}"
 
 
+def exec_content(result: ExecResult, timeout_s: float, what: str = "call") -> str:
+    """What the model is told of an executed command: its exit code, a timeout, and its
+    output streams (each truncated in the middle)."""
+    parts = [f"exit_code: {result.exit_code}"]
+    if result.timed_out:
+        parts.append(f"TIMEOUT: the {what} was killed after {timeout_s:.0f} s")
+    parts.append("stdout:\n" + truncate_middle(result.stdout))
+    if result.stderr:
+        parts.append("stderr:\n" + truncate_middle(result.stderr))
+    return "\n".join(parts)
+
+
+def exec_record(
+    language: str, code: str, result: ExecResult, observed: dict[str, Any]
+) -> dict[str, Any]:
+    """The trajectory fields of an ``execute`` call that ran
+    (:class:`pytest_automedbench.events.ToolResultEvent`): always its exit code, which
+    :func:`pytest_automedbench.events.call_outcome` needs to call it a success."""
+    return {
+        "language": language,
+        "code": code,
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "duration_s": result.duration_s,
+        "stdout": truncate_middle(result.stdout),
+        "stderr": truncate_middle(result.stderr),
+        "observed": observed,
+    }
+
+
 @dataclass
 class ToolOutcome:
     """What a call returns to the model (``content``) and to the trajectory (``record``).
@@ -212,23 +244,9 @@ class Toolbox:
             requested = DEFAULT_EXEC_TIMEOUT_S
         timeout = max(1.0, min(float(requested), self.remaining_s()))
         result: ExecResult = self.sandbox.exec(language, code, timeout)
-        parts = [f"exit_code: {result.exit_code}"]
-        if result.timed_out:
-            parts.append(f"TIMEOUT: the call was killed after {timeout:.0f} s")
-        parts.append("stdout:\n" + truncate_middle(result.stdout))
-        if result.stderr:
-            parts.append("stderr:\n" + truncate_middle(result.stderr))
-        record = {
-            "language": language,
-            "code": code,
-            "exit_code": result.exit_code,
-            "timed_out": result.timed_out,
-            "duration_s": result.duration_s,
-            "stdout": truncate_middle(result.stdout),
-            "stderr": truncate_middle(result.stderr),
-            "observed": self.observe(),
-        }
-        return ToolOutcome("\n".join(parts), record)
+        return ToolOutcome(
+            exec_content(result, timeout), exec_record(language, code, result, self.observe())
+        )
 
     def _read_file(self, arguments: dict[str, Any]) -> ToolOutcome:
         path = _string_argument(arguments, "path", "read_file")

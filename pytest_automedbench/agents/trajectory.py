@@ -8,8 +8,12 @@ from the host environment are masked in both (:mod:`pytest_automedbench.redact`)
 Schema (version 2): every event has ``v``, ``seq`` (0, 1, ... without gaps), ``t``
 (seconds since the cell started) and ``kind``: ``start``, ``message`` (with ``turn``,
 ``usage`` and ``latency_s`` for assistant turns), ``retry``, ``tool_result``,
-``context_compacted``, ``limit``, ``provider_error``, ``evaluation``, ``crash``,
-``interrupted``, ``end``; command agents add ``start_command`` and ``transcript``.
+``context_compacted``, ``limit``, ``provider_error``, ``evaluation``, ``violations``,
+``crash``, ``interrupted``, ``end``; command agents add ``start_command`` and
+``transcript``. The events are written as free dicts (so old trajectories stay readable)
+and read through the typed models of :mod:`pytest_automedbench.events`, which list every
+kind's fields; how a tool call ended is :func:`pytest_automedbench.events.tool_calls`'s
+to say.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_automedbench.events import SCHEMA_VERSION
 from pytest_automedbench.redact import redact, secret_values
 
-TRAJECTORY_SCHEMA_VERSION = 2
+TRAJECTORY_SCHEMA_VERSION = SCHEMA_VERSION
 
 
 class TrajectoryWriter:

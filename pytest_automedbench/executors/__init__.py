@@ -1,24 +1,56 @@
 """Where a cell runs: in the pytest worker (``local``) or as a cluster job (``slurm``).
 
-One module per executor, in the way pytest-xdist keeps one module per scheduling
-strategy. Every executor takes a :class:`~pytest_automedbench.runner.CellPlan` and gives
-back the cell's :class:`~pytest_automedbench.results.CellResult`; the pytest worker
-records it in the ledger and reports it, whichever executor ran it.
+A small protocol and one module per executor, in the way pytest-xdist keeps one module
+per scheduling strategy. Every executor takes a
+:class:`~pytest_automedbench.runner.CellPlan` and gives back the cell's
+:class:`~pytest_automedbench.results.CellResult`; the pytest worker records it in the
+ledger and reports it, whichever executor ran it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
+from typing import TYPE_CHECKING, Protocol
 
-from pytest_automedbench.results import CellResult
-from pytest_automedbench.runner import CellPlan, run_cell
+if TYPE_CHECKING:
+    from pytest_automedbench.results import CellResult
+    from pytest_automedbench.runner import CellPlan
+    from pytest_automedbench.session import AutoMedBenchSession
 
 
-def execute_cell(plan: CellPlan, jobs_log: Path) -> CellResult:
-    """Run the cell with the configured executor. ``jobs_log`` lists the cluster jobs a
-    session submitted, so that a cancelled session can cancel them."""
-    if plan.config.executor == "slurm":
-        from pytest_automedbench.executors.slurm import run_cell_on_slurm
+class Executor(Protocol):
+    """How the cells of a session are run."""
 
-        return run_cell_on_slurm(plan, plan.config.slurm, jobs_log)
-    return run_cell(plan)
+    #: Whether the sandbox backend is resolved where the cell runs (a compute node)
+    #: rather than once in the pytest process.
+    backend_on_node: bool
+
+    def prepare(self, session: AutoMedBenchSession) -> None:
+        """Check, once per process, that cells can run (raises ConfigError or
+        SandboxError naming what is missing)."""
+        ...
+
+    def run(self, plan: CellPlan, session: AutoMedBenchSession) -> CellResult:
+        """Run one cell to its record."""
+        ...
+
+    def end_session(self, session: AutoMedBenchSession) -> list[str]:
+        """Clean up what the session left running (on the controller, however the
+        session ends); returns what was stopped, for the terminal."""
+        ...
+
+
+#: ``--executor`` value -> ``module:class``, imported when chosen.
+EXECUTORS: dict[str, str] = {
+    "local": "local:LocalExecutor",
+    "slurm": "slurm:SlurmExecutor",
+}
+
+
+def get_executor(name: str) -> Executor:
+    module, cls = EXECUTORS[name].split(":")
+    executor: Executor = getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
+    return executor
+
+
+__all__ = ["EXECUTORS", "Executor", "get_executor"]

@@ -40,13 +40,16 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
 from pytest_automedbench.config import SlurmSettings
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.runner import CellPlan, infra_result, run_cell
+
+if TYPE_CHECKING:
+    from pytest_automedbench.session import AutoMedBenchSession
 
 #: States after which a job will not produce anything more.
 TERMINAL_STATES: frozenset[str] = frozenset(
@@ -348,3 +351,19 @@ def run_cell_on_slurm(plan: CellPlan, settings: SlurmSettings, jobs_log: Path) -
             termination_for(end),
         )
     raise AssertionError("unreachable: the last attempt always returns")
+
+
+class SlurmExecutor:
+    """``--executor slurm``: one Slurm job per cell; the backend is resolved on the
+    compute node."""
+
+    backend_on_node = True
+
+    def prepare(self, session: AutoMedBenchSession) -> None:
+        check_available()
+
+    def run(self, plan: CellPlan, session: AutoMedBenchSession) -> CellResult:
+        return run_cell_on_slurm(plan, session.config.slurm, session.slurm_jobs_file)
+
+    def end_session(self, session: AutoMedBenchSession) -> list[str]:
+        return cancel_jobs(submitted_jobs(session.slurm_jobs_file))

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_automedbench.scoring.models import ERROR_CODES
-from pytest_automedbench.stats import ERROR_CODE_IDS, STAGE_IDS, GroupStats
+from pytest_automedbench.stats import STAGE_IDS, GroupStats
+from pytest_automedbench.terms import ERROR_CODE_IDS
 
 SVG_NS = "http://www.w3.org/2000/svg"
 #: Colour-blind-safe (Okabe-Ito), one per stage and one per error code.

@@ -18,9 +18,9 @@ from typing import Any, Literal
 from pytest_automedbench.report import html_page
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import GroupStats, latest_per_cell, summarise
+from pytest_automedbench.terms import STAGES
 
 Format = Literal["markdown", "csv", "json", "html"]
-STAGES = ("S1", "S2", "S3", "S4", "S5")
 
 
 def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:

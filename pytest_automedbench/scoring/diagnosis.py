@@ -3,9 +3,11 @@
 The stage scores say how much of each stage was done; the diagnosis names what went
 wrong, so a leaderboard can count failures by kind across models and tasks. It is
 deterministic (rules first; an LLM diagnoser may add codes later with rule ``llm``) and
-reads only what the harness recorded: the tool calls with their code, exit status,
-output and output counts (:mod:`.attribution`), the evaluator's format report, the
-stage items, the termination and whether a submission was accepted.
+reads only what the harness recorded: the tool calls with their code, outcome, output
+and output counts (:func:`pytest_automedbench.events.tool_calls`, the reading every
+judge shares: a call failed on an error, an exit code other than 0 or none, a timeout
+or an invalid submission), the evaluator's format report, the stage items, the
+termination and whether a submission was accepted.
 
 Each code is raised at most once per rule, with evidence quoting what was seen and the
 ``turn``/``seq`` of the event that shows it (a call, the last submission, the limit or
@@ -76,20 +78,27 @@ E5, deliverable and submission (from the format report):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
 
 from pytest_automedbench.agents.base import INFRA_TERMINATIONS
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.scoring.attribution import (
+from pytest_automedbench.events import (
+    EndEvent,
+    Event,
+    LimitEvent,
     ToolCall,
-    int_or_none,
-    pilot_and_batch_seqs,
+    last_event,
+    parse_events,
     tool_calls,
-    touches,
 )
+from pytest_automedbench.scoring.attribution import touches
 from pytest_automedbench.scoring.models import ErrorCode, ErrorCodeId, StageScores
-from pytest_automedbench.scoring.rules import JudgeContext, check_s3
+from pytest_automedbench.scoring.rules import (
+    Events,
+    JudgeContext,
+    check_s3,
+    pilot_and_batch_calls,
+)
 
 #: Same failing call this many times, unrecovered: the agent is stuck.
 REPEAT_THRESHOLD = 3
@@ -162,7 +171,7 @@ class _Codes:
         code: ErrorCodeId,
         rule: str,
         evidence: str,
-        event: dict[str, Any] | ToolCall | None = None,
+        event: Event | ToolCall | None = None,
     ) -> None:
         if any(c.code == code and c.rule == rule for c in self.codes):
             return
@@ -171,7 +180,7 @@ class _Codes:
         if isinstance(event, ToolCall):
             turn, seq = event.turn, event.seq if event.seq >= 0 else None
         elif event is not None:
-            turn, seq = int_or_none(event.get("turn")), int_or_none(event.get("seq"))
+            turn, seq = event.turn, event.seq
         self.codes.append(ErrorCode(code=code, rule=rule, evidence=evidence, turn=turn, seq=seq))
 
     def has(self, code: str, rule: str) -> bool:
@@ -211,14 +220,8 @@ def _recovered(
     return False
 
 
-def _last(
-    events: list[dict[str, Any]], match: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any] | None:
-    return next((e for e in reversed(events) if match(e)), None)
-
-
 def _item_scores(
-    ctx: JudgeContext, events: list[dict[str, Any]], stages: StageScores
+    ctx: JudgeContext, events: Events, stages: StageScores
 ) -> dict[str, tuple[float, str]]:
     """S3 items as (score, evidence): the judge's answers, or the rules' own verdicts
     when the judge's are absent or were zeroed by an isolation violation."""
@@ -241,7 +244,7 @@ def _diagnose_e1(
     ctx: JudgeContext,
     calls: list[ToolCall],
     report: FormatReport,
-    last_submit: dict[str, Any] | None,
+    last_submit: ToolCall | None,
     codes: _Codes,
 ) -> None:
     target = [p for p in report.problems if any(t in p for t in _TARGET_PROBLEMS)]
@@ -296,7 +299,7 @@ def _diagnose_e2(
     ctx: JudgeContext, calls: list[ToolCall], report: FormatReport, codes: _Codes
 ) -> None:
     for call in calls:
-        if call.ok or call.tool != "execute":
+        if not call.failed or call.tool != "execute":
             continue
         signature = _setup_signature(call)
         if signature is None:
@@ -322,15 +325,14 @@ def _diagnose_e2(
 
 def _diagnose_e3(
     ctx: JudgeContext,
-    events: list[dict[str, Any]],
+    events: Sequence[Event],
     calls: list[ToolCall],
     report: FormatReport,
     stages: StageScores,
     termination: str | None,
     codes: _Codes,
 ) -> None:
-    by_seq = {c.seq: c for c in calls}
-    pilot_seq, batch_seq = pilot_and_batch_seqs(ctx, events)
+    pilot_call, batch_call = pilot_and_batch_calls(ctx, calls)
     if any(c.outputs_after > 0 for c in calls) or report.n_present > 0:
         items = _item_scores(ctx, events, stages)
         pilot, checked, fixed = (
@@ -344,25 +346,25 @@ def _diagnose_e3(
                 "E3",
                 "no_pilot",
                 f"no pilot before the full run: {pilot[1]}",
-                by_seq.get(batch_seq) if batch_seq is not None else first_output,
+                batch_call or first_output,
             )
         elif checked[0] < 0.5:
             codes.add(
                 "E3",
                 "pilot_unchecked",
                 f"the pilot's output was never checked: {checked[1]}",
-                by_seq.get(pilot_seq) if pilot_seq is not None else first_output,
+                pilot_call or first_output,
             )
-        elif fixed[0] < 0.5 and batch_seq is not None:
+        elif fixed[0] < 0.5 and batch_call is not None:
             codes.add(
                 "E3",
                 "not_fixed_before_batch",
                 f"scaled up without fixing the pilot's problems: {fixed[1]}",
-                by_seq.get(batch_seq) if batch_seq is not None else None,
+                batch_call,
             )
     failed: dict[str, list[ToolCall]] = {}
     for call in calls:
-        if call.tool == "execute" and not call.ok and call.text.strip():
+        if call.tool == "execute" and call.failed and call.text.strip():
             failed.setdefault(call.text.strip(), []).append(call)
     for code, repeats in failed.items():
         same_later_ok = any(c.ok and c.text.strip() == code for c in calls[repeats[-1].pos + 1 :])
@@ -382,8 +384,8 @@ def _diagnose_e3(
             )
             break
     tail = calls[-FAILED_TAIL:]
-    if termination in _LIMITS and len(tail) == FAILED_TAIL and not any(c.ok for c in tail):
-        limit = _last(events, lambda e: e.get("kind") == "limit")
+    if termination in _LIMITS and len(tail) == FAILED_TAIL and all(c.failed for c in tail):
+        limit = last_event(events, LimitEvent)
         codes.add(
             "E3",
             "limit_after_failures",
@@ -412,14 +414,14 @@ def _runtime_signature(call: ToolCall) -> str | None:
 
 
 def _diagnose_e4(
-    events: list[dict[str, Any]],
+    events: Sequence[Event],
     calls: list[ToolCall],
     report: FormatReport,
     termination: str | None,
     codes: _Codes,
 ) -> None:
     for call in calls:
-        if call.ok or call.tool != "execute":
+        if not call.failed or call.tool != "execute":
             continue
         timed_out = call.timed_out or call.exit_code == _TIMEOUT_EXIT_CODE
         if timed_out:
@@ -435,8 +437,8 @@ def _diagnose_e4(
         if line is not None and not _recovered(call, calls, report):
             codes.add("E4", "runtime_error", f"call crashed: {_quote(line)}", call)
     if termination == "time_limit":
-        limit = _last(events, lambda e: e.get("kind") == "limit" and e.get("limit") == "time_limit")
-        end = _last(events, lambda e: e.get("kind") == "end")
+        limit = last_event(events, LimitEvent, lambda e: e.limit == "time_limit")
+        end = last_event(events, EndEvent)
         codes.add("E4", "time_limit", "the cell ran out of wall-clock time", limit or end)
 
 
@@ -444,11 +446,12 @@ def _diagnose_e4(
 
 
 def _diagnose_e5(
-    events: list[dict[str, Any]],
+    events: Sequence[Event],
+    calls: list[ToolCall],
     report: FormatReport,
     termination: str | None,
     submitted: bool,
-    last_submit: dict[str, Any] | None,
+    last_submit: ToolCall | None,
     codes: _Codes,
 ) -> None:
     explained_missing = codes.has("E1", "wrong_location") or codes.has("E1", "wrong_names")
@@ -482,14 +485,8 @@ def _diagnose_e5(
                 last_submit,
             )
     if not submitted and termination not in ("submitted", "finished"):
-        rejected = sum(
-            1
-            for e in events
-            if e.get("kind") == "tool_result"
-            and e.get("tool") == "submit_results"
-            and e.get("accepted") is False
-        )
-        end = _last(events, lambda e: e.get("kind") == "end")
+        rejected = sum(1 for c in calls if c.tool == "submit_results" and c.accepted is False)
+        end = last_event(events, EndEvent)
         codes.add(
             "E5",
             "not_submitted",
@@ -501,7 +498,7 @@ def _diagnose_e5(
 
 def diagnose(
     ctx: JudgeContext,
-    events: list[dict[str, Any]],
+    events: Events,
     report: FormatReport,
     stages: StageScores,
     termination: str | None,
@@ -511,14 +508,13 @@ def diagnose(
     (code, rule), sorted by code."""
     if termination in INFRA_TERMINATIONS:
         return []
-    calls = tool_calls(events)
-    last_submit = _last(
-        events, lambda e: e.get("kind") == "tool_result" and e.get("tool") == "submit_results"
-    )
+    typed = parse_events(events)
+    calls = tool_calls(typed)
+    last_submit = next((c for c in reversed(calls) if c.tool == "submit_results"), None)
     codes = _Codes()
     _diagnose_e1(ctx, calls, report, last_submit, codes)
     _diagnose_e2(ctx, calls, report, codes)
-    _diagnose_e3(ctx, events, calls, report, stages, termination, codes)
-    _diagnose_e4(events, calls, report, termination, codes)
-    _diagnose_e5(events, report, termination, submitted, last_submit, codes)
+    _diagnose_e3(ctx, typed, calls, report, stages, termination, codes)
+    _diagnose_e4(typed, calls, report, termination, codes)
+    _diagnose_e5(typed, calls, report, termination, submitted, last_submit, codes)
     return codes.sorted()

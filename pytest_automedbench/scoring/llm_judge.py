@@ -2,7 +2,8 @@
 
 The rule judge (:mod:`.rules`) is exact but literal; a model reads a plan and a run the
 way a reviewer would. This module asks one (or ``votes``) chat-completions requests
-through litellm and turns the answers into the same :class:`ItemResult` list the rule
+through the harness's LLM client (:mod:`pytest_automedbench.llm`, shared with the model
+agents) and turns the answers into the same :class:`ItemResult` list the rule
 judge produces, so scoring does not care which judge answered.
 
 What the model sees is built here and nowhere else (:func:`build_prompt`), because it
@@ -33,12 +34,20 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from pytest_automedbench.agents.model import PLACEHOLDER_KEY, _litellm
 from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.events import Outcome, ToolCall, parse_events, tool_calls
+from pytest_automedbench.llm import (
+    LlmClient,
+    LlmError,
+    MissingKeyError,
+    api_key,
+    import_litellm,
+    mask_secrets,
+)
 from pytest_automedbench.redact import redact, secret_values
 from pytest_automedbench.scoring.models import ERROR_CODES, ErrorCode, ErrorCodeId, ItemResult
 from pytest_automedbench.scoring.rubric import Rubric, RubricItem, load_rubric
-from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
+from pytest_automedbench.scoring.rules import Events, JudgeContext, judge_rules
 
 #: Characters shown of each text file in the plan folder (its beginning).
 PLAN_FILE_CHARS = 6000
@@ -249,85 +258,63 @@ def plan_section(plan_dir: Path) -> str:
     return "\n".join(parts)
 
 
-def _tool_calls(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [event for event in events if event.get("kind") == "tool_result"]
-
-
-def call_failed(event: dict[str, Any]) -> bool:
-    """A call failed: a non-zero exit code, a timeout, or a tool error (bad arguments,
-    a file that could not be read or written)."""
-    return (
-        bool(event.get("error"))
-        or bool(event.get("timed_out"))
-        or (event.get("exit_code") not in (None, 0))
-    )
-
-
-def _output_files(event: dict[str, Any]) -> int | None:
-    observed = event.get("observed")
-    if isinstance(observed, dict) and "output_files" in observed:
-        try:
-            return int(observed["output_files"])
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
-def _render_call(index: int, total: int, event: dict[str, Any], limits: dict[str, int]) -> str:
+def _render_call(index: int, total: int, call: ToolCall, limits: dict[str, int]) -> str:
     """One call: a header line (position, seq, turn, tool, outcome, outputs) and its code
     and output, each clipped to ``limits``."""
-    where = [f"seq {event['seq']}"] if "seq" in event else []
-    if event.get("turn") is not None:
-        where.append(f"turn {event['turn']}")
-    if event.get("t") is not None:
-        where.append(f"t={event['t']}s")
-    tool = str(event.get("tool", "?"))
+    where = [f"seq {call.seq}"] if call.seq >= 0 else []
+    if call.turn is not None:
+        where.append(f"turn {call.turn}")
+    if call.t is not None:
+        where.append(f"t={call.t}s")
+    tool = call.tool or "?"
     facts = []
-    if event.get("language"):
-        facts.append(str(event["language"]))
-    if event.get("path"):
-        facts.append(f"path={event['path']}")
-    if event.get("exit_code") is not None:
-        facts.append(f"exit_code={event['exit_code']}")
-    if event.get("timed_out"):
+    if call.language:
+        facts.append(call.language)
+    if call.path:
+        facts.append(f"path={call.path}")
+    if call.exit_code is not None:
+        facts.append(f"exit_code={call.exit_code}")
+    elif call.tool == "execute" and not call.error:
+        facts.append("no exit code recorded")
+    if call.timed_out:
         facts.append("TIMED OUT")
-    if event.get("error"):
-        facts.append(f"tool error: {event['error']}")
-    outputs = _output_files(event)
-    if outputs is not None:
-        facts.append(f"output files after: {outputs}")
-    status = "FAILED" if call_failed(event) else "ok"
+    if call.error:
+        facts.append(f"tool error: {call.error}")
+    if call.outcome is Outcome.INVALID_SUBMISSION:
+        facts.append("format check failed")
+    if call.observed_outputs is not None:
+        facts.append(f"output files after: {call.observed_outputs}")
+    status = "FAILED" if call.failed else "ok"
     place = f" ({', '.join(where)})" if where else ""
     header = f"--- call {index + 1}/{total}{place} {tool} [{status}]"
     lines = [header + (": " + "; ".join(facts) if facts else "")]
-    code = event.get("code") if tool != "write_file" else event.get("content")
-    if isinstance(code, str) and code:
+    code = call.code if tool != "write_file" else call.event.content
+    if code:
         label = "code" if tool != "write_file" else "content"
         lines.append(f"{label}:\n{_clip(code, limits['code'])}")
-    for stream in ("stdout", "stderr"):
-        value = event.get(stream)
-        if isinstance(value, str) and value.strip() and limits[stream] > 0:
+    for stream, value in (("stdout", call.stdout), ("stderr", call.stderr)):
+        if value.strip() and limits[stream] > 0:
             lines.append(f"{stream}:\n{_clip(value, limits[stream])}")
-    if event.get("error"):
-        message = event.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str) and content:
+    if call.error:
+        content = call.event.tool_said
+        if content:
             lines.append(f"tool said: {_clip(content, limits['stderr'])}")
     return "\n".join(lines)
 
 
-def digest_trajectory(events: Sequence[dict[str, Any]]) -> str:
-    """The recorded tool calls, bounded: the first and the last
+def digest_trajectory(events: Events) -> str:
+    """The recorded tool calls that ran (:func:`pytest_automedbench.events.tool_calls`,
+    whose outcome decides what is shown as failed), bounded: the first and the last
     :data:`DIGEST_HEAD_CALLS`/:data:`DIGEST_TAIL_CALLS` calls and every failed call in
     between (the first :data:`DIGEST_DETAILED_FAILURES` in full, later ones compactly),
     with a marker where successful calls were left out."""
-    calls = _tool_calls(events)
+    calls = tool_calls(events)
     total = len(calls)
     if not calls:
         return "The agent made no tool calls."
-    failed = sum(call_failed(call) for call in calls)
+    failed = sum(call.failed for call in calls)
     last_outputs = next(
-        (n for n in (_output_files(call) for call in reversed(calls)) if n is not None), None
+        (c.observed_outputs for c in reversed(calls) if c.observed_outputs is not None), None
     )
     summary = f"{total} tool calls, {failed} failed"
     if last_outputs is not None:
@@ -348,7 +335,7 @@ def digest_trajectory(events: Sequence[dict[str, Any]]) -> str:
         edge = index < DIGEST_HEAD_CALLS or index >= total - DIGEST_TAIL_CALLS
         if edge:
             limits = CALL_CHARS
-        elif call_failed(call):
+        elif call.failed:
             middle_failures += 1
             limits = (
                 CALL_CHARS if middle_failures <= DIGEST_DETAILED_FAILURES else COMPACT_CALL_CHARS
@@ -382,7 +369,7 @@ def _asked_items(ctx: JudgeContext, rubric: Rubric) -> list[RubricItem]:
 
 def build_prompt(
     ctx: JudgeContext,
-    events: list[dict[str, Any]],
+    events: Events,
     report: FormatReport,
     rubric: Rubric,
 ) -> list[dict[str, Any]]:
@@ -479,7 +466,7 @@ def parse_answer(content: str | None, finish_reason: str | None, asked: Sequence
 def combine_votes(
     votes: Sequence[Vote],
     ctx: JudgeContext,
-    events: Sequence[dict[str, Any]],
+    events: Events,
     rubric: Rubric,
     model: str,
 ) -> tuple[list[ItemResult], list[ErrorCode]]:
@@ -515,9 +502,7 @@ def combine_votes(
                 rationale=rationale,
             )
         )
-    turns = {
-        event["seq"]: event.get("turn") for event in events if isinstance(event.get("seq"), int)
-    }
+    turns = {event.seq: event.turn for event in parse_events(events) if event.seq is not None}
     codes: list[ErrorCode] = []
     seen: list[str] = []
     for vote in votes:
@@ -530,13 +515,13 @@ def combine_votes(
             continue
         for _code, evidence, seq in (c for c in proposers[0].codes if c[0] == code):
             known = seq is not None and seq in turns
-            turn = turns.get(seq) if known else None
+            turn = turns.get(seq) if seq is not None else None
             codes.append(
                 ErrorCode(
                     code=cast(ErrorCodeId, code),  # checked by _CODE_ID
                     rule="llm",
                     evidence=evidence,
-                    turn=turn if isinstance(turn, int) else None,
+                    turn=turn,
                     seq=seq if known else None,
                 )
             )
@@ -546,28 +531,29 @@ def combine_votes(
 # --- asking -------------------------------------------------------------------------------
 
 
-def _status(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)
-    try:
-        return int(status) if status is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def _short(text: str) -> str:
-    text = redact(" ".join(text.split()), secret_values())
+    text = mask_secrets(" ".join(text.split()))
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
 
 
 class _Asker:
-    """The requests of one judgement: credentials, request options and retries."""
+    """The requests of one judgement: credentials, request options and retries, through
+    the harness's LLM client (:mod:`pytest_automedbench.llm`)."""
 
     def __init__(self, config: LlmJudgeConfig) -> None:
         self.config = config
         try:
-            self.litellm = _litellm()
+            import_litellm()
         except ImportError as exc:  # a host without the host extra
             raise _ProviderFailure(f"litellm cannot be imported: {exc}") from None
+        # A failed request is not retried: the rules answer instead (unusable answers
+        # are asked again, in :meth:`vote`).
+        self.client = LlmClient(
+            config.model,
+            api_base=config.api_base,
+            max_retries=0,
+            request_timeout_s=config.timeout_s,
+        )
         self.api_key = self._api_key()
 
     def _api_key(self) -> str | None:
@@ -575,38 +561,24 @@ class _Asker:
         endpoint of our own (vLLM, Ollama) gets a placeholder when that variable is unset,
         as model agents do. No endpoint and no key: fail before any request."""
         try:
-            checked = self.litellm.validate_environment(model=self.config.model)
-            missing = [str(name) for name in checked.get("missing_keys") or []]
-        except Exception:  # an unknown provider: the request will say what is wrong
-            missing = []
-        if not missing:
-            return None
-        if self.config.api_base:
-            return PLACEHOLDER_KEY
-        raise _ProviderFailure(f"{', '.join(missing)} not set in the environment")
+            return api_key(
+                self.config.model, api_base=self.config.api_base, provider_key_to_api_base=True
+            )
+        except MissingKeyError as exc:
+            raise _ProviderFailure(str(exc)) from None
 
     def complete(self, messages: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-        """One request: the reply's text and finish reason, or :class:`_ProviderFailure`.
-        Retries of failed requests are not hidden in litellm or the OpenAI SDK."""
+        """One request: the reply's text and finish reason, or :class:`_ProviderFailure`."""
         request: dict[str, Any] = {
-            "model": self.config.model,
             "messages": messages,
             "temperature": 0,
             "response_format": {"type": "json_object"},
-            "timeout": self.config.timeout_s,
-            "num_retries": 0,
-            "max_retries": 0,
         }
-        if self.config.api_base:
-            request["api_base"] = self.config.api_base
-        if self.api_key is not None:
-            request["api_key"] = self.api_key
         try:
-            response = self.litellm.completion(**request)
-        except Exception as exc:  # any provider failure ends in the rule judge
-            status = _status(exc)
-            where = f" (status {status})" if status is not None else ""
-            raise _ProviderFailure(f"{type(exc).__name__}{where}: {exc}") from None
+            response = self.client.complete(request, key=self.api_key).response
+        except LlmError as exc:  # any provider failure ends in the rule judge
+            where = f" (status {exc.status})" if exc.status is not None else ""
+            raise _ProviderFailure(f"{exc.error}{where}: {exc.detail}") from None
         choices = getattr(response, "choices", None) or []
         if not choices:
             return None, None
@@ -703,7 +675,7 @@ def _store(path: Path, judgement: LlmJudgement, config: LlmJudgeConfig, version:
 
 def judge_llm(
     ctx: JudgeContext,
-    events: list[dict[str, Any]],
+    events: Events,
     report: FormatReport,
     config: LlmJudgeConfig,
     rubric: Rubric | None = None,

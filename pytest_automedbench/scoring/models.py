@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
-Stage = Literal["S1", "S2", "S3", "S4", "S5"]
-ErrorCodeId = Literal["E1", "E2", "E3", "E4", "E5"]
-#: What each error code stands for (the paper's failure taxonomy).
-ERROR_CODES: dict[str, str] = {
-    "E1": "task understanding (wrong target, wrong output kind, ignored constraints)",
-    "E2": "data or model setup (model not obtained, data not read, environment broken)",
-    "E3": "verification and recovery (no pilot, pilot ignored, implausible outputs not "
-    "caught, errors not recovered)",
-    "E4": "implementation and execution (crashes, shape bugs, timeouts inside the code)",
-    "E5": "deliverable and submission (missing, empty, malformed or incomplete outputs)",
-}
-STAGE_WEIGHTS: dict[str, float] = {"S1": 0.25, "S2": 0.15, "S3": 0.35, "S4": 0.15, "S5": 0.10}
+from pytest_automedbench.terms import ERROR_CODES, STAGE_WEIGHTS, ErrorCodeId, Stage
+
+__all__ = [
+    "ERROR_CODES",
+    "STAGE_WEIGHTS",
+    "ErrorCode",
+    "ErrorCodeId",
+    "ItemResult",
+    "Stage",
+    "StageActivity",
+    "StageScores",
+]
 
 
 class ItemResult(BaseModel):

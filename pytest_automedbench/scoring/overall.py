@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pytest_automedbench.scoring.models import STAGE_WEIGHTS, ItemResult, Stage, StageScores
-
-STAGES: tuple[Stage, ...] = ("S1", "S2", "S3", "S4", "S5")
+from pytest_automedbench.scoring.models import ItemResult, StageScores
+from pytest_automedbench.terms import STAGE_WEIGHTS, STAGES
 
 Rating = Literal["A", "B", "C", "F"]
 

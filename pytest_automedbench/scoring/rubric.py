@@ -10,11 +10,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_automedbench.scoring.models import ItemResult
+from pytest_automedbench.terms import JUDGED_STAGES, JudgedStage, Tier
 
 RUBRIC_FILE = Path(__file__).with_name("rubric.yaml")
-JudgedStage = Literal["S1", "S2", "S3"]
 EvidenceSource = Literal["plan", "trajectory", "outputs"]
-Tier = Literal["lite", "standard", "pro"]
 
 
 class RubricItem(BaseModel):
@@ -92,7 +91,7 @@ def parse_rubric(text: str, source: str) -> Rubric:
     for item in rubric.items:
         if item.requires is not None and item.requires not in ids:
             raise RubricError(f"{source}: item {item.id} requires unknown item {item.requires}")
-    for stage in ("S1", "S2", "S3"):
+    for stage in JUDGED_STAGES:
         if not rubric.stage_items(stage):
             raise RubricError(f"{source}: no item for {stage}")
     return rubric

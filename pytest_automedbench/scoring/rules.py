@@ -3,7 +3,10 @@
 Each item of ``rubric.yaml`` is answered from evidence the harness recorded itself (files
 in the workspace's plan folder, the code and exit code of every call, and how many output
 files existed after each call), never from what the agent *says* it did. Items that pass
-by tier rule are marked ``auto``.
+by tier rule are marked ``auto``. The calls are read by
+:func:`pytest_automedbench.events.tool_calls`: a call succeeded or failed as its
+``outcome`` says (an ``execute`` call fails on an exit code other than 0, on none at all,
+and on a timeout).
 """
 
 from __future__ import annotations
@@ -11,12 +14,17 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_automedbench.events import Event, ToolCall, parse_events, tool_calls
 from pytest_automedbench.scoring.models import ItemResult
 from pytest_automedbench.scoring.rubric import Rubric, load_rubric
+
+#: A trajectory as the judges take it: its dicts, or typed events.
+Events = Sequence[Mapping[str, Any] | Event]
 
 DIAGRAM_NAMES = ("plan.png", "plan.svg", "plan.mmd")
 MAX_SETUP_FAILURES = 5
@@ -51,33 +59,11 @@ class JudgeContext:
     output_markers: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class ExecCall:
-    index: int
-    code: str
-    ok: bool
-    outputs_after: int
-    stdout: str = ""
-
-
-def _exec_calls(events: list[dict[str, Any]]) -> list[ExecCall]:
-    calls: list[ExecCall] = []
-    for event in events:
-        if (
-            event.get("kind") == "tool_result"
-            and event.get("tool") == "execute"
-            and "code" in event
-        ):
-            calls.append(
-                ExecCall(
-                    index=len(calls),
-                    code=str(event["code"]),
-                    ok=event.get("exit_code") == 0,
-                    outputs_after=int(event.get("observed", {}).get("output_files", 0)),
-                    stdout=str(event.get("stdout", "")),
-                )
-            )
-    return calls
+def executed_calls(events: Iterable[Mapping[str, Any] | Event]) -> list[ToolCall]:
+    """The ``execute`` calls whose code ran, in order: the calls the rules read (from
+    :func:`pytest_automedbench.events.tool_calls`, so "failed" means what it means
+    everywhere). A call's number in the evidence (``call #3``) is its position here."""
+    return [call for call in tool_calls(events) if call.executed]
 
 
 def _methods_named(text: str, keywords: list[str]) -> list[str]:
@@ -147,44 +133,44 @@ def check_s1(ctx: JudgeContext) -> dict[str, Verdict]:
     }
 
 
-def _first_output_index(calls: list[ExecCall]) -> int:
-    return next((c.index for c in calls if c.outputs_after > 0), len(calls))
+def _first_output_index(calls: Sequence[ToolCall]) -> int:
+    return next((n for n, c in enumerate(calls) if c.outputs_after > 0), len(calls))
 
 
-def _reads_inputs(ctx: JudgeContext, call: ExecCall) -> bool:
-    return any(m in call.code for m in (ctx.public_path, *ctx.input_markers))
+def _reads_inputs(ctx: JudgeContext, call: ToolCall) -> bool:
+    return any(m in call.text for m in (ctx.public_path, *ctx.input_markers))
 
 
-def check_s2(ctx: JudgeContext, events: list[dict[str, Any]]) -> dict[str, Verdict]:
-    calls = _exec_calls(events)
-    setup = calls[: _first_output_index(calls)]
-    env_checks = [c for c in setup if c.ok and any(w in c.code for w in _SETUP_WORDS)]
-    obtained = [c for c in setup if c.ok and any(w in c.code for w in _OBTAIN_WORDS)]
+def check_s2(ctx: JudgeContext, events: Events) -> dict[str, Verdict]:
+    calls = executed_calls(events)
+    setup = list(enumerate(calls[: _first_output_index(calls)]))
+    env_checks = [n for n, c in setup if c.ok and any(w in c.text for w in _SETUP_WORDS)]
+    obtained = [n for n, c in setup if c.ok and any(w in c.text for w in _OBTAIN_WORDS)]
     inspections = [
-        c
-        for c in setup
+        n
+        for n, c in setup
         if c.ok
         and _reads_inputs(ctx, c)
-        and any(w in c.code or w in c.stdout for w in _PROPERTY_WORDS)
+        and any(w in c.text or w in c.stdout for w in _PROPERTY_WORDS)
     ]
-    failures = [c for c in setup if not c.ok]
-    pilot, _batch = _pilot_and_batch(ctx, calls)
+    failures = [n for n, c in setup if not c.ok]
+    pilot, _batch = pilot_and_batch(ctx, calls)
     return {
         "s2_model_obtained": (
             bool(obtained),
-            f"call #{obtained[0].index}"
+            f"call #{obtained[0]}"
             if obtained
             else "no install, download or program written before the first output",
         ),
         "s2_environment": (
             bool(env_checks),
-            f"call #{env_checks[0].index}"
+            f"call #{env_checks[0]}"
             if env_checks
             else "no successful import/version check before the first output",
         ),
         "s2_input_checked": (
             bool(inspections),
-            f"call #{inspections[0].index}"
+            f"call #{inspections[0]}"
             if inspections
             else "no successful look at the inputs' properties before the first output",
         ),
@@ -194,54 +180,68 @@ def check_s2(ctx: JudgeContext, events: list[dict[str, Any]]) -> dict[str, Verdi
         ),
         "s2_sample_run": (
             pilot is not None,
-            f"call #{pilot.index} ran the method on {pilot.outputs_after} case(s)"
-            if pilot
+            f"call #{pilot} ran the method on {calls[pilot].outputs_after} case(s)"
+            if pilot is not None
             else "the method never ran on a sample before the full run",
         ),
     }
 
 
-def _pilot_and_batch(
-    ctx: JudgeContext, calls: list[ExecCall]
-) -> tuple[ExecCall | None, ExecCall | None]:
-    """The pilot (a successful call that made the first output, fewer than all cases)
-    and the batch (the first call that added two or more outputs, or completed them)."""
+def pilot_and_batch(ctx: JudgeContext, calls: Sequence[ToolCall]) -> tuple[int | None, int | None]:
+    """The positions in ``calls`` (:func:`executed_calls`) of the pilot (a successful
+    call that made the first output, fewer than all cases) and of the batch (the first
+    call that added two or more outputs, or completed them)."""
     before = 0
-    pilot: ExecCall | None = None
-    batch: ExecCall | None = None
-    for call in calls:
+    pilot: int | None = None
+    batch: int | None = None
+    for n, call in enumerate(calls):
         grown = call.outputs_after - before
         if batch is None and (grown >= 2 or (call.outputs_after >= ctx.n_cases and grown > 0)):
-            batch = call
+            batch = n
         elif pilot is None and batch is None and before == 0 and call.outputs_after > 0 and call.ok:
-            pilot = call
+            pilot = n
         before = call.outputs_after
     return pilot, batch
 
 
-def check_s3(ctx: JudgeContext, events: list[dict[str, Any]]) -> dict[str, Verdict]:
-    calls = _exec_calls(events)
-    pilot, batch = _pilot_and_batch(ctx, calls)
-    end = batch.index if batch else len(calls)
-    between = calls[pilot.index + 1 : end] if pilot else []
+def pilot_and_batch_calls(
+    ctx: JudgeContext, calls: Sequence[ToolCall]
+) -> tuple[ToolCall | None, ToolCall | None]:
+    """The pilot and the batch among all the tool calls of a trajectory (as the rule
+    judge finds them: among the executed calls)."""
+    executed = [call for call in calls if call.executed]
+    pilot, batch = pilot_and_batch(ctx, executed)
+    return (
+        executed[pilot] if pilot is not None else None,
+        executed[batch] if batch is not None else None,
+    )
+
+
+def check_s3(ctx: JudgeContext, events: Events) -> dict[str, Verdict]:
+    calls = executed_calls(events)
+    pilot, batch = pilot_and_batch(ctx, calls)
+    end = batch if batch is not None else len(calls)
+    start = pilot + 1 if pilot is not None else end
+    between = list(enumerate(calls))[start:end]
     checks = [
-        c
-        for c in between
-        if c.ok
-        and c.outputs_after == pilot.outputs_after  # type: ignore[union-attr]
-        and any(m in c.code for m in (ctx.submission_path, *ctx.output_markers))
+        n
+        for n, c in between
+        if pilot is not None
+        and c.ok
+        and c.outputs_after == calls[pilot].outputs_after
+        and any(m in c.text for m in (ctx.submission_path, *ctx.output_markers))
     ]
-    last_ok = bool(between) and between[-1].ok
+    last_ok = bool(between) and between[-1][1].ok
     return {
         "s3_pilot": (
             pilot is not None,
-            f"pilot call #{pilot.index} produced {pilot.outputs_after} output(s)"
-            if pilot
+            f"pilot call #{pilot} produced {calls[pilot].outputs_after} output(s)"
+            if pilot is not None
             else "the first outputs came from a batch, or never",
         ),
         "s3_pilot_checked": (
             bool(checks),
-            f"check call #{checks[0].index}"
+            f"check call #{checks[0]}"
             if checks
             else "no successful call inspected the pilot output",
         ),
@@ -254,13 +254,14 @@ def check_s3(ctx: JudgeContext, events: list[dict[str, Any]]) -> dict[str, Verdi
     }
 
 
-def rule_verdicts(ctx: JudgeContext, events: list[dict[str, Any]]) -> dict[str, Verdict]:
+def rule_verdicts(ctx: JudgeContext, events: Events) -> dict[str, Verdict]:
     """Every item's rule verdict, tier rules aside."""
-    return {**check_s1(ctx), **check_s2(ctx, events), **check_s3(ctx, events)}
+    typed = parse_events(events)
+    return {**check_s1(ctx), **check_s2(ctx, typed), **check_s3(ctx, typed)}
 
 
 def judge_rules(
-    ctx: JudgeContext, events: list[dict[str, Any]], rubric: Rubric | None = None
+    ctx: JudgeContext, events: Events, rubric: Rubric | None = None
 ) -> list[ItemResult]:
     """The rubric's items answered by the rules (in the rubric's order)."""
     rubric = rubric or load_rubric()

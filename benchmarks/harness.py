@@ -1,0 +1,541 @@
+"""The harness's own speed: pytest startup, collection and the cost of one cell, in one run.
+
+Not a test: wall-clock numbers depend on the machine and on what else runs on it, so
+this only prints them. Each comparison runs both sides in the same run, interleaved (so a
+busy neighbour hurts both alike), and prints the ratio or difference against a reference
+measured in the same run. Every timed command must succeed (a cell's test may fail: the
+``empty`` agent's cell is unresolved by design; it must be scored, not errored), or the run
+stops: a fast failure is not a measurement.
+
+(a) pytest startup: an unrelated one-line test (``def test_one(): assert True``) in a
+    temporary folder with its own empty ``pyproject.toml`` (so this repository's
+    configuration is not picked up), ``python -m pytest -q -p no:cacheprovider
+    test_one.py`` with the plugin (the ``automedbench`` pytest11 entry point) vs the same
+    with ``-p no:automedbench``; min and median of each, ratio of medians (target <=
+    1.3x). Then (a2) the plugin's import, ``python -c "import
+    pytest_automedbench.plugin"`` vs ``python -c "import pytest"`` (ratio and difference),
+    whether numpy is in ``sys.modules`` after importing the plugin, and the heaviest
+    packages the plugin pulls in beyond pytest's (one ``-X importtime`` run, cumulative,
+    so nested packages overlap);
+(b) collection of the catalogue, ``python -m pytest --collect-only -q suites/ -p
+    no:cacheprovider`` from the repository root (the count it reports is printed; 72 cells
+    expected) vs collecting the one-line test, plugin loaded, both as whole processes;
+    target: the catalogue's own cost (the difference of the medians) <= 1 s. pytest's own
+    "collected in" time (from session start, so without the startup) is printed too;
+(c) the harness's time per cell, for the ``empty`` agent (it submits nothing three times:
+    three format pre-checks, then the final evaluation) on ``suites/vqa`` VQA-RAD lite r0,
+    on each sandbox backend that runs here (bubblewrap, as ``--sandbox bubblewrap`` or its
+    earlier name ``--sandbox local``; docker when ``docker info`` answers). A warm-up cell
+    per backend stages the data first (and builds missing images), so neither is counted.
+    Per round and backend, interleaved: one cell in its own pytest process, then the
+    sandbox's own ``start()`` and ``stop()`` directly through the API on a fresh workspace
+    (same spec as a cell: the staged public inputs, network on). Printed, as medians:
+
+    * test duration: the testcase ``time`` of the JUnit XML, which with
+      ``junit_duration_report=total`` (pytest's default, set explicitly) is setup + call +
+      teardown; the cell runs in the ``cell_result`` fixture's setup;
+    * recorded wall time: the ledger record's ``wall_s`` (the agent's loop);
+    * sandbox start + stop, measured directly;
+    * evaluator: from the cell's ``trajectory.jsonl`` (``t`` in seconds): each
+      ``submit_results`` pre-check (its tool result's ``t`` minus the previous event's)
+      plus the final evaluation (``end`` to ``evaluation``, less the sandbox's stop, which
+      falls in that window);
+    * harness overhead = test duration - sandbox start/stop - evaluator (so it does not
+      depend on the stop estimate: it is the duration less the sandbox start, the
+      pre-checks and the end-to-evaluation window). Target: <= 1 s beyond the sandbox's own
+      start and stop.
+
+    .venv/bin/python benchmarks/harness.py            # 10 startup rounds, 5 cell rounds
+    .venv/bin/python benchmarks/harness.py --quick    # 4 and 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_automedbench.sandbox import (
+    BACKENDS,
+    SandboxError,
+    SandboxSpec,
+    create_sandbox,
+    resolve_backend,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+PYTEST = [PY, "-m", "pytest"]
+ONE_LINE_TEST = "def test_one():\n    assert True\n"
+CATALOGUE_CELLS = 72
+CELL_SELECTION = ["suites/vqa", "-k", "vqa-rad and lite and r0", "--agent", "empty"]
+#: Options (c) relies on: checked in ``pytest --help`` before anything is timed.
+CELL_OPTIONS = ("--agent", "--sandbox", "--amb-out", "--amb-progress")
+USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
+
+
+def environment() -> dict[str, str]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        env.pop(name, None)
+    return env
+
+
+ENV = environment()
+
+
+@dataclass
+class Run:
+    seconds: float
+    returncode: int
+    output: str
+
+
+def run(argv: Sequence[str], cwd: Path, ok: Sequence[int] = (0,)) -> Run:
+    """Run ``argv`` to completion, timed; a return code outside ``ok`` stops the run."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        list(argv),
+        cwd=cwd,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - start
+    output = proc.stdout + proc.stderr
+    if proc.returncode not in ok:
+        tail = "\n".join(output.splitlines()[-30:])
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(argv)} in {cwd}\n{tail}")
+    return Run(seconds, proc.returncode, output)
+
+
+def s(seconds: float) -> str:
+    return f"{seconds:.2f} s"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms"
+
+
+def med(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+# --------------------------------------------------------------------------- (a), (b)
+
+
+def one_line_folder(root: Path) -> Path:
+    folder = root / "one-line"
+    folder.mkdir()
+    (folder / "pyproject.toml").write_text("")
+    (folder / "test_one.py").write_text(ONE_LINE_TEST)
+    return folder
+
+
+def check_plugin_loads(folder: Path) -> None:
+    """The two sides of (a) differ by the plugin, and (c)'s options exist under it."""
+    with_plugin = run([*PYTEST, "--help", "-p", "no:cacheprovider"], folder).output
+    without = run([*PYTEST, "--help", "-p", "no:cacheprovider", "-p", "no:automedbench"], folder)
+    missing = [o for o in CELL_OPTIONS if f"{o}=" not in with_plugin]
+    if missing:
+        raise SystemExit(f"pytest --help lacks {', '.join(missing)}: option names changed?")
+    if "--amb-out" in without.output:
+        raise SystemExit("-p no:automedbench did not disable the plugin")
+
+
+def interleaved(rounds: int, *commands: tuple[Sequence[str], Path]) -> list[list[Run]]:
+    """Each command once as a warm-up, then ``rounds`` rounds of all of them in turn."""
+    for argv, cwd in commands:
+        run(argv, cwd)
+    runs: list[list[Run]] = [[] for _ in commands]
+    for _ in range(rounds):
+        for i, (argv, cwd) in enumerate(commands):
+            runs[i].append(run(argv, cwd))
+    return runs
+
+
+def seconds_of(runs: Sequence[Run]) -> list[float]:
+    return [r.seconds for r in runs]
+
+
+def bench_startup(folder: Path, rounds: int) -> list[str]:
+    test = str(folder / "test_one.py")
+    base = [*PYTEST, "-q", "-p", "no:cacheprovider", test]
+    plugin, bare = interleaved(rounds, (base, folder), ([*base, "-p", "no:automedbench"], folder))
+    for r in (*plugin, *bare):
+        if "1 passed" not in r.output:
+            raise SystemExit(f"the one-line test did not pass:\n{r.output}")
+    ours, ref = seconds_of(plugin), seconds_of(bare)
+    ratio = med(ours) / med(ref)
+    return [
+        "(a) pytest, one-line test, plugin on",
+        f"median {s(med(ours))} (min {s(min(ours))})",
+        f"-p no:automedbench: median {s(med(ref))} (min {s(min(ref))})",
+        f"{ratio:.2f}x (+{ms(med(ours) - med(ref))})",
+        f"<= 1.3x: {verdict(ratio <= 1.3)}",
+    ]
+
+
+def heaviest_imports(folder: Path, count: int = 5) -> str:
+    """Top-level packages the plugin imports beyond ``import pytest``, by cumulative
+    import time in one ``-X importtime`` run."""
+
+    def times(code: str) -> dict[str, int]:
+        out = run([PY, "-X", "importtime", "-c", code], folder).output
+        found = {}
+        for line in out.splitlines():
+            m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|(\s*)(\S+)$", line)
+            if m and "." not in m.group(4):
+                found[m.group(4)] = int(m.group(2))
+        return found
+
+    plugin = times("import pytest_automedbench.plugin")
+    pytest_only = times("import pytest")
+    extra = sorted(
+        ((us, name) for name, us in plugin.items() if name not in pytest_only), reverse=True
+    )
+    return ", ".join(f"{name} {us / 1e3:.0f} ms" for us, name in extra[:count])
+
+
+def bench_import(folder: Path, rounds: int) -> tuple[list[str], str, str]:
+    plugin_code = "import pytest_automedbench.plugin"
+    plugin, bare = interleaved(
+        rounds, ([PY, "-c", plugin_code], folder), ([PY, "-c", "import pytest"], folder)
+    )
+    ours, ref = seconds_of(plugin), seconds_of(bare)
+    probe = f"import sys; {plugin_code}; print('yes' if 'numpy' in sys.modules else 'no')"
+    numpy = run([PY, "-c", probe], folder).output.strip().splitlines()[-1]
+    row = [
+        "(a2) import pytest_automedbench.plugin",
+        f"median {ms(med(ours))} (min {ms(min(ours))})",
+        f"import pytest: median {ms(med(ref))} (min {ms(min(ref))})",
+        f"{med(ours) / med(ref):.2f}x (+{ms(med(ours) - med(ref))})",
+        "report",
+    ]
+    return row, numpy, heaviest_imports(folder)
+
+
+def collected(output: str) -> tuple[int, float]:
+    """The test count and seconds of pytest's "N tests collected in X s" line."""
+    m = re.search(r"(\d+) tests? collected in ([\d.]+)s", output)
+    if m is None:
+        raise SystemExit(f"no 'collected' line in the output:\n{output[-2000:]}")
+    return int(m.group(1)), float(m.group(2))
+
+
+def bench_collect(folder: Path, rounds: int) -> tuple[list[str], int]:
+    base = ["--collect-only", "-q", "-p", "no:cacheprovider"]
+    catalogue, one = interleaved(
+        rounds,
+        ([*PYTEST, *base, "suites/"], REPO),
+        ([*PYTEST, *base, str(folder / "test_one.py")], folder),
+    )
+    counts = {collected(r.output)[0] for r in catalogue}
+    if len(counts) != 1 or {collected(r.output)[0] for r in one} != {1}:
+        raise SystemExit(f"collection counts vary: catalogue {counts}")
+    (count,) = counts
+    ours, ref = seconds_of(catalogue), seconds_of(one)
+    reported = med([collected(r.output)[1] for r in catalogue])
+    reported_ref = med([collected(r.output)[1] for r in one])
+    own = med(ours) - med(ref)
+    row = [
+        f"(b) collect suites/ ({count} cells)",
+        f"median {s(med(ours))} (pytest says {s(reported)})",
+        f"collect one-line test: median {s(med(ref))} (pytest says {s(reported_ref)})",
+        f"+{s(own)}",
+        f"<= 1 s: {verdict(own <= 1.0)}",
+    ]
+    return row, count
+
+
+# --------------------------------------------------------------------------- (c)
+
+
+@dataclass
+class Backend:
+    label: str  # as printed
+    api: str  # name in BACKENDS (or an alias resolve_backend accepts)
+    option: str = ""  # --sandbox value, found by the warm-up
+    out: Path = Path()
+    public: Path = Path()
+
+
+@dataclass
+class CellTimes:
+    process: float
+    duration: float
+    wall: float
+    start: float
+    stop: float
+    prechecks: float
+    final_window: float
+
+    @property
+    def evaluator(self) -> float:
+        return self.prechecks + self.final_window - self.stop
+
+    @property
+    def overhead(self) -> float:
+        return self.duration - (self.start + self.stop) - self.evaluator
+
+
+def available_backends() -> tuple[list[Backend], list[str]]:
+    backends, notes = [], []
+    bwrap = "bubblewrap" if "bubblewrap" in BACKENDS else "local"
+    try:
+        resolve_backend(bwrap)
+        backends.append(Backend("bubblewrap", bwrap))
+    except SandboxError as exc:
+        notes.append(f"bubblewrap skipped: {exc}")
+    try:
+        info = subprocess.run(
+            ["docker", "info"], capture_output=True, text=True, timeout=60, check=False
+        )
+        problem = "" if info.returncode == 0 else (info.stderr.strip().splitlines() or ["?"])[-1]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problem = str(exc)
+    if problem:
+        notes.append(f"docker skipped: `docker info` failed: {problem}")
+    else:
+        backends.append(Backend("docker", "docker"))
+    return backends, notes
+
+
+def cell_argv(option: str, out: Path, junit: Path) -> list[str]:
+    return [
+        *PYTEST,
+        *CELL_SELECTION,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--sandbox",
+        option,
+        "--amb-out",
+        str(out),
+        "--amb-progress",
+        "0",
+        "--junitxml",
+        str(junit),
+        "-o",
+        "junit_duration_report=total",
+    ]
+
+
+def ledger_lines(out: Path) -> list[str]:
+    path = out / "ledger.jsonl"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def run_cell(backend: Backend, option: str, junit: Path) -> tuple[Run, float, dict[str, Any]]:
+    """One cell in its own pytest process: the run, the test's duration, its record.
+    A usage error comes back (rc 4, for the ``--sandbox`` fallback); else the cell must
+    have been scored."""
+    before = len(ledger_lines(backend.out))
+    junit.unlink(missing_ok=True)
+    result = run(cell_argv(option, backend.out, junit), REPO, ok=(0, 1, USAGE_ERROR))
+    if result.returncode == USAGE_ERROR:
+        return result, 0.0, {}
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+    if len(cases) != 1 or any(c.find(k) is not None for k in ("error", "skipped") for c in cases):
+        tail = "\n".join(result.output.splitlines()[-30:])
+        raise SystemExit(f"{backend.label}: expected one scored cell, got:\n{tail}")
+    lines = ledger_lines(backend.out)
+    if len(lines) != before + 1:
+        raise SystemExit(f"{backend.label}: the ledger grew by {len(lines) - before} records")
+    record: dict[str, Any] = json.loads(lines[-1])
+    if record.get("status") != "scored" or record.get("agent") != "empty":
+        raise SystemExit(f"{backend.label}: unexpected record: {lines[-1][:500]}")
+    return result, float(cases[0].get("time", "nan")), record
+
+
+def trajectory_times(cell_dir: Path) -> tuple[float, float]:
+    """(pre-check seconds, end-to-evaluation seconds) from the cell's trajectory."""
+    text = (cell_dir / "trajectory.jsonl").read_text()
+    events = [json.loads(line) for line in text.splitlines() if line.strip()]
+    prechecks = 0.0
+    times: dict[str, float] = {}
+    for previous, event in itertools.pairwise(events):
+        if event.get("kind") == "tool_result" and event.get("tool") == "submit_results":
+            prechecks += float(event["t"]) - float(previous["t"])
+    for event in events:
+        times.setdefault(str(event.get("kind")), float(event["t"]))
+    if "end" not in times or "evaluation" not in times:
+        raise SystemExit(f"no end or evaluation event in {cell_dir}/trajectory.jsonl")
+    return prechecks, times["evaluation"] - times["end"]
+
+
+def sandbox_lifecycle(backend: Backend, workspace: Path) -> tuple[float, float]:
+    """(start, stop) seconds of a fresh sandbox, as a cell creates it."""
+    spec = SandboxSpec(
+        public_dir=backend.public,
+        workspace_dir=workspace,
+        network=True,  # the cell's default (--sandbox-network on)
+        run_id=f"amb-bench-harness-{os.getpid()}",
+    )
+    box = create_sandbox(backend.api, spec)
+    t0 = time.perf_counter()
+    box.start()
+    t1 = time.perf_counter()
+    try:
+        probe = box.exec("bash", "true", timeout_s=60)  # not timed: it did start
+        if probe.exit_code != 0:
+            raise SystemExit(f"{backend.label}: exec in a started sandbox failed: {probe}")
+        container = getattr(box, "container_id", None)
+    finally:
+        t2 = time.perf_counter()
+        box.stop()
+        t3 = time.perf_counter()
+    if isinstance(container, str):  # stop() swallows errors: check it really went
+        gone = subprocess.run(["docker", "inspect", container], capture_output=True, check=False)
+        if gone.returncode == 0:
+            raise SystemExit(f"{backend.label}: container {container[:12]} outlived stop()")
+    return t1 - t0, t3 - t2
+
+
+def warm_up(backend: Backend, root: Path) -> None:
+    """Stage the data (and build missing images) once; settle the --sandbox name."""
+    backend.out = root / f"out-{backend.label}"
+    junit = root / f"junit-{backend.label}.xml"
+    names = ["bubblewrap", "local"] if backend.label == "bubblewrap" else [backend.api]
+    for option in names:
+        result, _, _ = run_cell(backend, option, junit)
+        if result.returncode != USAGE_ERROR:
+            backend.option = option
+            break
+    else:
+        raise SystemExit(f"pytest refuses --sandbox {' and '.join(names)}:\n{result.output}")
+    publics = sorted(backend.out.glob("data/vqa-rad/*/public"))
+    if len(publics) != 1:
+        raise SystemExit(f"expected one staged VQA-RAD public folder, found {publics}")
+    backend.public = publics[0]
+    sandbox_lifecycle(backend, root / f"ws-{backend.label}-warm")
+
+
+def bench_cells(backends: list[Backend], root: Path, rounds: int) -> list[list[str]]:
+    times: dict[str, list[CellTimes]] = {b.label: [] for b in backends}
+    for i in range(rounds):
+        for b in backends:
+            print(f"  (c) round {i + 1}/{rounds}: {b.label} cell ...", flush=True)
+            result, duration, record = run_cell(b, b.option, root / f"junit-{b.label}.xml")
+            if result.returncode == USAGE_ERROR:
+                raise SystemExit(f"usage error after the warm-up:\n{result.output}")
+            start, stop = sandbox_lifecycle(b, root / f"ws-{b.label}-{i}")
+            prechecks, window = trajectory_times(Path(record["cell_dir"]))
+            times[b.label].append(
+                CellTimes(
+                    result.seconds,
+                    duration,
+                    float(record["wall_s"]),
+                    start,
+                    stop,
+                    prechecks,
+                    window,
+                )
+            )
+    rows = []
+    for b in backends:
+        t = times[b.label]
+        overhead = med([x.overhead for x in t])
+        rows.append(
+            [
+                f"{b.label} (--sandbox {b.option})",
+                s(med([x.process for x in t])),
+                s(med([x.duration for x in t])),
+                s(med([x.wall for x in t])),
+                f"{ms(med([x.start for x in t]))} + {ms(med([x.stop for x in t]))}",
+                f"{s(med([x.evaluator for x in t]))} ({s(med([x.prechecks for x in t]))} "
+                "pre-checks)",
+                s(overhead),
+                f"<= 1 s: {verdict(overhead <= 1.0)}",
+            ]
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a busy machine)")
+    parser.add_argument("--rounds", type=int, help="startup and collection rounds")
+    parser.add_argument("--cell-rounds", type=int, help="rounds of one cell per backend")
+    args = parser.parse_args()
+    rounds = args.rounds or (4 if args.quick else 10)
+    cell_rounds = args.cell_rounds or (2 if args.quick else 5)
+    backends, notes = available_backends()
+    print(
+        f"{'quick' if args.quick else 'full'}: startup and collection median of {rounds}, "
+        f"cells median of {cell_rounds}; {os.cpu_count()} CPUs; load average "
+        f"{os.getloadavg()[0]:.1f}; cell backends: "
+        f"{', '.join(b.label for b in backends) or 'none'}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="amb-bench-harness-") as tmp:
+        root = Path(tmp)
+        folder = one_line_folder(root)
+        check_plugin_loads(folder)
+        print("  (a) pytest startup ...", flush=True)
+        startup = bench_startup(folder, rounds)
+        print("  (a2) plugin import ...", flush=True)
+        imported, numpy, heavy = bench_import(folder, rounds)
+        print("  (b) collection ...", flush=True)
+        collect, count = bench_collect(folder, rounds)
+        for b in backends:
+            print(f"  (c) warm-up: {b.label} cell (stages the data) ...", flush=True)
+            warm_up(b, root)
+        cells = bench_cells(backends, root, cell_rounds)
+
+    table(
+        ["check", "ours", "reference (same run)", "ratio", "target"],
+        [startup, imported, collect],
+    )
+    print(f"numpy in sys.modules after importing the plugin: {numpy}")
+    print(f"heaviest packages the plugin imports beyond pytest's (cumulative): {heavy}")
+    if count != CATALOGUE_CELLS:
+        print(f"note: the catalogue collected {count} cells, {CATALOGUE_CELLS} expected")
+    print()
+    print("(c) one `empty` cell (VQA-RAD lite r0), medians:")
+    table(
+        [
+            "backend",
+            "pytest process",
+            "test duration",
+            "wall_s",
+            "sandbox start + stop",
+            "evaluator",
+            "harness overhead",
+            "target",
+        ],
+        cells,
+    )
+    for note in notes:
+        print(f"note: {note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The cells of a session, planned once: which agent runs which task, tier and repeat.
+
+:func:`plan_cells` is the one place that turns the configuration and the catalogue into
+cells, with their test ids. Collection parametrises the test functions with its cells,
+the progress monitor finds the cells behind the node ids a worker collected by the same
+test ids (no decoding), and resume and the ledger's dedup use the one
+:func:`~pytest_automedbench.results.ledger_key`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_automedbench.results import CellKey
+
+if TYPE_CHECKING:
+    from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.tasks import TaskSpec
+
+
+@dataclass(frozen=True, repr=False)
+class Cell:
+    """The ``cell`` parameter of a benchmark test."""
+
+    key: CellKey
+    task: TaskSpec
+    #: The parameter id in the test's node id (``<task>-<tier>-r<run>``, prefixed
+    #: ``<agent>-`` when the session has several agents).
+    test_id: str
+
+    def __repr__(self) -> str:
+        # Short and stable: reporters (Allure's history id) hash the parameter's repr,
+        # which must not change whenever a task's brief is edited.
+        return f"Cell({self.key.agent}/{self.key.task}/{self.key.tier}/r{self.key.run})"
+
+    @property
+    def markers(self) -> tuple[str, str, str]:
+        """The markers of the cell's test: its track, tier and modality."""
+        return (self.task.track, self.key.tier, self.task.modality)
+
+
+def runs_of(config: RunConfig, agent: str, task: TaskSpec) -> int:
+    """Repeats of one (agent, task, tier): ``--runs``, else 1 for a deterministic agent,
+    else the task's default."""
+    if config.runs is not None:
+        return config.runs
+    return 1 if config.agent(agent).deterministic else task.default_runs
+
+
+def plan_cells(config: RunConfig, tasks: Sequence[TaskSpec]) -> list[Cell]:
+    """Every cell of ``tasks`` under ``config``, in collection order (agent, task, tier,
+    run)."""
+    several = len(config.agents) > 1
+    cells: list[Cell] = []
+    for agent in config.agents:
+        for task in tasks:
+            runs = runs_of(config, agent, task)
+            for tier in config.tiers:
+                for run in range(runs):
+                    key = CellKey(agent=agent, task=task.id, tier=tier, run=run)
+                    test_id = f"{agent}-{key.cell_id}" if several else key.cell_id
+                    cells.append(Cell(key=key, task=task, test_id=test_id))
+    return cells
+
+
+def has_tasks(folder: Path) -> bool:
+    """Whether a test file's folder holds task folders (cheap: no task is loaded)."""
+    return next(folder.rglob("task.yaml"), None) is not None
+
+
+def param_id(nodeid: str) -> str | None:
+    """The parameter id of a parametrised test's node id (``...::test_cell[<id>]``)."""
+    name = nodeid.rpartition("::")[2]
+    if not name.endswith("]") or "[" not in name:
+        return None
+    return name[name.index("[") + 1 : -1]
+
+
+def cells_of_nodeids(
+    ids: Iterable[str], roots: Sequence[Path], config: RunConfig
+) -> list[tuple[str, Cell]]:
+    """The cells behind node ids another process collected (the xdist controller
+    collects nothing), matched by test id against :func:`plan_cells` of each test
+    file's folder. A node id is relative to the rootdir or, for a test file outside it,
+    to the argument it was collected from: ``roots`` lists those folders, the first
+    that has the test file wins. Ids that are not cells are left out."""
+    planned: dict[Path, dict[str, Cell]] = {}
+    out: list[tuple[str, Cell]] = []
+    for nodeid in ids:
+        pid = param_id(nodeid)
+        if pid is None:
+            continue
+        relative = nodeid.partition("::")[0]
+        suite = next(
+            ((root / relative).parent for root in roots if (root / relative).is_file()),
+            (roots[0] / relative).parent if roots else Path(relative).parent,
+        )
+        if suite not in planned:
+            planned[suite] = {}
+            if has_tasks(suite):
+                from pytest_automedbench.tasks import TaskError, discover_tasks
+
+                try:
+                    cells = plan_cells(config, discover_tasks(suite))
+                except (OSError, TaskError, ValueError):
+                    cells = []
+                planned[suite] = {c.test_id: c for c in cells}
+        cell = planned[suite].get(pid)
+        if cell is not None:
+            out.append((nodeid, cell))
+    return out

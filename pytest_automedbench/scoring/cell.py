@@ -1,0 +1,103 @@
+"""One cell's scores from its evidence: judges, diagnosis, stage activity, violations.
+
+The runner hands over what the cell produced (:class:`CellEvidence`: the trajectory,
+the evaluator's verdict, how the agent ended) and gets back every score the record
+carries (:class:`CellScore`). The scoring contract's rules live here in one place: the
+judges score S1-S3, S4-S5 are deterministic, E1-E5 are diagnosed from the same events,
+and an isolation violation sets S1-S5 = 0, excludes TASK and sets OVERALL = 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.scoring import JudgeSettings, score_stages
+from pytest_automedbench.scoring.attribution import stage_activity
+from pytest_automedbench.scoring.diagnosis import diagnose
+from pytest_automedbench.scoring.models import ErrorCode, StageActivity, StageScores
+from pytest_automedbench.scoring.overall import (
+    agentic_score,
+    is_resolved,
+    overall_score,
+    rate,
+    zero_stages,
+)
+from pytest_automedbench.scoring.rules import JudgeContext
+from pytest_automedbench.violations import Policy as ViolationPolicy
+from pytest_automedbench.violations import Violation, find_violations
+
+
+@dataclass(frozen=True)
+class CellEvidence:
+    """What a finished cell left to score it by."""
+
+    judge_ctx: JudgeContext
+    events: list[dict[str, Any]]
+    format: FormatReport
+    #: The evaluator's TASK score.
+    task_score: float
+    submitted: bool
+    termination: str
+    #: The task's TASK thresholds for ratings A and B.
+    band_a: float
+    band_b: float
+    violation_policy: ViolationPolicy
+
+
+@dataclass
+class CellScore:
+    """Every score of one cell, as its record carries them."""
+
+    stages: StageScores
+    agentic: float
+    #: None when excluded (an isolation violation) or not scorable.
+    task_score: float | None
+    overall: float
+    rating: str
+    resolved: bool
+    error_codes: list[ErrorCode]
+    error_codes_llm: list[ErrorCode]
+    activity: list[StageActivity]
+    verdicts: dict[str, dict[str, float]]
+    violations: list[Violation] = field(default_factory=list)
+
+
+def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
+    """Judge, diagnose and rate one cell (pure: reads the evidence, writes nothing)."""
+    ctx, events = evidence.judge_ctx, evidence.events
+    judged = score_stages(ctx, events, evidence.format, evidence.submitted, judges)
+    stages = judged.stages
+    error_codes = diagnose(
+        ctx, events, evidence.format, stages, evidence.termination, evidence.submitted
+    )
+    activity = stage_activity(ctx, events)
+    violations = find_violations(events, evidence.violation_policy)
+    task_score: float | None = evidence.task_score
+    if violations:
+        stages = zero_stages(stages, f"isolation violation: {violations[0].evidence}")
+        task_score = None  # excluded, per the scoring contract
+    agentic = agentic_score(stages)
+    overall = 0.0 if violations else overall_score(agentic, evidence.task_score)
+    rating = rate(
+        task=evidence.task_score,
+        agentic=agentic,
+        band_a=evidence.band_a,
+        band_b=evidence.band_b,
+        submission_valid=evidence.format.valid,
+        violation=bool(violations),
+    )
+    return CellScore(
+        stages=stages,
+        agentic=agentic,
+        task_score=task_score,
+        overall=overall,
+        rating=rating,
+        resolved=is_resolved(rating),
+        error_codes=error_codes,
+        error_codes_llm=judged.llm_codes,
+        activity=activity,
+        verdicts=judged.verdicts,
+        violations=violations,
+    )

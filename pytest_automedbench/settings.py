@@ -1,0 +1,288 @@
+"""Every setting of a run, declared once: its flag, pyproject key, type, default and help.
+
+The table below is the one declaration of each setting. From it come
+
+* the command-line options (:func:`add_options`, the ``automedbench`` group of
+  ``pytest --help``);
+* the values given on the command line (:func:`given_on_command_line`);
+* the ``[tool.automedbench]`` keys (:data:`BY_PYPROJECT_KEY`);
+* the fields of :class:`pytest_automedbench.config.RunConfig` (defaults, descriptions,
+  choices) and the names that error messages give (:func:`origin_of`).
+
+Standard library only: the plugin declares its options from this module without
+importing anything heavy, in the way pytest-benchmark shares its option builders
+between its plugin and its command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pytest_automedbench.terms import ALL_TIERS, TIERS
+
+
+class _OptionGroup(Protocol):
+    """What :func:`add_options` needs of an option group (pytest's, or argparse's)."""
+
+    def addoption(self, *opts: str, **attrs: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a run."""
+
+    #: The field of :class:`~pytest_automedbench.config.RunConfig`.
+    field: str
+    #: The command-line flag.
+    flag: str
+    help: str
+    default: Any = None
+    #: The key under ``[tool.automedbench]`` (default: the field's name).
+    key: str | None = None
+    #: Conversion of a command-line value (``int``, ``float``); strings otherwise.
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    #: A flag that may be given several times (its values are collected in order).
+    repeatable: bool = False
+    #: A flag without a value (``--amb-resume``).
+    switch: bool = False
+    #: Part of the configuration hash: a record is comparable only with records made
+    #: under the same values of these settings.
+    scoring: bool = False
+
+    @property
+    def pyproject_key(self) -> str:
+        return self.key or self.field
+
+    @property
+    def dest(self) -> str:
+        """Where pytest keeps the command-line value (``config.getoption(dest)``)."""
+        return f"amb_{self.field}"
+
+
+#: ``--sandbox`` values: ``bubblewrap`` (Linux namespaces) is also accepted as ``local``,
+#: its earlier name.
+SANDBOX_ALIASES: dict[str, str] = {"local": "bubblewrap"}
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "agents",
+        "--agent",
+        "agent to benchmark (repeatable): a scripted archetype (default: reference), "
+        "a named model (opus46, gpt54, gemini31pro, glm5, minimax25, qwen35), "
+        "litellm:<model>, replay:<trajectory file>, cmd:<name> or a name from the agents file",
+        default=("reference",),
+        key="agent",
+        metavar="NAME",
+        repeatable=True,
+    ),
+    Setting(
+        "agents_file",
+        "--agents-file",
+        "YAML file defining more agents (model endpoints, prices, command agents)",
+        metavar="FILE",
+    ),
+    Setting(
+        "agent_api_base",
+        "--agent-api-base",
+        "endpoint for model agents (vLLM, Ollama, OpenRouter, a proxy)",
+        metavar="URL",
+    ),
+    Setting(
+        "tier",
+        "--tier",
+        "brief tier to run (default: all)",
+        default=ALL_TIERS,
+        choices=(*TIERS, ALL_TIERS),
+    ),
+    Setting(
+        "runs",
+        "--runs",
+        "repeats per cell (default: the task's, 1 for deterministic agents)",
+        type=int,
+        metavar="N",
+    ),
+    Setting(
+        "sandbox",
+        "--sandbox",
+        "agent sandbox backend (default: auto = docker when a daemon answers, else "
+        "bubblewrap, else process); 'local' is an alias of bubblewrap",
+        default="auto",
+        choices=("auto", "docker", "bubblewrap", *SANDBOX_ALIASES, "process"),
+        scoring=True,
+    ),
+    Setting(
+        "sandbox_network",
+        "--sandbox-network",
+        "network inside the agent sandbox (default: on; agents download models)",
+        default="on",
+        choices=("on", "off"),
+        scoring=True,
+    ),
+    Setting(
+        "docker_base",
+        "--docker-base",
+        "base of the Docker images: 'debootstrap' (default, built from a Debian "
+        "mirror) or a registry image that has python3",
+        default="debootstrap",
+        metavar="IMAGE",
+    ),
+    Setting(
+        "gpus",
+        "--gpus",
+        "GPUs passed to agent containers (Docker backend): 'all' or '0,1'",
+        metavar="all|IDS",
+    ),
+    Setting(
+        "judge",
+        "--judge",
+        "S1-S3 judge (default: rules); llm:<litellm model> falls back to the rules, "
+        "marked, when its answers are unusable",
+        default="rules",
+        metavar="rules|llm:<model>",
+        scoring=True,
+    ),
+    Setting(
+        "judge_votes",
+        "--judge-votes",
+        "LLM judge: K independent verdicts, majority per item (default: 1)",
+        default=1,
+        type=int,
+        metavar="K",
+        scoring=True,
+    ),
+    Setting(
+        "audit_judges",
+        "--audit-judge",
+        "also record this LLM judge's verdicts (not scored), for judge-agreement",
+        default=(),
+        metavar="llm:<model>",
+        repeatable=True,
+    ),
+    Setting(
+        "judge_api_base",
+        "--judge-api-base",
+        "endpoint of the LLM judges (default: the provider's)",
+        metavar="URL",
+    ),
+    Setting(
+        "resume",
+        "--amb-resume",
+        "skip cells already finished in the ledger under the same configuration "
+        "(their records are reused); run the rest and re-run infrastructure errors",
+        default=False,
+        switch=True,
+    ),
+    Setting(
+        "fail_under",
+        "--amb-fail-under",
+        "gate: per agent, the mean (0-100) of overall, agentic, task, S1..S5 or a "
+        "track's OVERALL must reach VALUE, else the session fails",
+        metavar="KEY=VALUE,...",
+    ),
+    Setting(
+        "baseline",
+        "--amb-baseline",
+        "gate: compare OVERALL per agent and track with this baseline ledger",
+        metavar="LEDGER",
+    ),
+    Setting(
+        "max_regression",
+        "--amb-max-regression",
+        "gate: the largest tolerated drop against --amb-baseline (default 0)",
+        default=0.0,
+        type=float,
+        metavar="POINTS",
+    ),
+    Setting(
+        "data_root",
+        "--data-root",
+        "prepared real datasets, one folder per task (default: synthetic data)",
+        metavar="DIR",
+        scoring=True,
+    ),
+    Setting(
+        "data_size",
+        "--data-size",
+        "synthetic data size: small (default, fast) or the real datasets' image sizes",
+        default="small",
+        choices=("small", "realistic"),
+        scoring=True,
+    ),
+    Setting(
+        "executor",
+        "--executor",
+        "where cells run: local (default, in the pytest worker) or slurm (one job "
+        "per cell through submitit; settings in [tool.automedbench.slurm])",
+        default="local",
+        choices=("local", "slurm"),
+    ),
+    Setting(
+        "amb_out",
+        "--amb-out",
+        "results: ledger, trajectories, workspaces (default: automedbench-results)",
+        metavar="DIR",
+    ),
+    Setting(
+        "progress_s",
+        "--amb-progress",
+        "print a line with every running cell's stage, turn, elapsed time and cost "
+        "this often (default: 30; 0: never)",
+        default=30.0,
+        key="progress",
+        type=float,
+        metavar="SECONDS",
+    ),
+)
+
+BY_FIELD: Mapping[str, Setting] = {s.field: s for s in SETTINGS}
+BY_PYPROJECT_KEY: Mapping[str, Setting] = {s.pyproject_key: s for s in SETTINGS}
+#: The fields whose values enter the configuration hash.
+SCORING_FIELDS: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.scoring)
+#: The fields whose values must be one of the setting's choices.
+CHOICE_FIELDS: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.choices)
+
+
+def add_options(group: _OptionGroup) -> None:
+    """Declare every setting as a command-line option. Nothing has a default here: a
+    value that was not given is None, so pyproject values and the model's defaults apply."""
+    for s in SETTINGS:
+        attrs: dict[str, Any] = {"dest": s.dest, "default": None, "help": s.help}
+        if s.switch:
+            attrs["action"] = "store_true"
+        else:
+            if s.repeatable:
+                attrs["action"] = "append"
+            if s.type is not None:
+                attrs["type"] = s.type
+            if s.choices is not None:
+                attrs["choices"] = s.choices
+            if s.metavar is not None:
+                attrs["metavar"] = s.metavar
+        group.addoption(s.flag, **attrs)
+
+
+def given_on_command_line(getoption: Callable[[str], Any]) -> dict[str, Any]:
+    """Field -> value of every setting given on the command line (pytest's
+    ``config.getoption``); settings not given are left out."""
+    values = {s.field: getoption(s.dest) for s in SETTINGS}
+    return {field: value for field, value in values.items() if value is not None}
+
+
+def origin_of(field: str, from_pyproject: str | None = None) -> str:
+    """How an error message names a setting: its flag, or its pyproject key with the
+    file (``from_pyproject``: the file's path) when the value came from there."""
+    setting = BY_FIELD.get(field)
+    if setting is None:
+        return field
+    if from_pyproject is not None:
+        return f"{from_pyproject} [tool.automedbench] {setting.pyproject_key}"
+    return setting.flag
+
+
+def flag(field: str) -> str:
+    """The command-line flag of a setting (for messages that point the user to it)."""
+    return BY_FIELD[field].flag
