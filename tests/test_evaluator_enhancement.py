@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from pytest_automedbench.evaluators import evaluator_class, get_evaluator
 from pytest_automedbench.evaluators import enhancement as enh_module
+from pytest_automedbench.evaluators import evaluator_class, get_evaluator
 from pytest_automedbench.evaluators.enhancement import (
     PSNR_CAP,
     EnhancementEvaluator,

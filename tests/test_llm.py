@@ -63,8 +63,7 @@ def test_secrets_and_bearer_tokens_are_masked(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("HOME_DIR_NAME", "not-a-secret-at-all")
     text = (
         "401 for key short-k (value-of-an-api-key, AKIAEXAMPLE0001) "
-        "Authorization: Bearer abc.def not-a-secret-at-all "
-        + PLACEHOLDER_KEY
+        "Authorization: Bearer abc.def not-a-secret-at-all " + PLACEHOLDER_KEY
     )
     masked = mask_secrets(text, ["short-k", None])
     assert "value-of-an-api-key" not in masked and "AKIAEXAMPLE0001" not in masked

@@ -20,7 +20,7 @@ import shlex
 from typing import Any
 
 from pytest_automedbench.agents.base import AgentOutcome, Limits, Message, Termination, Usage
-from pytest_automedbench.agents.registry import AgentEntry
+from pytest_automedbench.agents.registry import AgentEntry, CommandAgent
 from pytest_automedbench.agents.tools import Toolbox, exec_content, exec_record
 from pytest_automedbench.agents.trajectory import TrajectoryWriter
 from pytest_automedbench.sandbox import Sandbox
@@ -78,7 +78,7 @@ def _jsonl_records(text: str, truncated: bool) -> int | None:
 
 
 def _record_transcript(
-    entry: AgentEntry, sandbox: Sandbox, trajectory: TrajectoryWriter
+    entry: CommandAgent, sandbox: Sandbox, trajectory: TrajectoryWriter
 ) -> dict[str, Any] | None:
     """Copy the agent system's transcript into the trajectory, bounded; vendor formats
     are not interpreted beyond counting JSON-lines records. The sandbox read confines
@@ -128,7 +128,7 @@ def run_command_agent(
     submitted exactly once through the toolbox, so the format pre-check runs and the
     submission is recorded as any other.
     """
-    if entry.kind != "command" or not entry.command:
+    if not isinstance(entry, CommandAgent) or not entry.command:
         raise ValueError(f"agent {entry.name!r} is not a command agent")
     workspace = sandbox.workspace_path
     outputs = outputs_dir or f"{workspace}/outputs"

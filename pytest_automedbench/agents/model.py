@@ -34,7 +34,7 @@ from pytest_automedbench.agents.base import (
     ReplyDeadlineError,
     Usage,
 )
-from pytest_automedbench.agents.registry import AgentEntry
+from pytest_automedbench.agents.registry import AgentEntry, ModelAgent
 from pytest_automedbench.llm import (
     DEFAULT_BACKOFF_BASE_S,
     DEFAULT_MAX_RETRIES,
@@ -56,7 +56,7 @@ def missing_credentials(entry: AgentEntry) -> str | None:
 
     The plugin skips such cells instead of failing them: a missing key is a property of
     the machine, not of the agent."""
-    if entry.kind != "model":
+    if not isinstance(entry, ModelAgent):
         return None
     if not entry.model:
         return f"agent {entry.name!r} names no model"
@@ -123,9 +123,9 @@ class LiteLLMPolicy:
         backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
-        if entry.kind != "model" or not entry.model:
+        if not isinstance(entry, ModelAgent) or not entry.model:
             raise ValueError(f"agent {entry.name!r} is not a model agent")
-        self.entry = entry
+        self.entry: ModelAgent = entry
         self.name = entry.name
         self.model: str = entry.model
         self.client = LlmClient(
