@@ -125,7 +125,7 @@ def test_sandbox_network_setting_reaches_the_agent(
         key=CellKey(agent=f"replay:{steps}", task=TASK.id, tier="lite", run=0),
         task=TASK,
         staged=staged,
-        config=RunConfig(amb_out=tmp_path, sandbox="local", sandbox_network=network),  # type: ignore[arg-type]
+        config=RunConfig(amb_out=tmp_path, sandbox="bubblewrap", sandbox_network=network),
         run_id="test",
         cell_dir=tmp_path / "cell",
     )

@@ -63,7 +63,7 @@ def slurm_cluster() -> Iterator[Path]:
 
 
 def write_project(
-    path: Path, *, cpus: int = 1, retries: int = 1, sandbox: str = "local", extra: str = ""
+    path: Path, *, cpus: int = 1, retries: int = 1, sandbox: str = "bubblewrap", extra: str = ""
 ) -> Path:
     """A pyproject for the session under test: small jobs and a sleeping command agent."""
     path.mkdir(parents=True, exist_ok=True)
@@ -197,7 +197,7 @@ def test_slurm_cells_score_as_local_cells(slurm_cluster: Path, tmp_path: Path) -
     assert len(jobs) == 3
     pickles = list((tmp_path / "slurm" / "slurm").glob("*/*/*_result.pkl"))
     assert sorted(p.parent.name for p in pickles) == sorted(jobs)
-    expected = {"docker": "DockerSandbox", "local": "BubblewrapSandbox"}.get(
+    expected = {"docker": "DockerSandbox", "bubblewrap": "BubblewrapSandbox"}.get(
         resolve_backend("auto"), "LocalSandbox"
     )
     for record in slurm_records:

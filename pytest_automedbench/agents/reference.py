@@ -29,6 +29,18 @@ def _arguments(extra: str = "") -> str:
     )
 
 
+def _read_json(name: str, kind: str, what: str) -> str:
+    """The lines of a check script that read its single output file as JSON."""
+    return (
+        "path = args.outputs / args.pattern\n"
+        "if not path.is_file():\n"
+        '    raise SystemExit(f"MISSING {path}")\n'
+        f"{name} = json.loads(path.read_text())\n"
+        f"if not isinstance({name}, {kind}):\n"
+        f'    raise SystemExit(f"{{path}} must be {what}")\n'
+    )
+
+
 _SEGMENTATION_ARGUMENTS = (
     'parser.add_argument("--reference-input", required=True)\n'
     'parser.add_argument("--labels", required=True, help="allowed values, comma separated")\n'
@@ -129,12 +141,9 @@ from pathlib import Path
     + _arguments()
     + """\
 questions = {q["question_id"]: q for q in json.loads((args.inputs / "questions.json").read_text())}
-path = args.outputs / args.pattern
-if not path.is_file():
-    raise SystemExit(f"MISSING {path}")
-answers = json.loads(path.read_text())
-if not isinstance(answers, dict):
-    raise SystemExit(f"{path} must be a JSON object mapping question id to answer")
+"""
+    + _read_json("answers", "dict", "a JSON object mapping question id to answer")
+    + """\
 bad = 0
 counts = {}
 for qid in args.cases or sorted(questions):
@@ -198,12 +207,9 @@ from pathlib import Path
     + """index = json.loads((args.inputs / "images.json").read_text())
 images = {im["id"]: im for im in index["images"]}
 categories = {c["id"]: c["name"] for c in index["categories"]}
-path = args.outputs / args.pattern
-if not path.is_file():
-    raise SystemExit(f"MISSING {path}")
-predictions = json.loads(path.read_text())
-if not isinstance(predictions, list):
-    raise SystemExit(f"{path} must be a JSON list of COCO results")
+"""
+    + _read_json("predictions", "list", "a JSON list of COCO results")
+    + """\
 bad = 0
 per_image = {}
 per_category = {}

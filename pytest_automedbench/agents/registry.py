@@ -53,15 +53,37 @@ class Prices:
         return (tokens_in * self.input_per_mtok + tokens_out * self.output_per_mtok) / 1e6
 
 
-class _TurnByTurn:
+class _Kind:
+    """An agent kind: its name, whether it is deterministic (one run per cell is enough)
+    and its cost limit per cell (0.0: calls no model; None: not metered), given as class
+    keywords; each kind registers itself in :data:`KINDS`."""
+
+    kind: ClassVar[str]
+    deterministic: ClassVar[bool]
+    cost_limit_usd: ClassVar[float | None]
+
+    def __init_subclass__(
+        cls, *, kind: str = "", deterministic: bool = False, cost: float | None = 0.0
+    ) -> None:
+        super().__init_subclass__()
+        if kind:
+            cls.kind, cls.deterministic, cls.cost_limit_usd = kind, deterministic, cost
+            KINDS[kind] = cls
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+
+#: Agent kind -> its class.
+KINDS: dict[str, type[_Kind]] = {}
+
+
+class _TurnByTurn(_Kind):
     """Agents that answer turn by turn in the host's tool loop (scripted, model, replay):
     a kind says only which policy answers."""
 
     def policy(self, ctx: AgentContext) -> Policy:
         raise NotImplementedError
-
-    def unavailable_reason(self) -> str | None:
-        return None
 
     def run(self, run: AgentRun) -> AgentOutcome:
         from pytest_automedbench.agents.loop import run_agent
@@ -77,14 +99,11 @@ class _TurnByTurn:
 
 
 @dataclass(frozen=True)
-class ScriptedAgent(_TurnByTurn):
+class ScriptedAgent(_TurnByTurn, kind="scripted", deterministic=True):
     """A scripted archetype: the same turns every time, no model, no cost."""
 
     name: str
     description: str
-    kind: ClassVar[str] = "scripted"
-    deterministic: ClassVar[bool] = True
-    cost_limit_usd: ClassVar[float | None] = 0.0
 
     @property
     def model_label(self) -> str:
@@ -97,7 +116,7 @@ class ScriptedAgent(_TurnByTurn):
 
 
 @dataclass(frozen=True)
-class ModelAgent(_TurnByTurn):
+class ModelAgent(_TurnByTurn, kind="model", cost=Limits().max_cost_usd):
     """An LLM through litellm."""
 
     name: str
@@ -108,9 +127,6 @@ class ModelAgent(_TurnByTurn):
     api_key_env: str | None = None
     prices: Prices | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    kind: ClassVar[str] = "model"
-    deterministic: ClassVar[bool] = False
-    cost_limit_usd: ClassVar[float | None] = Limits().max_cost_usd
 
     @property
     def model_label(self) -> str:
@@ -129,14 +145,11 @@ class ModelAgent(_TurnByTurn):
 
 
 @dataclass(frozen=True)
-class ReplayAgent(_TurnByTurn):
+class ReplayAgent(_TurnByTurn, kind="replay", deterministic=True):
     """The tool calls of a recorded or hand-written trajectory, played back."""
 
     name: str
     path: Path
-    kind: ClassVar[str] = "replay"
-    deterministic: ClassVar[bool] = True
-    cost_limit_usd: ClassVar[float | None] = 0.0
 
     @property
     def description(self) -> str:
@@ -153,7 +166,7 @@ class ReplayAgent(_TurnByTurn):
 
 
 @dataclass(frozen=True)
-class CommandAgent:
+class CommandAgent(_Kind, kind="command", cost=None):
     """A command-line agent system running its own loop inside the sandbox. Its cost is
     not metered (None)."""
 
@@ -162,16 +175,10 @@ class CommandAgent:
     #: The shell command run in the sandbox and the transcript it may write.
     command: str
     transcript: str | None = None
-    kind: ClassVar[str] = "command"
-    deterministic: ClassVar[bool] = False
-    cost_limit_usd: ClassVar[float | None] = None
 
     @property
     def model_label(self) -> str:
         return f"cmd:{self.name}"
-
-    def unavailable_reason(self) -> str | None:
-        return None
 
     def run(self, run: AgentRun) -> AgentOutcome:
         from pytest_automedbench.agents.external import run_command_agent

@@ -34,16 +34,9 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from pytest_automedbench import llm
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.events import Outcome, ToolCall, parse_events, tool_calls
-from pytest_automedbench.llm import (
-    LlmClient,
-    LlmError,
-    MissingKeyError,
-    api_key,
-    import_litellm,
-    mask_secrets,
-)
 from pytest_automedbench.redact import redact, secret_values
 from pytest_automedbench.scoring.models import ERROR_CODES, ErrorCode, ErrorCodeId, ItemResult
 from pytest_automedbench.scoring.rubric import Rubric, RubricItem, load_rubric
@@ -532,7 +525,7 @@ def combine_votes(
 
 
 def _short(text: str) -> str:
-    text = mask_secrets(" ".join(text.split()))
+    text = llm.mask_secrets(" ".join(text.split()))
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
 
 
@@ -543,12 +536,12 @@ class _Asker:
     def __init__(self, config: LlmJudgeConfig) -> None:
         self.config = config
         try:
-            import_litellm()
+            llm.import_litellm()
         except ImportError as exc:  # a host without the host extra
             raise _ProviderFailure(f"litellm cannot be imported: {exc}") from None
         # A failed request is not retried: the rules answer instead (unusable answers
         # are asked again, in :meth:`vote`).
-        self.client = LlmClient(
+        self.client = llm.LlmClient(
             config.model,
             api_base=config.api_base,
             max_retries=0,
@@ -561,10 +554,10 @@ class _Asker:
         endpoint of our own (vLLM, Ollama) gets a placeholder when that variable is unset,
         as model agents do. No endpoint and no key: fail before any request."""
         try:
-            return api_key(
+            return llm.api_key(
                 self.config.model, api_base=self.config.api_base, provider_key_to_api_base=True
             )
-        except MissingKeyError as exc:
+        except llm.MissingKeyError as exc:
             raise _ProviderFailure(str(exc)) from None
 
     def complete(self, messages: list[dict[str, Any]]) -> tuple[str | None, str | None]:
@@ -576,7 +569,7 @@ class _Asker:
         }
         try:
             response = self.client.complete(request, key=self.api_key).response
-        except LlmError as exc:  # any provider failure ends in the rule judge
+        except llm.LlmError as exc:  # any provider failure ends in the rule judge
             where = f" (status {exc.status})" if exc.status is not None else ""
             raise _ProviderFailure(f"{exc.error}{where}: {exc.detail}") from None
         choices = getattr(response, "choices", None) or []

@@ -119,7 +119,7 @@ PRIVATE_FILES = ("ground_truth.csv", "case_0001/mask.txt", "ref_@CANARY@.txt")
 
 #: The bubblewrap backend's network-on mode shares the host's network namespace.
 NETWORK_ON_GAP = (
-    "the local backend's network on shares the host network namespace (loopback, the "
+    "the bubblewrap backend's network on shares the host network namespace (loopback, the "
     "host's addresses, abstract unix sockets); a user-mode network (pasta/slirp4netns) is "
     "the planned fix. The Docker backend's agents' bridge is kept off the host."
 )
@@ -1567,7 +1567,7 @@ RUNTIME_SOCKET = [
         """,
         cell="B",
         known_gap=NETWORK_ON_GAP,
-        gap_backends=("local",),
+        gap_backends=("bubblewrap",),
         note="with the network on, a sandbox that shares the host's network namespace "
         "reaches the host's abstract unix sockets (CVE-2020-15257 was this, for "
         "containerd-shim); a container on a bridge network does not",
@@ -1587,7 +1587,7 @@ NETWORK_INTERNAL = [
         """,
         cell="B",
         known_gap=NETWORK_ON_GAP,
-        gap_backends=("local",),
+        gap_backends=("bubblewrap",),
         note="with the network on, the host's loopback services (a judge, a proxy)",
     ),
     attack(
@@ -1600,7 +1600,7 @@ NETWORK_INTERNAL = [
         """,
         cell="B",
         known_gap=NETWORK_ON_GAP,
-        gap_backends=("local",),
+        gap_backends=("bubblewrap",),
         note="with the network on, a service bound to all of the host's interfaces",
     ),
     attack(

@@ -82,7 +82,7 @@ from tests.redteam.attempts import (
 
 pytestmark = pytest.mark.redteam
 
-BACKEND_NAMES = ("local", "docker")
+BACKEND_NAMES = ("bubblewrap", "docker")
 CellKey = Literal["A", "B"]
 #: Programs some attempts need; probed once inside each sandbox.
 PROBED_TOOLS = (
@@ -897,7 +897,7 @@ def arena(request: pytest.FixtureRequest, layout: Layout) -> Iterator[Arena]:
     backend = str(request.param)
     if backend == "docker" and (problem := docker_problem()) is not None:
         pytest.skip(f"Docker backend cannot run here: {problem}")
-    if backend == "local" and (problem := bubblewrap_problem()) is not None:
+    if backend == "bubblewrap" and (problem := bubblewrap_problem()) is not None:
         pytest.skip(f"bubblewrap backend cannot run here: {problem}")
     built = Arena(backend, layout)
     built.start()
@@ -1010,7 +1010,7 @@ def test_attack_works_without_isolation(
         pytest.skip(f"not on this host: {', '.join(missing)}")
     if attempt.category == "capabilities" and os.geteuid() != 0:
         pytest.skip("a capability escape only works for an unisolated agent running as root")
-    own, other = layout.cells["control"], layout.cells["local-a"]
+    own, other = layout.cells["control"], layout.cells["bubblewrap-a"]
     values = placeholder_values(layout, unisolated, own, other, f"ambmark-control-{attempt.id}")
     if attempt.setup:
         unisolated.exec("bash", _expand(attempt.setup, values), 60)
