@@ -42,12 +42,12 @@ class Cell:
         return (self.task.track, self.key.tier, self.task.modality)
 
 
-def runs_of(config: RunConfig, agent: str, task: TaskSpec) -> int:
+def runs_of(config: RunConfig, deterministic: bool, task: TaskSpec) -> int:
     """Repeats of one (agent, task, tier): ``--runs``, else 1 for a deterministic agent,
     else the task's default."""
     if config.runs is not None:
         return config.runs
-    return 1 if config.agent(agent).deterministic else task.default_runs
+    return 1 if deterministic else task.default_runs
 
 
 def plan_cells(config: RunConfig, tasks: Sequence[TaskSpec]) -> list[Cell]:
@@ -56,8 +56,9 @@ def plan_cells(config: RunConfig, tasks: Sequence[TaskSpec]) -> list[Cell]:
     several = len(config.agents) > 1
     cells: list[Cell] = []
     for agent in config.agents:
+        deterministic = config.agent(agent).deterministic
         for task in tasks:
-            runs = runs_of(config, agent, task)
+            runs = runs_of(config, deterministic, task)
             for tier in config.tiers:
                 for run in range(runs):
                     key = CellKey(agent=agent, task=task.id, tier=tier, run=run)

@@ -102,13 +102,15 @@ def planned_cells(
 ) -> list[PlannedCell]:
     """The monitor's plan from the session's (node id, cell) pairs: each cell's folder
     and limits."""
+    cells = list(cells)
+    limits = {a: session.config.agent(a).cost_limit_usd for a in {c.key.agent for _, c in cells}}
     return [
         PlannedCell(
             nodeid=nodeid,
             key=cell.key,
             cell_dir=session.cell_dir(cell.key),
             time_limit_s=float(cell.task.time_limit_s),
-            cost_limit_usd=session.config.agent(cell.key.agent).cost_limit_usd,
+            cost_limit_usd=limits[cell.key.agent],
         )
         for nodeid, cell in cells
     ]

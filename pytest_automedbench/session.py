@@ -6,9 +6,7 @@ pytest-benchmark keeps its ``BenchmarkSession`` apart from its hooks.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,10 +30,6 @@ if TYPE_CHECKING:
 
 class DataUnavailable(LookupError):
     """The user asked for real data that is not there: the cell is skipped, not failed."""
-
-
-def new_run_id() -> str:
-    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
 @dataclass
