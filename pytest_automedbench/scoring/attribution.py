@@ -37,8 +37,6 @@ or ``submit_results`` found the format invalid. A call's seconds are its own
 
 from __future__ import annotations
 
-from typing import cast, get_args
-
 from pytest_automedbench.events import StartEvent, ToolCall, kind_of, parse_event, tool_calls
 from pytest_automedbench.scoring.models import Stage, StageActivity
 from pytest_automedbench.scoring.rules import (
@@ -47,6 +45,7 @@ from pytest_automedbench.scoring.rules import (
     JudgeContext,
     pilot_and_batch_calls,
 )
+from pytest_automedbench.terms import STAGES
 
 __all__ = [
     "STAGES",
@@ -58,7 +57,6 @@ __all__ = [
     "tool_calls",
 ]
 
-STAGES: tuple[Stage, ...] = cast(tuple[Stage, ...], get_args(Stage))
 FILE_TOOLS = ("read_file", "write_file", "view_image")
 #: Names that mark the plan folder's files even when the agent spells the folder otherwise.
 PLAN_FILE_NAMES = ("plan.md", *DIAGRAM_NAMES)
