@@ -352,12 +352,28 @@ class DockerSandbox(MountedFiles):
                     pids |= {int(p) for p in procs.read_text().split()}
             pids.discard(self._init_pid or -1)
             if not pids:
+                self._await_reaped()
                 return
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.01)
         raise SandboxError(f"processes of sandbox uid {self.uid} survive SIGKILL: {pids}")
+
+    def _await_reaped(self, timeout_s: float = 5.0) -> None:
+        """Wait until the killed processes are reaped: a zombie leaves ``cgroup.procs`` at
+        once but holds its slot in ``pids.current`` until pid 1 reaps it, and an exec
+        started before that (after a fork bomb) fails to start with a full pids limit."""
+        counters = [procs.with_name("pids.current") for procs in self._procs]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            counts: list[int] = []
+            for counter in counters:
+                with contextlib.suppress(OSError, ValueError):
+                    counts.append(int(counter.read_text()))
+            if all(count <= 1 for count in counts):  # the reaper itself
+                return
+            time.sleep(0.01)
 
     def _kill_through_daemon(self) -> None:
         """``kill -9 -1`` as the sandbox uid inside the container (everything of that uid
