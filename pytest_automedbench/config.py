@@ -216,20 +216,21 @@ def read_pyproject_section(path: Path) -> dict[str, Any]:
     return {k: v for k, v in _automedbench_table(path).items() if not isinstance(v, dict)}
 
 
+def _sub_table(table: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
+    sub = table.get(name, {})
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{path}: [tool.automedbench.{name}] must be a table")
+    return sub
+
+
 def read_pyproject_agents(path: Path) -> dict[str, Any]:
     """The ``[tool.automedbench.agents.<name>]`` tables of a pyproject file."""
-    agents = _automedbench_table(path).get("agents", {})
-    if not isinstance(agents, dict):
-        raise ConfigError(f"{path}: [tool.automedbench.agents] must be a table of tables")
-    return agents
+    return _sub_table(_automedbench_table(path), "agents", path)
 
 
 def read_pyproject_slurm(path: Path) -> dict[str, Any]:
     """The ``[tool.automedbench.slurm]`` table of a pyproject file."""
-    slurm = _automedbench_table(path).get("slurm", {})
-    if not isinstance(slurm, dict):
-        raise ConfigError(f"{path}: [tool.automedbench.slurm] must be a table")
-    return slurm
+    return _sub_table(_automedbench_table(path), "slurm", path)
 
 
 def build_config(
@@ -295,14 +296,10 @@ def load_config(cli: dict[str, Any], pyproject: Path, base_dir: Path) -> RunConf
     """The run's configuration from the command line's values (field -> value) and a
     pyproject file, checked whole: every agent named resolves and a baseline ledger
     exists. Raises ConfigError or UnknownAgentError naming the setting."""
-    config = build_config(
-        cli,
-        read_pyproject_section(pyproject),
-        pyproject,
-        base_dir,
-        read_pyproject_agents(pyproject),
-        read_pyproject_slurm(pyproject),
-    )
+    table = _automedbench_table(pyproject)  # the file is read and parsed once
+    agents, slurm = _sub_table(table, "agents", pyproject), _sub_table(table, "slurm", pyproject)
+    settings = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    config = build_config(cli, settings, pyproject, base_dir, agents, slurm)
     for agent in config.agents:
         config.agent(agent)
     if config.baseline is not None and not config.baseline.is_file():
