@@ -106,6 +106,9 @@ class RunConfig(BaseModel):
     fail_under: str | None = _setting("fail_under")
     baseline: Path | None = _setting("baseline")
     max_regression: float = Field(default=0.0, ge=0.0, description=BY_FIELD["max_regression"].help)
+    min_scored: float = Field(
+        default=1.0, ge=0.0, le=1.0, description=BY_FIELD["min_scored"].help
+    )
     data_root: Path | None = _setting("data_root")
     data_size: str = _setting("data_size")
     amb_out: Path = Field(default=DEFAULT_OUT, description=BY_FIELD["amb_out"].help)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_automedbench.scoring.models import ErrorCode, StageActivity, StageScores
 
-RESULT_SCHEMA_VERSION = 3
+RESULT_SCHEMA_VERSION = 4
 
 CellStatus = Literal["scored", "infra_error"]
 
@@ -77,9 +77,23 @@ class CellResult(BaseModel):
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    #: Whether ``cost_usd`` was priced: False for a model without a known price (its cost
+    #: is unknown, not zero); None in records written before the field existed.
+    price_known: bool | None = None
     wall_s: float = 0.0
     cell_dir: str
     versions: dict[str, str] = Field(default_factory=dict)
+    #: What produced the record. ``backend``: the sandbox backend that ran (never
+    #: "auto"); ``images``: role -> image digest (Docker); ``task_hash``: sha256 of the
+    #: task's content (task.yaml, the tier's brief, the evaluator spec); ``data_hash``:
+    #: sha256 of the staged split's manifest; ``judge``: model, votes, rubric version;
+    #: ``limits``: the agent's limits (turns, wall clock, tokens, cost).
+    backend: str | None = None
+    images: dict[str, str] = Field(default_factory=dict)
+    task_hash: str | None = None
+    data_hash: str | None = None
+    judge: dict[str, Any] = Field(default_factory=dict)
+    limits: dict[str, Any] = Field(default_factory=dict)
     finished_at: str
 
     @property

@@ -198,6 +198,15 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="POINTS",
     ),
     Setting(
+        "min_scored",
+        "--amb-min-scored",
+        "gate: the share (0-1) of the selected cells that must be scored, else any gate "
+        "fails (default 1.0; 0.9 tolerates a flaky provider)",
+        default=1.0,
+        type=float,
+        metavar="SHARE",
+    ),
+    Setting(
         "data_root",
         "--data-root",
         "prepared real datasets, one folder per task (default: synthetic data)",
