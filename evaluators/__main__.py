@@ -4,7 +4,9 @@ The host runs this as a subprocess in a separate, offline sandbox and only reads
 back the JSON it writes, so the exit status carries one bit of meaning the host
 relies on: 0 means "a result file was written" (however bad the submission),
 2 means "the evaluator's own inputs are unusable" and the benchmark, not the
-agent, needs fixing.
+agent, needs fixing. An exception raised while checking or scoring the submission is
+the submission's: it is written down as an invalid verdict scored 0 (exit 0), so what
+an agent makes can never turn its cell into an infrastructure error.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from . import get_evaluator
-from .schema import SCHEMA_VERSION, EvalSpec, EvaluatorInputError
+from .safe_io import encodable, encodable_tree
+from .schema import SCHEMA_VERSION, EvalSpec, EvaluationResult, EvaluatorInputError, FormatReport
 from .segmentation import sitk
+from .submission import short_error
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -67,6 +72,43 @@ def load_spec(path: Path) -> EvalSpec:
         raise EvaluatorInputError(f"spec {path} is invalid:\n{exc}") from exc
 
 
+def _json_of(model: BaseModel) -> str:
+    """The model as JSON; names from the submission that are not valid UTF-8 (lone
+    surrogates) are written as backslash escapes rather than failing the dump."""
+    try:
+        return model.model_dump_json(indent=2)
+    except PydanticSerializationError:
+        clean = type(model).model_validate(encodable_tree(model.model_dump()))
+        return clean.model_dump_json(indent=2)
+
+
+def crashed_verdict(
+    spec: EvalSpec, version: str, exc: Exception, format_only: bool
+) -> FormatReport | EvaluationResult:
+    """The verdict on a submission the evaluator could not handle: invalid, scored 0.
+    What the agent made is the agent's failure, never a reason to run the cell again."""
+    report = FormatReport(
+        valid=False,
+        n_expected=len(spec.case_ids),
+        n_present=0,
+        n_valid=0,
+        problems=[f"the evaluator could not read the submission: {encodable(short_error(exc))}"],
+    )
+    if format_only:
+        return report
+    return EvaluationResult(
+        task_id=spec.task_id,
+        track=spec.track,
+        evaluator_version=version,
+        task_score=0.0,
+        metrics={},
+        completion_rate=0.0,
+        format=report,
+        cases=[],
+        elapsed_s=0.0,
+    )
+
+
 def _write_json(model: BaseModel, out: Path) -> None:
     # Write-then-rename so the host never reads a half-written result.
     try:
@@ -74,7 +116,7 @@ def _write_json(model: BaseModel, out: Path) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(model.model_dump_json(indent=2))
+                fh.write(_json_of(model))
             os.replace(tmp, out)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -91,14 +133,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         spec = load_spec(args.spec)
         evaluator = get_evaluator(spec)
-        if args.format_only:
-            report = evaluator.check_format(args.submission, args.references)
-            _write_json(report, args.out)
-        else:
-            if args.references is None:
-                raise EvaluatorInputError("--references is required unless --format-only is given")
-            result = evaluator.score(args.submission, args.references)
-            _write_json(result, args.out)
+        if not args.format_only and args.references is None:
+            raise EvaluatorInputError("--references is required unless --format-only is given")
+        verdict: BaseModel
+        try:
+            if args.format_only:
+                verdict = evaluator.check_format(args.submission, args.references)
+            else:
+                verdict = evaluator.score(args.submission, args.references)
+        except EvaluatorInputError:
+            raise
+        except Exception as exc:  # raised while reading what the agent made
+            verdict = crashed_verdict(spec, evaluator.version, exc, args.format_only)
+        _write_json(verdict, args.out)
     except EvaluatorInputError as exc:
         print(f"automedbench evaluator: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 from skimage import metrics as _skimage_metrics
 
+from .safe_io import not_regular_problem
 from .schema import (
     CaseResult,
     EnhancementSpec,
@@ -517,7 +518,7 @@ class EnhancementEvaluator:
                 return _Prediction("invalid", [f"{shown}: expected a folder, found a file"])
         assert st is not None
         if not stat.S_ISREG(st.st_mode):
-            return _Prediction("invalid", [f"{rel}: not a regular file"])
+            return _Prediction("invalid", [not_regular_problem(rel, st.st_mode)])
 
         limit = ref.max_bytes if ref is not None else MAX_BYTES_WITHOUT_REFERENCE
         if st.st_size > limit:

@@ -18,6 +18,10 @@ from typing import Any, Literal
 from .schema import EvaluatorInputError
 from .submission import MAX_SUBMISSION_PROBLEMS, short_error
 
+#: A lone surrogate: what Python makes of a name's undecodable byte (``surrogateescape``:
+#: byte 0xff is U+DCFF) or of a ``"\\ud800"`` escape in JSON; no UTF-8 encoder accepts one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 #: References are host data, but a bound still keeps a broken staging from eating memory.
 MAX_REFERENCE_BYTES = 256 * 1024**2
 #: Deepest JSON nesting accepted in any submission file (answers need 1, COCO results 3).
@@ -31,6 +35,29 @@ class SubmissionFileError(Exception):
         super().__init__(message)
         self.status: Literal["missing", "invalid"] = status
         self.message = message
+
+
+_KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFCHR: "a character device",
+}
+
+
+def file_kind(mode: int) -> str:
+    """What an ``lstat`` mode is, for messages: "a regular file", "a FIFO", "a socket", ..."""
+    return _KINDS.get(stat.S_IFMT(mode), "a regular file" if stat.S_ISREG(mode) else "unknown")
+
+
+def not_regular_problem(rel: str, mode: int) -> str:
+    """The problem of a submission entry that is not a regular file, naming what it is
+    (a folder keeps the plain wording)."""
+    if stat.S_ISDIR(mode):
+        return f"{rel}: not a regular file"
+    return f"{rel}: is {file_kind(mode)}, not a regular file"
 
 
 def _nofollow_opener(path: str, flags: int) -> int:
@@ -67,7 +94,7 @@ def read_submission_bytes(submission: Path, rel: str, max_bytes: int) -> bytes:
             raise SubmissionFileError("invalid", f"{shown}: expected a folder, found a file")
     assert st is not None
     if not stat.S_ISREG(st.st_mode):
-        raise SubmissionFileError("invalid", f"{rel}: not a regular file")
+        raise SubmissionFileError("invalid", not_regular_problem(rel, st.st_mode))
     if st.st_size > max_bytes:
         raise SubmissionFileError(
             "invalid",
@@ -77,7 +104,7 @@ def read_submission_bytes(submission: Path, rel: str, max_bytes: int) -> bytes:
         with open(current, "rb", opener=_nofollow_opener) as fh:
             fst = os.fstat(fh.fileno())
             if not stat.S_ISREG(fst.st_mode):
-                raise SubmissionFileError("invalid", f"{rel}: not a regular file")
+                raise SubmissionFileError("invalid", not_regular_problem(rel, fst.st_mode))
             data = fh.read(max_bytes + 1)
     except SubmissionFileError:
         raise
@@ -247,6 +274,34 @@ def read_reference_json(path: Path, max_bytes: int = MAX_REFERENCE_BYTES) -> Any
         raise
     except Exception as exc:
         raise EvaluatorInputError(f"reference {path} is unreadable ({short_error(exc)})") from exc
+
+
+def encodable(text: str) -> str:
+    """``text`` with every lone surrogate written as its escape (``\\udcff``: how Python
+    reads a name's undecodable byte 0xff), so it can be encoded as UTF-8 (JSON, a record, a
+    log); the same spelling as :func:`pytest_automedbench.printable.printable`. Text without
+    one is returned as it is."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+def encodable_tree(value: Any) -> Any:
+    """A JSON-like value (a model's dump) with :func:`encodable` applied to every string,
+    keys included. Recursive: for the shallow dumps of the schema's models."""
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, dict):
+        return {encodable_tree(k): encodable_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable_tree(v) for v in value]
+    return value
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (what a UTF-8 decoder makes of
+    a bad byte): an agent's tool argument, made encodable before anything uses it."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
 _REPR = reprlib.Repr()

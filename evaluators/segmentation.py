@@ -28,6 +28,7 @@ import numpy as np
 import SimpleITK as _sitk
 from numpy.typing import NDArray
 
+from .safe_io import not_regular_problem
 from .schema import (
     CaseResult,
     EvalSpec,
@@ -890,7 +891,7 @@ class SegmentationEvaluator:
                 return _Prediction("invalid", [f"{shown}: expected a folder, found a file"])
         assert st is not None
         if not stat.S_ISREG(st.st_mode):
-            return _Prediction("invalid", [f"{rel}: not a regular file"])
+            return _Prediction("invalid", [not_regular_problem(rel, st.st_mode)])
 
         limit = ref.max_bytes if ref is not None else MAX_BYTES_WITHOUT_REFERENCE
         if st.st_size > limit:

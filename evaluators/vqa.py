@@ -4,7 +4,8 @@ The agent writes one JSON object ``{question_id: answer}``; the hidden reference
 give, per question, the gold answer, its type (closed, open, choice) and, for
 choice questions, the allowed option letters.
 
-* closed and choice questions score exact match after :func:`normalize_answer`
+* closed and choice questions score exact match after :func:`normalize_answer`, the
+  official VQA evaluation's answer normalisation with the differences listed there
   (choice answers are first reduced to their option letter by :func:`parse_choice`);
 * open questions score the mean of exact match and SQuAD-style token F1;
 * TASK (``accuracy``) is the mean over every expected question, a missing or invalid
@@ -53,7 +54,7 @@ from .schema import (
 )
 from .submission import format_report, require_references, scan_submission
 
-EVALUATOR_VERSION = "vqa-1.0.0"
+EVALUATOR_VERSION = "vqa-1.1.0"
 
 #: An answers file holds short strings; 5 MB is thousands of questions' worth.
 MAX_ANSWERS_BYTES = 5 * 1024**2
@@ -63,45 +64,86 @@ CaseStatus = Literal["ok", "missing", "invalid"]
 
 
 # --------------------------------------------------------------------------- normalisation
+#
+# The answer normalisation of the official VQA evaluation (vqaEval.py of the VQA API),
+# rewritten here: newlines and tabs to spaces, its punctuation rule, periods not followed
+# by a digit dropped, lower case, number words to digits, articles dropped, contractions
+# restored. Deliberate differences (see the README): prediction and gold answer are
+# normalised alike; NFKC folding and typographic apostrophes first; yes/no synonyms as
+# whole answers; every period is dropped (vqaEval's ``re.sub`` passes ``re.UNICODE`` as
+# the count, so it stops after 32).
 
 ARTICLES = frozenset({"a", "an", "the"})
 YES_WORDS = frozenset({"yes", "y", "yeah", "yep", "true", "present", "positive"})
 NO_WORDS = frozenset({"no", "n", "nope", "false", "absent", "negative"})
+#: vqaEval's number words: "none" and zero..ten.
 NUMBER_WORDS = {
-    word: str(i)
-    for i, word in enumerate(
-        (
-            *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
-            *("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen"),
-            *("seventeen", "eighteen", "nineteen", "twenty"),
+    "none": "0",
+    **{
+        word: str(i)
+        for i, word in enumerate(
+            ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
         )
-    )
+    },
 }
-# A period or comma between digits is part of a number ("2.5", "1,000"), not punctuation.
-_NUMBER_SEPARATOR = re.compile(r"(?<=\d)[.,](?=\d)")
-_APOSTROPHES = re.compile(r"['\u2019`]")
+#: The characters vqaEval treats as punctuation (not ':', "'", '%', '.', which has its own rule).
+PUNCTUATION = ';/[]"{}()=+\\_-><@`,?!'
+_COMMA_IN_NUMBER = re.compile(r"\d,\d")
+_PERIOD_NOT_BEFORE_DIGIT = re.compile(r"\.(?!\d)")
+_TYPOGRAPHIC_APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'"})
 
 
-def _is_punctuation(char: str) -> bool:
-    return unicodedata.category(char)[0] in "PS"  # punctuation and symbols ("+", "%", "°")
+#: vqaEval's contractions, each in its full written form.
+_CONTRACTED_FORMS = """
+    ain't aren't can't could've couldn't couldn't've didn't doesn't don't hadn't hadn't've
+    hasn't haven't he'd he'd've he's how'd how'll how's isn't it'd it'd've it'll ma'am
+    mightn't mightn't've might've mustn't must've needn't not've o'clock oughtn't 'ow's'at
+    shan't she'd've should've shouldn't shouldn't've somebody'd've somebody'll somebody's
+    someone'd someone'd've someone'll someone's something'd something'd've something'll
+    that's there'd there'd've there're there's they'd they'd've they'll they're they've
+    'twas wasn't we'd've we've weren't what'll what're what's what've when's where'd
+    where's where've who'd who'd've who'll who's who've why'll why're why's won't would've
+    wouldn't wouldn't've y'all y'all'll y'all'd've you'd you'd've you'll you're you've
+"""
+
+
+def _contraction_table() -> dict[str, str]:
+    """vqaEval's contraction map: a form with one of its apostrophes left out maps to the
+    full form ("dont" -> "don't"; "couldnt've" and "couldn'tve" -> "couldn't've"), plus its
+    one reversed entry. Its capitalised keys ("Im", "Ive") never match a lower-cased answer
+    there, and its identity entries change nothing, so neither is listed."""
+    table = {"somebody'd": "somebodyd"}
+    for form in _CONTRACTED_FORMS.split():
+        for cut in (i for i, char in enumerate(form) if char == "'"):
+            table[form[:cut] + form[cut + 1 :]] = form
+    return table
+
+
+CONTRACTIONS = _contraction_table()
+
+
+def _strip_punctuation(text: str) -> str:
+    """vqaEval's punctuation rule: a punctuation character is deleted where the answer has
+    it next to a space (or holds a digit-comma-digit anywhere), else it becomes a space;
+    then a period not followed by a digit is deleted ("a.m." -> "am", ".5" stays)."""
+    delete = _COMMA_IN_NUMBER.search(text) is not None
+    out = text
+    for char in PUNCTUATION:
+        if delete or f"{char} " in text or f" {char}" in text:
+            out = out.replace(char, "")
+        else:
+            out = out.replace(char, " ")
+    return _PERIOD_NOT_BEFORE_DIGIT.sub("", out)
 
 
 def normalize_answer(text: str) -> str:
-    """Lowercase, strip punctuation and articles, map yes/no synonyms and number words.
-
-    Punctuation becomes a space (so "left-sided" reads "left sided"), except that an
-    apostrophe is dropped ("patient's" reads "patients") and a period or comma between
-    digits is kept ("2.5"). Number words zero..twenty become digits word by word; the
-    yes/no synonyms apply only when they are the whole answer ("y" alone is "yes", but
-    "n" in "stage n" is left alone).
-    """
-    text = unicodedata.normalize("NFKC", text).lower()
-    text = _APOSTROPHES.sub("", text)
-    text = _NUMBER_SEPARATOR.sub(lambda m: "\x00" if m.group() == "." else "\x01", text)
-    text = "".join(" " if _is_punctuation(c) else c for c in text)
-    text = text.replace("\x00", ".").replace("\x01", ",")
-    tokens = [NUMBER_WORDS.get(t, t) for t in text.split() if t not in ARTICLES]
-    answer = " ".join(tokens)
+    """An answer in the official VQA evaluation's normal form (see above), then yes/no
+    synonyms folded when they are the whole answer ("y" alone is "yes", but "n" in
+    "stage n" is left alone)."""
+    text = unicodedata.normalize("NFKC", text).translate(_TYPOGRAPHIC_APOSTROPHES)
+    text = _strip_punctuation(text.replace("\n", " ").replace("\t", " ").strip())
+    words = [NUMBER_WORDS.get(word, word) for word in text.lower().split()]
+    answer = " ".join(CONTRACTIONS.get(word, word) for word in words if word not in ARTICLES)
     if answer in YES_WORDS:
         return "yes"
     if answer in NO_WORDS:

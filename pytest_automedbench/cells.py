@@ -30,6 +30,9 @@ class Cell:
     #: The parameter id in the test's node id (``<task>-<tier>-r<run>``, prefixed
     #: ``<agent>-`` when the session has several agents).
     test_id: str
+    #: Why the cell cannot run, known before any work (the agent's key is missing, the
+    #: task's real data is not there): the test is skipped at collection with it.
+    skip_reason: str | None = None
 
     def __repr__(self) -> str:
         # Short and stable: reporters (Allure's history id) hash the parameter's repr,
@@ -54,16 +57,19 @@ def plan_cells(config: RunConfig, tasks: Sequence[TaskSpec]) -> list[Cell]:
     """Every cell of ``tasks`` under ``config``, in collection order (agent, task, tier,
     run)."""
     several = len(config.agents) > 1
+    data_reasons = {task.id: data_unavailable_reason(task, config.data_root) for task in tasks}
     cells: list[Cell] = []
     for agent in config.agents:
-        deterministic = config.agent(agent).deterministic
+        entry = config.agent(agent)
+        agent_reason = entry.unavailable_reason()
         for task in tasks:
-            runs = runs_of(config, deterministic, task)
+            runs = runs_of(config, entry.deterministic, task)
+            skip_reason = agent_reason or data_reasons[task.id]
             for tier in config.tiers:
                 for run in range(runs):
                     key = CellKey(agent=agent, task=task.id, tier=tier, run=run)
                     test_id = f"{agent}-{key.cell_id}" if several else key.cell_id
-                    cells.append(Cell(key=key, task=task, test_id=test_id))
+                    cells.append(Cell(key, task, test_id, skip_reason))
     return cells
 
 
@@ -113,3 +119,33 @@ def cells_of_nodeids(
         if cell is not None:
             out.append((nodeid, cell))
     return out
+
+
+def has_prepared_split(folder: Path) -> bool:
+    return (folder / "public").is_dir() and (folder / "private").is_dir()
+
+
+def data_unavailable_reason(task: TaskSpec, data_root: Path | None) -> str | None:
+    """Why the task's data cannot be staged under ``--data-root``, known without staging
+    anything (a look at the folders), or None. Synthetic data is always available."""
+    if data_root is None:
+        return None
+    prepared = data_root / task.id
+    if has_prepared_split(prepared):
+        return None
+    if task.data.real is None:
+        return (
+            f"{task.id}: no real dataset is declared for this task and {prepared} holds "
+            "no prepared public/ and private/ split"
+        )
+    from pytest_automedbench.fixtures.registry import get_stager
+
+    stager = get_stager(task.data.real.stager)
+    source_root = data_root / stager.dirname
+    if not source_root.is_dir():
+        return (
+            f"{task.id}: {stager.source} not found: expected its official layout in "
+            f"{source_root} (or a prepared split in {prepared}/public and /private). "
+            f"Access: {stager.access}"
+        )
+    return None

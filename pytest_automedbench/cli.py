@@ -8,7 +8,10 @@ and listings are exactly what the benchmark cells see.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -28,8 +31,14 @@ from pytest_automedbench.agents.registry import (
 from pytest_automedbench.config import ConfigError, read_pyproject_agents
 from pytest_automedbench.evaluation import EvaluatorError, evaluate
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import StagingError, case_ids_of, private_case_ids
-from pytest_automedbench.ledger import LedgerError
+from pytest_automedbench.fixtures.staging import (
+    StagingError,
+    case_ids_of,
+    private_case_ids,
+    references_manifest,
+    write_manifest,
+)
+from pytest_automedbench.ledger import LedgerError, LedgerProblem
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox.base import SandboxError
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
@@ -167,16 +176,34 @@ def cmd_stage(args: argparse.Namespace) -> int:
     written = case_ids_of(out, task.case_layout)
     if sorted(cases) != written:
         raise TaskError(f"{task.id}: the stager reported cases {sorted(cases)} but wrote {written}")
+    write_manifest(out, task.id, source, task.case_layout)
     print(f"{task.id}: {len(cases)} cases from {source} -> {public} and {private}")
     return 0
+
+
+class UsageError(ValueError):
+    """A command line naming something unusable: exit status 2, as argparse's errors."""
+
+
+def _folder_argument(option: str, path: Path) -> None:
+    if not path.exists():
+        raise UsageError(f"argument {option}: {path} does not exist")
+    if not path.is_dir():
+        raise UsageError(f"argument {option}: {path} is not a folder")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Re-score a saved submission without re-running an agent."""
     task = _find(_load(args.suites), args.task)
     references: Path = args.references
-    if not references.is_dir():
-        raise TaskError(f"references folder {references} does not exist")
+    _folder_argument("--submission", args.submission)
+    _folder_argument("--references", references)
+    staged = references_manifest(references)
+    if staged is not None and staged.task_id != task.id:
+        raise UsageError(
+            f"argument --references: {references} holds the references of task "
+            f"{staged.task_id!r}, not of {task.id!r}"
+        )
     case_ids = private_case_ids(references, task.case_layout)
     spec = task.eval_spec(case_ids)
     with tempfile.TemporaryDirectory(prefix="amb-evaluate-") as workdir:
@@ -230,7 +257,9 @@ def cmd_judge_agreement(args: argparse.Namespace) -> int:
     ledger_path: Path = args.ledger
     if not ledger_path.is_file():
         raise LedgerError(f"ledger {ledger_path} does not exist")
-    records = [r.model_dump() for r in Ledger(ledger_path).records(args.run)]
+    ledger = Ledger(ledger_path)
+    records = [r.model_dump() for r in ledger.records(args.run)]
+    _warn_unreadable(ledger.problems)
     judges = judges_in(records)
     judge_a = args.a
     judge_b = args.b or next((j for j in judges if j != judge_a), None)
@@ -245,6 +274,12 @@ def cmd_judge_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_unreadable(problems: list[LedgerProblem]) -> None:
+    """One stderr line per skipped ledger line: the valid records still count."""
+    for problem in problems:
+        print(f"automedbench: warning: {problem}", file=sys.stderr)
+
+
 def _ledger_records(paths: list[Path], agent: str | None = None) -> list[CellResult]:
     from pytest_automedbench.ledger import Ledger
 
@@ -252,7 +287,9 @@ def _ledger_records(paths: list[Path], agent: str | None = None) -> list[CellRes
     for path in paths:
         if not path.is_file():
             raise LedgerError(f"ledger {path} does not exist")
-        records += Ledger(path).records()
+        ledger = Ledger(path)
+        records += ledger.records()
+        _warn_unreadable(ledger.problems)
     if agent is not None:
         records = [r for r in records if r.agent == agent]
         if not records:
@@ -289,25 +326,138 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    """Paired bootstrap of OVERALL per track: does B differ from A? Each side counts a
-    cell once (the latest record of a cell within a session)."""
-    from pytest_automedbench.stats import compare, latest_per_cell
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
-    side_a = latest_per_cell(_ledger_records([args.a], args.agent_a))
-    side_b = latest_per_cell(_ledger_records([args.b], args.agent_b))
-    results = compare(side_a, side_b, by=args.by, seed=args.seed)
-    if not results:
-        raise LedgerError("the two sides have no (task, tier) cell in common")
-    print(f"{'group':<14} {'cells':>5} {'A':>6} {'B':>6} {'B-A [95% CI]':>24} {'p':>7}  verdict")
+
+def _compare_side(
+    label: str, path: Path, agent: str | None, model: str | None
+) -> tuple[list[CellResult], str]:
+    """One side of ``compare``: the records of one agent and model of a ledger, and the
+    line naming them. A side holding several agents or models is an error naming them:
+    pooling them would compare a mixture nobody asked for."""
+    from pytest_automedbench.stats import cost_known, latest_per_cell
+
+    records = _ledger_records([path], agent)
+    if model is not None:
+        records = [r for r in records if r.model == model]
+        if not records:
+            raise LedgerError(f"side {label}: no record of model {model!r} in {path}")
+    found: dict[tuple[str, str], int] = {}
+    for record in records:
+        found[(record.agent, record.model)] = found.get((record.agent, record.model), 0) + 1
+    if not found:
+        raise LedgerError(f"side {label}: {path} holds no record")
+    if len(found) > 1:
+        option = label.lower()
+        held = ", ".join(
+            f"{a} (model {m}, {_count(n, 'record')})" for (a, m), n in sorted(found.items())
+        )
+        agents = {a for a, _ in found}
+        how = (
+            f"--agent-{option} NAME (or --agent NAME for both sides)"
+            if len(agents) > 1
+            else f"--model-{option} MODEL"
+        )
+        raise LedgerError(
+            f"side {label} ({path}) holds {len(found)} agent/model pairs: {held}; "
+            f"choose one with {how} rather than averaging them together"
+        )
+    records = latest_per_cell(records)
+    scored = [r for r in records if r.status == "scored"]
+    if not scored:
+        cost = "no scored run"
+    elif all(cost_known(r) for r in records):
+        cost = f"${sum(r.cost_usd for r in scored) / len(scored):.4f}/run"
+    else:
+        cost = "cost unknown (a model without a price)"
+    ((name, model_label),) = found
+    cells = len({(r.task, r.tier) for r in scored})
+    line = (
+        f"{label}: {name} (model {model_label}) from {path}: {_count(cells, 'cell')}, "
+        f"{_count(len(scored), 'scored run')}, {cost}"
+    )
+    return records, line
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Paired bootstrap of OVERALL per track: does B differ from A? Each side is one agent
+    and model of a ledger and counts a cell once (the latest record of a cell within a
+    session); cells whose task or data hashes differ are not paired."""
+    from pytest_automedbench.stats import MIN_PAIRS, Comparison, compare
+
+    def _not_compared(c: Comparison) -> str | None:
+        """What ``compare`` left out of a group, in words (None when nothing was)."""
+        parts = []
+        if c.only_a:
+            parts.append(f"{_count(c.only_a, 'cell')} only in A")
+        if c.only_b:
+            parts.append(f"{_count(c.only_b, 'cell')} only in B")
+        if c.dropped_task:
+            parts.append(f"{_count(c.dropped_task, 'pair')} dropped: task_hash differs")
+        if c.dropped_data:
+            parts.append(f"{_count(c.dropped_data, 'pair')} dropped: data_hash differs")
+        return f"{c.group}: not compared: {'; '.join(parts)}" if parts else None
+
+    side_a, line_a = _compare_side("A", args.a, args.agent_a or args.agent, args.model_a)
+    side_b, line_b = _compare_side("B", args.b, args.agent_b or args.agent, args.model_b)
+    by = None if args.by == "all" else args.by
+    results = compare(side_a, side_b, by=by, seed=args.seed)
+    if not any(c.n_cells for c in results):
+        dropped = sum(c.dropped_task + c.dropped_data for c in results)
+        why = (
+            f"; {dropped} cells in common were dropped because their task_hash or "
+            "data_hash differ (another task or other data)"
+            if dropped
+            else ""
+        )
+        raise LedgerError(f"the two sides have no comparable (task, tier) cell{why}")
+    print(line_a)
+    print(line_b)
+    print(
+        "B-A: mean OVERALL (0-100) of B minus A over the paired cells (task, tier); 95% "
+        f"percentile bootstrap CI over cells (seed {args.seed}), p two-sided; an interval, "
+        f"p and verdict need at least {MIN_PAIRS} pairs."
+    )
+    print(f"{'group':<14} {'pairs':>5} {'A':>6} {'B':>6} {'B-A [95% CI]':>24} {'p':>7}  verdict")
+    notes: list[str] = []
     for c in results:
+        if (note := _not_compared(c)) is not None:
+            notes.append(note)
+        if c.mean_a is None or c.mean_b is None or c.mean_diff is None:
+            print(f"{c.group:<14} {0:>5} {'-':>6} {'-':>6} {'-':>24} {'-':>7}  no paired cell")
+            continue
+        means = f"{c.group:<14} {c.n_cells:>5} {100 * c.mean_a:>6.1f} {100 * c.mean_b:>6.1f}"
+        if c.diff is None or c.p_value is None:
+            print(
+                f"{means} {100 * c.mean_diff:>+24.1f} {'-':>7}  too few pairs for an "
+                f"interval ({c.n_cells} < {MIN_PAIRS}): no verdict"
+            )
+            continue
         diff = c.diff.scaled()
         interval = f"{diff.mean:+.1f} [{diff.low:+.1f}, {diff.high:+.1f}]"
-        verdict = "differ" if c.differ else "no evidence of a difference"
-        print(
-            f"{c.group:<14} {c.n_cells:>5} {100 * c.mean_a:>6.1f} {100 * c.mean_b:>6.1f} "
-            f"{interval:>24} {c.p_value:>7.3f}  {verdict}"
+        if c.differ:
+            verdict = f"differ: B {'higher' if diff.mean > 0 else 'lower'} than A"
+        else:
+            verdict = "no evidence of a difference"
+        print(f"{means} {interval:>24} {c.p_value:>7.3f}  {verdict}")
+    if any(c.dropped_task or c.dropped_data for c in results):
+        notes.append(
+            "(a differing task_hash or data_hash means the cell was scored on another "
+            "version of the task or on other data: not comparable)"
         )
+    pairs = sum(c.n_cells for c in results)
+    if by is not None and pairs >= MIN_PAIRS and any(c.n_cells < MIN_PAIRS for c in results):
+        notes.append(f"(--by all pools the groups: {pairs} pairs)")
+    unchecked = sum(c.unchecked for c in results)
+    if unchecked:
+        notes.append(
+            f"{unchecked} of {_count(pairs, 'pair')} not checked "
+            "for the same task and data: some of their runs carry no task_hash or "
+            "data_hash (records written before they were recorded)"
+        )
+    for note in notes:
+        print(note)
     return 0
 
 
@@ -397,16 +547,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     board.set_defaults(func=cmd_leaderboard)
     comp = sub.add_parser(
-        "compare", help="paired bootstrap: do two agents (or two releases) differ per track?"
+        "compare",
+        help="paired bootstrap: do two agents (or two releases) differ per track?",
+        description=(
+            "Pair the cells (task, tier) of side A (one agent and model of ledger A) and "
+            "side B, and bootstrap the difference of OVERALL per group. A side holding "
+            "several agents or models must be narrowed with --agent/--agent-a/--agent-b "
+            "or --model-a/--model-b. Cells whose task_hash or data_hash differ are not "
+            "paired. Groups with fewer than 6 pairs show the mean difference only."
+        ),
     )
     comp.add_argument("a", type=Path, help="ledger of side A")
     comp.add_argument("b", type=Path, help="ledger of side B (may be the same file)")
-    comp.add_argument("--agent-a", default=None, help="only this agent's records on side A")
-    comp.add_argument("--agent-b", default=None, help="only this agent's records on side B")
-    comp.add_argument("--by", choices=("track", "tier", "task"), default="track")
+    comp.add_argument(
+        "--agent",
+        default=None,
+        help="this agent on both sides (when each ledger holds several agents)",
+    )
+    comp.add_argument("--agent-a", default=None, help="side A: this agent's records")
+    comp.add_argument("--agent-b", default=None, help="side B: this agent's records")
+    comp.add_argument(
+        "--model-a", default=None, help="side A: this model's records (an agent ran several)"
+    )
+    comp.add_argument(
+        "--model-b", default=None, help="side B: this model's records (an agent ran several)"
+    )
+    comp.add_argument(
+        "--by",
+        choices=("track", "tier", "task", "all"),
+        default="track",
+        help="one row per track (default), tier or task, or one row for all cells",
+    )
     comp.add_argument("--seed", type=int, default=0)
     comp.set_defaults(func=cmd_compare)
     return parser
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``automedbench ... | head``): end quietly, with the
+    status of a command killed by SIGPIPE, and keep Python's flush at exit quiet too."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -414,7 +598,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.suites is None:
         args.suites = default_suites()
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return status
+    except BrokenPipeError:
+        return _stdout_closed()
     except (
         TaskError,
         EvaluatorError,

@@ -12,7 +12,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -23,8 +23,10 @@ from pydantic import (
     field_validator,
 )
 
+from pytest_automedbench.agents.base import LIMIT_KEYS, Limits
 from pytest_automedbench.agents.registry import (
     AgentEntry,
+    limit_settings,
     parse_definitions,
     read_agents_file,
     resolve_agent,
@@ -35,9 +37,14 @@ from pytest_automedbench.settings import (
     CHOICE_FIELDS,
     SANDBOX_ALIASES,
     SCORING_FIELDS,
+    flag,
     origin_of,
+    split_choices,
 )
 from pytest_automedbench.terms import ALL_TIERS, TIERS
+
+if TYPE_CHECKING:
+    from pytest_automedbench.tasks import TaskSpec
 
 DEFAULT_OUT = Path("automedbench-results")
 
@@ -106,8 +113,28 @@ class RunConfig(BaseModel):
     fail_under: str | None = _setting("fail_under")
     baseline: Path | None = _setting("baseline")
     max_regression: float = Field(default=0.0, ge=0.0, description=BY_FIELD["max_regression"].help)
-    min_scored: float = Field(
-        default=1.0, ge=0.0, le=1.0, description=BY_FIELD["min_scored"].help
+    min_scored: float = _setting("min_scored")
+    max_turns: int = Field(
+        default=BY_FIELD["max_turns"].default, ge=1, description=BY_FIELD["max_turns"].help
+    )
+    time_factor: float = Field(
+        default=BY_FIELD["time_factor"].default,
+        gt=0.0,
+        le=100.0,
+        description=BY_FIELD["time_factor"].help,
+    )
+    max_total_tokens: int = Field(
+        default=BY_FIELD["max_total_tokens"].default,
+        ge=1,
+        description=BY_FIELD["max_total_tokens"].help,
+    )
+    max_cost_usd: float = Field(
+        default=BY_FIELD["max_cost_usd"].default, gt=0.0, description=BY_FIELD["max_cost_usd"].help
+    )
+    request_timeout_s: float = Field(
+        default=BY_FIELD["request_timeout_s"].default,
+        gt=0.0,
+        description=BY_FIELD["request_timeout_s"].help,
     )
     data_root: Path | None = _setting("data_root")
     data_size: str = _setting("data_size")
@@ -128,6 +155,32 @@ class RunConfig(BaseModel):
         if value not in choices:
             raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
         return SANDBOX_ALIASES.get(value, value) if info.field_name == "sandbox" else value
+
+    @field_validator("tier", mode="before")
+    @classmethod
+    def _tier_list(cls, value: Any) -> str:
+        """One tier, several (a list, or comma-separated) or ``all``, as one canonical
+        string: ``all``, or the tiers comma-separated in :data:`TIERS` order."""
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise ValueError("is not a tier, a list of tiers or a comma-separated string")
+        choices = BY_FIELD["tier"].choices or ()
+        names = {name for item in items for name in split_choices(item, choices)}
+        if not names:
+            raise ValueError("no tier given")
+        if ALL_TIERS in names or names >= set(TIERS):
+            return ALL_TIERS
+        return ",".join(t for t in TIERS if t in names)
+
+    @field_validator("min_scored")
+    @classmethod
+    def _a_share(cls, value: float) -> float:
+        if 0.0 <= value <= 1.0:
+            return value
+        hint = f"; {value:g}% is {value / 100:g}" if 1.0 < value <= 100.0 else ""
+        raise ValueError(
+            f"must be a share of the cells between 0 and 1 (0.9: 90% scored), not {value:g}{hint}"
+        )
 
     @field_validator("fail_under")
     @classmethod
@@ -164,7 +217,8 @@ class RunConfig(BaseModel):
 
     @property
     def tiers(self) -> tuple[str, ...]:
-        return TIERS if self.tier == ALL_TIERS else (self.tier,)
+        """The tiers to run, in :data:`TIERS` order."""
+        return TIERS if self.tier == ALL_TIERS else tuple(self.tier.split(","))
 
     def agent_entries(self) -> dict[str, AgentEntry]:
         """Agents defined in pyproject and in the agents file (the file wins on a name)."""
@@ -177,9 +231,36 @@ class RunConfig(BaseModel):
         """What ``--agent name`` stands for under this configuration."""
         return resolve_agent(name, self.agent_entries(), self.agent_api_base)
 
+    def limits_for(self, entry: AgentEntry, task: TaskSpec) -> Limits:
+        """The agent's limits in one cell of ``task``: each limit is the agent
+        definition's value when it sets one (the more specific wins), else the
+        session's (``--amb-max-turns`` ... or its default); the wall clock is
+        ``time_factor`` times the task's time limit."""
+        own = limit_settings(entry)
+
+        def pick(key: str) -> Any:
+            value = getattr(own, key)
+            return value if value is not None else getattr(self, key)
+
+        factor = float(pick("time_factor"))
+        return Limits(
+            max_turns=int(pick("max_turns")),
+            wall_clock_s=float(task.time_limit_s) * factor,
+            max_tokens=int(pick("max_total_tokens")),
+            max_cost_usd=float(pick("max_cost_usd")),
+            time_factor=factor,
+            request_timeout_s=float(pick("request_timeout_s")),
+        )
+
     def scoring_hash(self) -> str:
-        """Hash of the settings that change scores, so ledger records stay comparable."""
-        payload: dict[str, Any] = {field: getattr(self, field) for field in SCORING_FIELDS}
+        """Hash of the settings that change scores, so ledger records stay comparable.
+        The agent limits enter it only when they differ from their defaults, so records
+        made before they were settings keep their hash."""
+        payload: dict[str, Any] = {
+            field: getattr(self, field)
+            for field in SCORING_FIELDS
+            if field not in LIMIT_KEYS or getattr(self, field) != BY_FIELD[field].default
+        }
         payload["data_root"] = str(self.data_root)
         # Records made before the bubblewrap backend had its own name keep their hash.
         payload["sandbox"] = _LEGACY_HASH_NAMES.get(self.sandbox, self.sandbox)
@@ -193,6 +274,9 @@ class RunConfig(BaseModel):
             f"(network {self.sandbox_network})  judge: {self.judge}",
             f"data-root: {self.data_root or f'(synthetic data, {self.data_size})'}  "
             f"results: {self.amb_out}  executor: {self.executor}",
+            f"limits per cell: {self.max_turns} turns, {self.time_factor:g}x the task's time, "
+            f"{self.max_total_tokens} tokens, ${self.max_cost_usd:g}, "
+            f"{self.request_timeout_s:g} s per request (agent definitions may set their own)",
         ]
 
 
@@ -282,7 +366,7 @@ def build_config(
         if folder is not None and not Path(folder).expanduser().is_absolute():
             merged["slurm"]["folder"] = base_dir / Path(folder).expanduser()
     try:
-        return RunConfig.model_validate(merged)
+        config = RunConfig.model_validate(merged)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
@@ -293,6 +377,13 @@ def build_config(
         hint = f"; valid values: {', '.join(choices)}" if choices else ""
         message = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{origin}: {message} (got {err.get('input')!r}){hint}") from exc
+    if "max_regression" in merged and config.baseline is None:
+        raise ConfigError(
+            f"{origin_of('max_regression', from_file.get('max_regression'))}: a tolerated "
+            f"regression needs a baseline to compare with: give {flag('baseline')} LEDGER "
+            "(pyproject key: baseline)"
+        )
+    return config
 
 
 def load_config(cli: dict[str, Any], pyproject: Path, base_dir: Path) -> RunConfig:

@@ -17,6 +17,7 @@ import pytest
 from pytest_automedbench.cells import Cell
 from pytest_automedbench.gates import (
     GateResult,
+    check_coverage,
     check_regression,
     check_thresholds,
     parse_fail_under,
@@ -33,7 +34,7 @@ from pytest_automedbench.terms import ERROR_CODES
 ISOLATION = {
     "docker": "containers from base {base}, unprivileged uid",
     "bubblewrap": "bubblewrap namespaces, unprivileged uid",
-    "process": "NO isolation: install bubblewrap or Docker",
+    "process": "NO isolation: asked for by name with --sandbox process",
 }
 
 
@@ -45,6 +46,8 @@ class BenchmarkController:
         self.session = session
         self.progress: LiveProgress | None = None
         self.gates: list[GateResult] = []
+        #: The selected cells (after ``-k``/``-m``), those skipped at collection included.
+        self.selected: list[tuple[str, Cell]] = []
 
     # ------------------------------------------------------------------ before the cells
 
@@ -69,10 +72,18 @@ class BenchmarkController:
         """The pre-flight lines and the progress monitor, once the cells are known."""
         if self.progress is not None or not cells:
             return
+        self.selected = list(cells)
         writer = self.config.get_terminal_writer()
         for line in self.header_lines():
             writer.line(line)
-        plan = planned_cells(cells, self.session)
+        runnable = [(n, c) for n, c in cells if c.skip_reason is None]
+        reused = self.session.reusable_cells(runnable)
+        for problem in self.session.ledger_problems:
+            writer.line(f"automedbench: warning: {problem}")
+        for line in selection_lines(cells, reused):
+            writer.line(f"automedbench: {line}")
+        to_run = [(n, c) for n, c in runnable if n not in reused]
+        plan = planned_cells(to_run, self.session)
         self.progress = LiveProgress.begin(self.config, plan, self.session.config.progress_s)
 
     # ------------------------------------------------------------------ after the cells
@@ -82,20 +93,45 @@ class BenchmarkController:
         if run.fail_under is None and run.baseline is None:
             return []
         records = self.session.session_records()
-        results: list[GateResult] = []
+        results = [check_coverage(records, [c.key for _, c in self.selected], run.min_scored)]
         if run.fail_under is not None:
-            results += check_thresholds(records, parse_fail_under(run.fail_under))
+            thresholds = parse_fail_under(run.fail_under)
+            results += check_thresholds(records, thresholds, agents=run.agents)
         if run.baseline is not None:
             baseline = Ledger(run.baseline).records()
             results += check_regression(records, baseline, run.max_regression)
         return results
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Gates, once, after every cell."""
+        """Gates, once, after every cell: each is reported as a test of its own (so the
+        terminal's count, JUnit XML and the exit status all say it), before JUnit
+        writes its file."""
         self.gates = self.gate_results()
+        self._report_gates()
         self._allure_session_files()
-        if any(not r.passed for r in self.gates) and session.exitstatus == pytest.ExitCode.OK:
+        failed = any(not r.passed for r in self.gates)
+        passing = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+        if failed and session.exitstatus in passing:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _report_gates(self) -> None:
+        """Each gate as a test of its own: a ``<testcase>`` in JUnit XML (failing with
+        the reason as its message) and a count in the terminal's closing line (and its
+        short summary), so both say what the exit status says. Not through the
+        ``pytest_runtest_logreport`` hook: the terminal's progress counter would run
+        past 100% for tests it never collected."""
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for gate in self.gates:
+            call, teardown = gate_reports(gate)
+            if xml is not None:
+                xml.pytest_runtest_logreport(call)
+                xml.pytest_runtest_logreport(teardown)
+            if reporter is not None:
+                reporter.stats.setdefault(call.outcome, []).append(call)
 
     def _allure_session_files(self) -> None:
         allure_dir = getattr(self.config.option, "allure_report_dir", None)
@@ -120,14 +156,13 @@ class BenchmarkController:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         records = self.session.session_records()
-        if not records:
-            return
-        terminalreporter.section("AutoMedBench summary")
-        for line in summary_lines(records):
-            terminalreporter.write_line(line)
-        terminalreporter.write_line(
-            f"ledger: {self.session.ledger.path}  run: {self.session.run_id}"
-        )
+        if records:
+            terminalreporter.section("AutoMedBench summary")
+            for line in summary_lines(records):
+                terminalreporter.write_line(line)
+            terminalreporter.write_line(
+                f"ledger: {self.session.ledger.path}  run: {self.session.run_id}"
+            )
         if self.gates:
             terminalreporter.section("AutoMedBench gates")
             for gate in self.gates:
@@ -142,3 +177,50 @@ class BenchmarkController:
                 f"automedbench: cancelled {len(stopped)} Slurm job(s) left by this session: "
                 + " ".join(stopped)
             )
+
+
+def selection_lines(cells: Sequence[tuple[str, Cell]], reused: set[str]) -> list[str]:
+    """What happens to the selected cells: skipped at collection (with the reasons),
+    taken from earlier runs (``--amb-resume``), run now."""
+    skipped: dict[str, int] = {}
+    for _, cell in cells:
+        if cell.skip_reason is not None:
+            skipped[cell.skip_reason] = skipped.get(cell.skip_reason, 0) + 1
+    n_skipped = sum(skipped.values())
+    to_run = len(cells) - n_skipped - len(reused)
+    parts = [f"{len(cells)} cells selected"]
+    if n_skipped:
+        parts.append(f"{n_skipped} skipped at collection")
+    if reused:
+        parts.append(f"{len(reused)} reused from earlier runs (--amb-resume)")
+    parts.append(f"{to_run} to run")
+    lines = [", ".join(parts)]
+    lines += [f"  skipped ({n}): {reason}" for reason, n in sorted(skipped.items())]
+    return lines
+
+
+def gate_reports(gate: GateResult) -> list[pytest.TestReport]:
+    """A gate as a test (``automedbench::gate[<name>]``): its call passes or fails with
+    the gate, the message the reason; its teardown carries the gate's properties (JUnit
+    XML writes a test's properties from its teardown report)."""
+    name = f"gate[{gate.gate}]"
+    common: dict[str, Any] = {
+        "nodeid": f"automedbench::{name}",
+        "location": ("automedbench", None, name),
+        "keywords": {name: 1, "automedbench": 1},
+    }
+    return [
+        pytest.TestReport(
+            **common,
+            outcome="passed" if gate.passed else "failed",
+            longrepr=None if gate.passed else gate.message,
+            when="call",
+        ),
+        pytest.TestReport(
+            **common,
+            outcome="passed",
+            longrepr=None,
+            when="teardown",
+            user_properties=[("amb_gate", gate.gate), ("amb_gate_passed", str(gate.passed))],
+        ),
+    ]

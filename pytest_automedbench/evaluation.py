@@ -4,10 +4,15 @@ The evaluator runs apart from the harness, as its own host process or (with the 
 backend) in its own container without network, and is handed only a copy of the
 submission, the private references and a spec; the host never scores anything itself
 and only parses the evaluator's JSON.
+
+The copy keeps what each entry is without anything it points to: a symbolic link becomes
+a link to nowhere and a FIFO an empty FIFO, so the evaluator reports them as a link and a
+FIFO, not as a missing file; neither is followed or opened.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -19,14 +24,75 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
+from pytest_automedbench.evaluators.safe_io import encodable, encodable_tree, file_kind
 from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport
-from pytest_automedbench.sandbox.local import copy_tree_no_links
+from pytest_automedbench.sandbox.local import remove_tree
 
 EVALUATOR_TIMEOUT_S = 900.0
+#: The target of every symbolic link in the evaluator's copy of a submission: nothing.
+LINK_PLACEHOLDER = "link-not-copied"
 
 
 class EvaluatorError(RuntimeError):
     """The evaluator could not produce a verdict: an infrastructure fault."""
+
+
+def _copy_regular(src: Path, dest: Path) -> bool:
+    """Copy a regular file's bytes; False when it is not one anymore (swapped since)."""
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return False
+        with open(dest, "wb") as out:
+            shutil.copyfileobj(fh, out)
+    return True
+
+
+def copy_submission(src: Path, dest: Path) -> list[str]:
+    """Copy an agent's outputs into the new folder ``dest`` for the evaluator, following
+    nothing: folders and regular files as they are, a symbolic link as a link to
+    :data:`LINK_PLACEHOLDER`, a FIFO as an empty FIFO; sockets and devices are left out.
+
+    Returns the entries not copied as they are, e.g. ``"answers.json (a symbolic link)"``.
+    A missing ``src`` gives an empty folder, and so does one that is not a folder (listed).
+    """
+    dest.mkdir(parents=True)
+    try:
+        top = os.lstat(src).st_mode
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISDIR(top):
+        return [f". ({file_kind(top)}, not a folder)"]
+    skipped: list[str] = []
+    folders = [Path()]
+    while folders:  # iterative: a hostile submission may nest folders deeper than recursion
+        folder = folders.pop()
+        try:
+            with os.scandir(src / folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            skipped.append(f"{folder.as_posix()}/ (unreadable: {exc.strerror})")
+            continue
+        for entry in entries:
+            rel, target = folder / entry.name, dest / folder / entry.name
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISDIR(mode):
+                    target.mkdir()
+                    folders.append(rel)
+                    continue
+                if stat.S_ISREG(mode):
+                    if not _copy_regular(Path(entry.path), target):
+                        skipped.append(f"{rel.as_posix()} (replaced while it was copied)")
+                    continue
+                if stat.S_ISLNK(mode):
+                    os.symlink(LINK_PLACEHOLDER, target)
+                elif stat.S_ISFIFO(mode):
+                    os.mkfifo(target, 0o600)
+                skipped.append(f"{rel.as_posix()} ({file_kind(mode)})")
+            except OSError as exc:
+                skipped.append(f"{rel.as_posix()} (not copied: {exc.strerror})")
+    return sorted(skipped)
 
 
 @dataclass(frozen=True)
@@ -52,9 +118,8 @@ def _run(
     workdir.mkdir(parents=True, exist_ok=True)
     copied = workdir / "submission"
     if copied.exists():
-        shutil.rmtree(copied)
-    copied.mkdir()
-    skipped = copy_tree_no_links(submission, copied)
+        remove_tree(copied)  # the agent's shapes: maybe deeper than the recursion limit
+    skipped = copy_submission(submission, copied)
     spec_path = workdir / "spec.json"
     spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
     out = workdir / ("format.json" if format_only else "evaluation.json")
@@ -67,7 +132,8 @@ def _run(
         raise EvaluatorError(f"evaluator failed (exit {rc}) on {spec.task_id}: {detail}")
     text = out.read_text(encoding="utf-8")
     if skipped:
-        (workdir / "skipped_links.txt").write_text("\n".join(skipped), encoding="utf-8")
+        listed = encodable("\n".join(skipped))  # names that are not UTF-8
+        (workdir / "skipped_links.txt").write_text(listed, encoding="utf-8")
     return text
 
 
@@ -140,6 +206,7 @@ def _in_process(
             env=env,
             capture_output=True,
             text=True,
+            errors="replace",  # a library may print an agent's file name as it is
             timeout=EVALUATOR_TIMEOUT_S,
             check=False,
         )
@@ -164,8 +231,12 @@ def _verdict(
     try:
         return model.model_validate_json(text)
     except ValidationError as exc:
+        error = exc
+    try:  # names from the submission as lone surrogates: valid JSON, refused by pydantic
+        return model.model_validate(encodable_tree(json.loads(text)))
+    except (ValueError, RecursionError):
         what = "format report" if format_only else "result"
-        raise EvaluatorError(f"evaluator wrote an unreadable {what}: {exc}") from exc
+        raise EvaluatorError(f"evaluator wrote an unreadable {what}: {error}") from error
 
 
 def check_format(

@@ -645,3 +645,47 @@ def _tool_call(
         accepted=event.accepted,
         event=event,
     )
+
+
+# --------------------------------------------------------------------------- usage
+
+
+@dataclass(frozen=True)
+class SpentSoFar:
+    """What a trajectory shows the agent spent: what a cell that did not finish (a
+    time-out, an interruption, a killed job) still records."""
+
+    turns: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+
+
+def spent_so_far(events: Iterable[Mapping[str, Any] | Event]) -> SpentSoFar:
+    """Turns, tokens, cost and wall time of a trajectory, finished or not: the model
+    turns' usage, or the end event's totals when the agent reported them (command
+    agents); the wall time is the last event's clock."""
+    typed = parse_events(events)
+    turns = tokens_in = tokens_out = 0
+    cost = 0.0
+    for event in typed:
+        if isinstance(event, MessageEvent) and event.usage is not None:
+            turns = max(turns, event.turn or 0)
+            tokens_in += event.usage.tokens_in or 0
+            tokens_out += event.usage.tokens_out or 0
+            cost += event.usage.cost_usd or 0.0
+    end = last_event(typed, EndEvent)
+    if end is not None:
+        turns = max(turns, end.turns or 0)
+        tokens_in = max(tokens_in, end.tokens_in or 0)
+        tokens_out = max(tokens_out, end.tokens_out or 0)
+        cost = max(cost, end.cost_usd or 0.0)
+    clock = [event.t for event in typed if event.t is not None]
+    return SpentSoFar(
+        turns=turns,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        cost_usd=round(cost, 6),
+        wall_s=round(max(clock), 3) if clock else 0.0,
+    )

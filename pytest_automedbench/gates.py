@@ -17,11 +17,11 @@ of the session's run, and reflected in the exit status with the reason.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import mean
 
-from pytest_automedbench.results import CellResult
+from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.stats import latest_per_cell
 from pytest_automedbench.terms import STAGES, TRACKS
 
@@ -46,7 +46,8 @@ class GateResult:
 
 
 def parse_fail_under(spec: str) -> list[Threshold]:
-    """``overall=60,S3=50,segmentation=55`` into thresholds (0-100)."""
+    """``overall=60,S3=50,segmentation=55`` into thresholds (0-100 points). A value in
+    (0, 1] is refused as a fraction: ``overall=0.9`` is written ``overall=90``."""
     thresholds = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
@@ -64,6 +65,11 @@ def parse_fail_under(spec: str) -> list[Threshold]:
             raise GateError(f"{key}={value!r} is not a number") from None
         if not 0 <= minimum <= 100:
             raise GateError(f"{key}={minimum:g} is outside 0-100")
+        if 0 < minimum <= 1:  # a fraction: 0.9 meant 90 points, not 0.9
+            raise GateError(
+                f"{key}={value.strip()} looks like a fraction: thresholds are points 0-100 "
+                f"(write {key}={minimum * 100:g} for {minimum:.0%})"
+            )
         thresholds.append(Threshold(key, minimum))
     if not thresholds:
         raise GateError("no threshold given (e.g. overall=60)")
@@ -85,13 +91,42 @@ def _scored(records: Iterable[CellResult]) -> list[CellResult]:
     return [r for r in latest_per_cell(records) if r.status == "scored"]
 
 
+def check_coverage(
+    records: Iterable[CellResult], selected: Sequence[CellKey], min_share: float
+) -> GateResult:
+    """The gate under every other gate: enough of the selected cells were scored (a
+    cell skipped for a missing key or missing data, or ended by an infrastructure error,
+    is not a score). Nothing selected, or nothing scored, never passes."""
+    wanted = set(selected)
+    latest = {r.key: r for r in latest_per_cell(records) if r.key in wanted}
+    scored = sum(1 for r in latest.values() if r.status == "scored")
+    infra = sum(1 for r in latest.values() if r.status == "infra_error")
+    not_run = len(wanted) - len(latest)
+    name = "coverage"
+    if not wanted:
+        return GateResult(name, False, f"{name}: no cell selected, nothing to gate on")
+    share = scored / len(wanted)
+    passed = scored > 0 and share >= min_share
+    verdict = "met" if passed else "NOT met"
+    return GateResult(
+        name,
+        passed,
+        f"{name}: {scored} of {len(wanted)} selected cells scored ({100 * share:.0f}%; "
+        f"{infra} infrastructure errors, {not_run} not run or skipped), minimum "
+        f"{100 * min_share:.0f}% (--amb-min-scored {min_share:g}): {verdict}",
+    )
+
+
 def check_thresholds(
-    records: Iterable[CellResult], thresholds: list[Threshold]
+    records: Iterable[CellResult],
+    thresholds: list[Threshold],
+    agents: Sequence[str] = (),
 ) -> list[GateResult]:
-    """One result per (agent, threshold); infrastructure errors are not scores."""
-    by_agent: dict[str, list[CellResult]] = defaultdict(list)
+    """One result per (agent, threshold); infrastructure errors are not scores. Every
+    agent in ``agents`` is judged, those without a scored cell failing."""
+    by_agent: dict[str, list[CellResult]] = {agent: [] for agent in agents}
     for record in _scored(records):
-        by_agent[record.agent].append(record)
+        by_agent.setdefault(record.agent, []).append(record)
     results = []
     for agent, cells in sorted(by_agent.items()):
         for threshold in thresholds:

@@ -12,6 +12,12 @@ Both ask chat completions through litellm; what is delicate about that lives her
   exponential backoff and jitter (``Retry-After`` honoured, capped), records every failed
   attempt, and never lets litellm or the OpenAI SDK retry on their own (their retries
   would be invisible and would not respect a deadline);
+* **time-outs**: every request is cut after ``request_timeout_s`` (or the caller's
+  deadline, if sooner), whatever the server does: the time-out is passed to litellm
+  (which gives up on a server that sends nothing) and enforced around the call (the
+  HTTP client's time-out is per read, so a server that trickles bytes, a proxy's
+  keep-alive whitespace, would defeat it); a cut request is a timed-out attempt,
+  retried and recorded like the others;
 * **status**: :func:`http_status` reads a provider exception's HTTP status;
 * **masking**: :func:`mask_secrets` masks the key in use, every credential-like
   environment value (:mod:`pytest_automedbench.redact`) and bearer tokens in error text
@@ -26,19 +32,23 @@ the functions that need them.
 from __future__ import annotations
 
 import email.utils
+import functools
 import importlib
 import os
 import random
 import re
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from pytest_automedbench.redact import redact, secret_values
 
-DEFAULT_REQUEST_TIMEOUT_S = 600.0
+#: The longest wait for one request (``--amb-request-timeout``): a hung request is cut
+#: after it and retried.
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_BACKOFF_BASE_S = 1.0
 #: The longest wait between two attempts, whether from backoff or from Retry-After.
@@ -48,6 +58,9 @@ MAX_WAIT_S = 60.0
 PLACEHOLDER_KEY = "sk-automedbench-no-key"
 #: Characters of a provider's error message kept in a recorded attempt.
 DETAIL_CHARS = 500
+#: How long past its time-out a request is waited for before it is cut: litellm's own
+#: time-out, when it works, is the one reported.
+CUT_GRACE_S = 0.5
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[ _-]?(length|window)|maximum context|prompt is too long|too many tokens",
@@ -180,6 +193,42 @@ def mask_secrets(text: str, keys: Iterable[str | None] = ()) -> str:
     return _BEARER.sub(r"\1***", redact(text, sorted(secrets, key=len, reverse=True)))
 
 
+class RequestTimeout(Exception):
+    """A request did not complete within its time-out and was cut by the harness (the
+    server kept the connection open: it never answered, or it trickled bytes)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            f"no complete reply within {timeout_s:.1f} s; the request was cut by the harness"
+        )
+        self.timeout_s = timeout_s
+
+
+def call_within(call: Callable[[], Any], timeout_s: float) -> Any:
+    """``call()``, or :class:`RequestTimeout` when it has not returned within
+    ``timeout_s`` (plus :data:`CUT_GRACE_S`).
+
+    The call runs in a daemon thread that is abandoned when it is cut: a blocking HTTP
+    read cannot be interrupted from outside, and the thread ends by itself when the
+    server closes the connection or litellm's own time-out fires."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # re-raised in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="automedbench-llm-request", daemon=True)
+    thread.start()
+    thread.join(timeout_s + CUT_GRACE_S)
+    if thread.is_alive():
+        raise RequestTimeout(timeout_s)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 class LlmError(Exception):
     """A request that did not produce a reply. ``attempts`` are the recorded failed
     attempts (``attempt``, ``status``, ``error``, ``detail``, ``wait_s``)."""
@@ -234,7 +283,9 @@ class LlmClient:
     ``max_retries`` failed attempts are retried (so at most ``max_retries + 1`` requests
     per :meth:`complete`); the n-th wait is ``backoff_base_s * 2**(n-1)`` with jitter, or
     what the provider's Retry-After asks for, never more than :data:`MAX_WAIT_S`. Only
-    429, 408, 409, 5xx, timeouts and connection errors are retried.
+    429, 408, 409, 5xx, timeouts and connection errors are retried. Each request is cut
+    after ``request_timeout_s`` (:func:`call_within`); its recorded attempt says
+    ``timed_out`` and the ``timeout_s`` it had.
     """
 
     def __init__(
@@ -295,11 +346,14 @@ class LlmClient:
             )
             started = time.monotonic()
             try:
-                response = litellm.completion(**request, timeout=timeout)
+                response = call_within(
+                    functools.partial(litellm.completion, **request, timeout=timeout), timeout
+                )
             except Exception as exc:  # classified below; anything else is not retried
                 status = http_status(exc)
                 error = type(exc).__name__
                 detail = mask_secrets(str(exc), [key])
+                timed_out = isinstance(exc, openai.APITimeoutError | RequestTimeout)
                 record: dict[str, Any] = {
                     "attempt": attempt,
                     "status": status,
@@ -307,6 +361,8 @@ class LlmClient:
                     "detail": detail[:DETAIL_CHARS],
                     "wait_s": None,
                 }
+                if timed_out:
+                    record |= {"timed_out": True, "timeout_s": round(timeout, 3)}
 
                 def fail(
                     cls: type[LlmError],
@@ -325,7 +381,6 @@ class LlmClient:
                     or (status == 400 and _CONTEXT_OVERFLOW.search(detail))
                 ):
                     raise fail(ContextOverflow, detail) from None
-                timed_out = isinstance(exc, openai.APITimeoutError)
                 if timed_out and bounded_by_deadline:
                     raise fail(
                         DeadlineExceeded,

@@ -15,33 +15,50 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_automedbench.evaluators.safe_io import SubmissionFileError, read_submission_bytes
+
 #: Folders never descended into (environments, caches).
 SKIP_DIRS = frozenset({".cache", ".tmp", "env", "venv", ".venv", "site-packages", "node_modules"})
+#: Entries looked at, at most, and the deepest folder descended into: the workspace is the
+#: agent's, and a chain of folders deeper than the recursion limit must not stop the host.
 MAX_ENTRIES = 20_000
+MAX_DEPTH = 32
 #: A single-file deliverable larger than this is not parsed for counting.
 MAX_PARSE_BYTES = 32 << 20
 
 
 def _walk(workspace: Path) -> list[Path]:
+    """The regular files under ``workspace`` (links not followed), iteratively and within
+    :data:`MAX_ENTRIES` and :data:`MAX_DEPTH`; a folder that cannot be read is passed over."""
     found: list[Path] = []
     seen = 0
-    for root, dirs, files in os.walk(workspace, followlinks=False):
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-        seen += len(dirs) + len(files)
-        found.extend(Path(root) / f for f in files)
-        if seen > MAX_ENTRIES:
-            break
+    pending: list[tuple[str, int]] = [(str(workspace), 0)]
+    while pending and seen <= MAX_ENTRIES:
+        folder, depth = pending.pop()
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > MAX_ENTRIES:
+                        break
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth < MAX_DEPTH and entry.name not in SKIP_DIRS:
+                            pending.append((entry.path, depth + 1))
+                    elif entry.is_file(follow_symlinks=False):
+                        found.append(Path(entry.path))
+        except OSError:
+            continue
     return found
 
 
 def count_units(path: Path, kind: str) -> int:
     """Distinct answered ids in a VQA answers object (``kind='vqa'``) or distinct
     ``image_id`` values in a COCO results list (``kind='detection'``); 0 if unreadable."""
-    try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_PARSE_BYTES:
-            return 0
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+    try:  # not a link, not a FIFO (it would block the host), not over the bound
+        data: Any = json.loads(
+            read_submission_bytes(path.parent, path.name, MAX_PARSE_BYTES).decode("utf-8")
+        )
+    except (SubmissionFileError, ValueError, RecursionError):
         return 0
     if kind == "vqa":
         return len(data) if isinstance(data, dict) else 0

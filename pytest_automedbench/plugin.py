@@ -134,14 +134,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     assert state.session is not None
     suite_dir = Path(str(metafunc.definition.fspath)).parent
     cells = plan_cells(state.session.config, discover_tasks(suite_dir))
-    params = [
-        pytest.param(cell, id=cell.test_id, marks=[getattr(pytest.mark, m) for m in cell.markers])
-        for cell in cells
-    ]
+    params = [pytest.param(cell, id=cell.test_id, marks=_marks_of(cell)) for cell in cells]
     if not params:  # a track folder without tasks: say so instead of pytest's "NOTSET"
         reason = f"no tasks in {suite_dir}"
         params.append(pytest.param(None, id="no-tasks", marks=pytest.mark.skip(reason=reason)))
     metafunc.parametrize("cell", params)
+
+
+def _marks_of(cell: Cell) -> list[pytest.MarkDecorator]:
+    """The cell's track, tier and modality markers; a skip, decided at collection, when
+    the cell cannot run (no data is staged for it)."""
+    marks = [getattr(pytest.mark, m) for m in cell.markers]
+    if cell.skip_reason is not None:
+        marks.append(pytest.mark.skip(reason=cell.skip_reason))
+    return marks
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -102,18 +102,23 @@ def planned_cells(
 ) -> list[PlannedCell]:
     """The monitor's plan from the session's (node id, cell) pairs: each cell's folder
     and limits."""
-    cells = list(cells)
-    limits = {a: session.config.agent(a).cost_limit_usd for a in {c.key.agent for _, c in cells}}
-    return [
-        PlannedCell(
-            nodeid=nodeid,
-            key=cell.key,
-            cell_dir=session.cell_dir(cell.key),
-            time_limit_s=float(cell.task.time_limit_s),
-            cost_limit_usd=limits[cell.key.agent],
+    config = session.config
+    entries = {a: config.agent(a) for a in {c.key.agent for _, c in cells}}
+    planned = []
+    for nodeid, cell in cells:
+        entry = entries[cell.key.agent]
+        limits = config.limits_for(entry, cell.task)
+        planned.append(
+            PlannedCell(
+                nodeid=nodeid,
+                key=cell.key,
+                cell_dir=session.cell_dir(cell.key),
+                time_limit_s=limits.wall_clock_s,
+                # Only metered agents (model agents) have a cost to budget.
+                cost_limit_usd=limits.max_cost_usd if entry.cost_limit_usd is not None else None,
+            )
         )
-        for nodeid, cell in cells
-    ]
+    return planned
 
 
 def fmt_hours(seconds: float) -> str:

@@ -28,24 +28,38 @@ from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
     conversation_from_events,
+    read_trajectory,
     write_conversation,
 )
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluation import Placement, check_format, evaluate
+from pytest_automedbench.evaluators.safe_io import encodable
 from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult
+from pytest_automedbench.events import read_events, spent_so_far
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.observe import observe_outputs
+from pytest_automedbench.provenance import Provenance, cell_provenance
 from pytest_automedbench.redact import redact
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox, resolve_backend
 from pytest_automedbench.scoring import JudgeSettings
 from pytest_automedbench.scoring.cell import CellEvidence, CellScore, score_cell
+from pytest_automedbench.scoring.models import StageScores
+from pytest_automedbench.scoring.overall import zero_stages
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import TaskSpec
 from pytest_automedbench.terms import OUTPUTS_DIRNAME
 from pytest_automedbench.violations import Policy as ViolationPolicy
+from pytest_automedbench.violations import Violation, find_violations
 
-__all__ = ["OUTPUTS_DIRNAME", "CellPlan", "harness_versions", "infra_result", "run_cell"]
+__all__ = [
+    "OUTPUTS_DIRNAME",
+    "CellPlan",
+    "failure_result",
+    "harness_versions",
+    "infra_result",
+    "run_cell",
+]
 
 SYSTEM_PROMPT = """You are an autonomous medical-AI research engineer working in a sandbox.
 You act only through tools: `execute` runs bash or Python in your workspace, `read_file` and
@@ -73,9 +87,23 @@ class CellPlan:
     #: The sandbox backend, resolved once per session; None: resolve it here (a Slurm
     #: job resolves it on its compute node).
     backend: str | None = None
+    #: What produces the record (its configuration hash comes from it); None: computed
+    #: here from the plan.
+    provenance: Provenance | None = None
 
     def resolved_backend(self) -> str:
         return self.backend if self.backend is not None else resolve_backend(self.config.sandbox)
+
+    def limits(self) -> Limits:
+        """The agent's limits in this cell (the task's, the session's, the agent's)."""
+        return self.config.limits_for(self.config.agent(self.key.agent), self.task)
+
+    def provenance_of(self) -> Provenance:
+        if self.provenance is not None:
+            return self.provenance
+        backend = self.backend if self.backend is not None else self.config.sandbox
+        data_hash = getattr(self.staged, "data_hash", None)
+        return cell_provenance(self.config, self.key, self.task, data_hash, backend, {})
 
 
 def harness_versions() -> dict[str, str]:
@@ -93,6 +121,7 @@ def _now() -> str:
 
 
 def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
+    provenance = plan.provenance_of()
     return {
         "run_id": plan.run_id,
         "agent": plan.key.agent,
@@ -101,20 +130,34 @@ def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
         "track": plan.task.track,
         "tier": plan.key.tier,
         "run": plan.key.run,
-        "config_hash": plan.config.scoring_hash(),
+        "config_hash": provenance.config_hash(plan.config.scoring_hash()),
         "data_source": plan.staged.source,
         "cell_dir": str(plan.cell_dir),
         "versions": harness_versions(),
+        "backend": provenance.backend,
+        "images": provenance.images,
+        "task_hash": provenance.task_hash,
+        "data_hash": provenance.data_hash,
+        "judge": provenance.judge,
+        "limits": provenance.limits,
     }
 
 
 def infra_result(plan: CellPlan, error: str, termination: str | None = None) -> CellResult:
-    """The record of a cell the harness could not finish (never the agent's fault)."""
+    """The record of a cell the harness could not finish (never the agent's fault). What
+    the agent spent until then (turns, tokens, cost, wall time) is read back from its
+    trajectory, so a time-out or a killed job still shows its usage."""
     model = plan.config.agent(plan.key.agent).model_label
+    spent = spent_so_far(read_events(plan.cell_dir / "trajectory.jsonl"))
     return CellResult(
         status="infra_error",
         termination=termination,
         error=redact(error),
+        turns=spent.turns,
+        tokens_in=spent.tokens_in,
+        tokens_out=spent.tokens_out,
+        cost_usd=spent.cost_usd,
+        wall_s=spent.wall_s,
         finished_at=_now(),
         **_base_fields(plan, model),
     )
@@ -122,15 +165,16 @@ def infra_result(plan: CellPlan, error: str, termination: str | None = None) -> 
 
 def run_cell(plan: CellPlan) -> CellResult:
     """Run one cell. Infrastructure faults come back as ``status='infra_error'``
-    with the trajectory kept; interrupts (timeouts, Ctrl-C) are written to the
-    trajectory and re-raised, and the caller records them."""
+    with the trajectory kept, unless the trajectory shows an isolation violation (then
+    the cell is scored 0 and flagged: see :func:`failure_result`); interrupts (timeouts,
+    Ctrl-C) are written to the trajectory and re-raised, and the caller records them."""
     plan.cell_dir.mkdir(parents=True, exist_ok=True)
     trajectory = TrajectoryWriter(plan.cell_dir / "trajectory.jsonl")
     try:
         return _run(plan, trajectory)
-    except Exception as exc:  # an agent cannot raise here: anything is a harness fault
+    except Exception as exc:  # what the agent made is handled where it is read: a fault
         trajectory.emit("crash", error=repr(exc), traceback=traceback.format_exc())
-        return infra_result(plan, f"{type(exc).__name__}: {exc}")
+        return _failed(plan, trajectory, f"{type(exc).__name__}: {exc}")
     except BaseException as exc:
         trajectory.emit("interrupted", error=repr(exc))
         raise
@@ -146,7 +190,8 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
         ctx = agent_context(plan, sandbox)
         outcome = run_agent_in(plan, cell, sandbox, ctx, trajectory)
     if outcome.termination in INFRA_TERMINATIONS:
-        return infra_result(plan, infra_detail(outcome, trajectory), outcome.termination)
+        detail = infra_detail(outcome, trajectory)
+        return _failed(plan, trajectory, detail, outcome.termination)
     evaluation = evaluate(
         cell.spec,
         cell.outputs,
@@ -165,6 +210,7 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     if score.violations:
         trajectory.emit("violations", violations=[v.as_dict() for v in score.violations])
     result = build_result(plan, outcome, evaluation, score)
+    result.backend = cell.backend  # with Slurm and ``auto``: what the node resolved
     (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
     return result
 
@@ -234,7 +280,7 @@ def kickoff_of(plan: CellPlan, ctx: AgentContext) -> str:
         outputs_dir=ctx.outputs_dir,
         plan_dir=ctx.plan_dir,
         case_count=len(plan.staged.case_ids),
-        time_limit_min=plan.task.time_limit_s // 60,
+        time_limit_min=int(plan.limits().wall_clock_s // 60),
     )
     return f"{brief}\n\n{KICKOFF[plan.key.tier]}"
 
@@ -266,7 +312,7 @@ def run_agent_in(
         outputs_dir=ctx.outputs_dir,
         plan_dir=ctx.plan_dir,
     )
-    limits = Limits(wall_clock_s=float(plan.task.time_limit_s))
+    limits = plan.limits()
     deliverables = plan.task.deliverables(plan.staged.case_ids)
     single_file_kind = None if plan.task.per_case_outputs else plan.task.track
     toolbox = Toolbox(
@@ -282,6 +328,7 @@ def run_agent_in(
             cell.workspace, cell.outputs, deliverables, single_file_kind
         ),
         remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
+        watch=ViolationWatch(violation_policy(plan, ctx.public_dir, ctx.workspace), trajectory),
     )
     run = AgentRun(
         ctx=ctx,
@@ -310,6 +357,89 @@ def run_agent_in(
                 "plan_dir": ctx.plan_dir,
             },
         )
+
+
+def violation_policy(plan: CellPlan, public_path: str, workspace_path: str) -> ViolationPolicy:
+    """What the agent must not reach: the references and the run's records (host paths),
+    its own inputs and workspace as it sees them."""
+    return ViolationPolicy(
+        public_path=public_path,
+        workspace_path=workspace_path,
+        forbidden_host_paths=(
+            str(plan.staged.private_dir),
+            str(plan.config.amb_out / "ledger.jsonl"),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ViolationWatch:
+    """The violation monitor on each tool call, as it is recorded: what it finds is written
+    to the trajectory at once (a ``violations`` event per call that shows one; all of them
+    again once the cell is scored), so no later failure can lose it."""
+
+    policy: ViolationPolicy
+    trajectory: TrajectoryWriter
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if found := find_violations([event], self.policy):
+            self.trajectory.emit("violations", violations=[v.as_dict() for v in found])
+
+
+def failure_result(
+    plan: CellPlan,
+    error: str,
+    termination: str | None = None,
+    events: list[dict[str, Any]] | None = None,
+) -> CellResult:
+    """The record of a cell the harness could not finish: an infrastructure error (run
+    again on resume), unless its trajectory (``events``; None: read from the cell's file,
+    for a caller whose cell was killed) shows an isolation violation. Then the cell is the
+    agent's: flagged, S1-S5 = 0, TASK excluded, OVERALL = 0, ``error`` saying why it did
+    not finish, so making the harness fail after reaching for the references cannot buy a
+    re-run. The error is made encodable first (no lone surrogates in a record)."""
+    error = encodable(error)
+    if events is None:
+        events = read_trajectory(plan.cell_dir / "trajectory.jsonl")
+    start = next((e for e in events if e.get("kind") == "start"), None)
+    violations: list[Violation] = []
+    if start is not None:
+        public, workspace = str(start.get("public_dir", "")), str(start.get("workspace", ""))
+        policy = violation_policy(plan, public, workspace)
+        try:
+            violations = find_violations(events, policy)
+        except Exception as exc:  # the monitor's own fault: say so, and keep the error
+            error = f"{error}; the violation scan failed too: {encodable(repr(exc))}"
+    record = infra_result(plan, error, termination)
+    if not violations:
+        return record
+    zero = StageScores(s1=0.0, s2=0.0, s3=0.0, s4=0.0, s5=0.0)
+    ended = next((e.get("termination") for e in reversed(events) if e.get("kind") == "end"), None)
+    flagged = record.model_copy(
+        update={
+            "status": "scored",
+            "termination": termination or ended,
+            "stages": zero_stages(zero, f"isolation violation: {violations[0].evidence}"),
+            "agentic": 0.0,
+            "task_score": None,
+            "overall": 0.0,
+            "rating": "F",
+            "resolved": False,
+            "violations": [v.as_dict() for v in violations],
+        }
+    )
+    (plan.cell_dir / "result.json").write_text(flagged.model_dump_json(indent=1), encoding="utf-8")
+    return flagged
+
+
+def _failed(
+    plan: CellPlan, trajectory: TrajectoryWriter, error: str, termination: str | None = None
+) -> CellResult:
+    """:func:`failure_result` from the live trajectory, its violations written to it."""
+    result = failure_result(plan, error, termination, trajectory.events)
+    if result.violations:
+        trajectory.emit("violations", violations=result.violations)
+    return result
 
 
 def infra_detail(outcome: AgentOutcome, trajectory: TrajectoryWriter) -> str:
@@ -354,14 +484,7 @@ def evidence_of(
         termination=outcome.termination,
         band_a=task.rating.a,
         band_b=task.rating.b,
-        violation_policy=ViolationPolicy(
-            public_path=ctx.public_dir,
-            workspace_path=ctx.workspace,
-            forbidden_host_paths=(
-                str(plan.staged.private_dir),
-                str(plan.config.amb_out / "ledger.jsonl"),
-            ),
-        ),
+        violation_policy=violation_policy(plan, ctx.public_dir, ctx.workspace),
     )
 
 
@@ -402,6 +525,7 @@ def build_result(
         tokens_in=outcome.usage.tokens_in,
         tokens_out=outcome.usage.tokens_out,
         cost_usd=round(outcome.usage.cost_usd, 6),
+        price_known=outcome.usage.price_known,
         wall_s=outcome.wall_s,
         finished_at=_now(),
         **_base_fields(plan, plan.config.agent(plan.key.agent).model_label),

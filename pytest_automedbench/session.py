@@ -6,12 +6,14 @@ pytest-benchmark keeps its ``BenchmarkSession`` apart from its hooks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from filelock import FileLock
 
+from pytest_automedbench.cells import data_unavailable_reason, has_prepared_split
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import (
@@ -21,10 +23,12 @@ from pytest_automedbench.fixtures.staging import (
     stage_synthetic,
 )
 from pytest_automedbench.ledger import Ledger
+from pytest_automedbench.provenance import Provenance, cell_provenance
 from pytest_automedbench.results import CellKey, CellResult, LedgerKey, ledger_key
 from pytest_automedbench.tasks import TaskSpec
 
 if TYPE_CHECKING:
+    from pytest_automedbench.cells import Cell
     from pytest_automedbench.executors import Executor
 
 
@@ -40,6 +44,9 @@ class AutoMedBenchSession:
     _finished: dict[LedgerKey, CellResult] | None = None
     _backend: str | None = None
     _executor: Executor | None = None
+    _images: dict[str, str] | None = None
+    #: Lines of the ledger that could not be read when resuming (skipped, reported).
+    ledger_problems: list[str] = field(default_factory=list)
 
     @property
     def executor(self) -> Executor:
@@ -59,6 +66,54 @@ class AutoMedBenchSession:
 
             self._backend = resolve_backend(self.config.sandbox)
         return self._backend
+
+    @property
+    def images(self) -> dict[str, str]:
+        """The images this process's cells run in (Docker backend: ``tag@id`` per role;
+        built when missing, as the first cell would), looked up once."""
+        if self._images is None:
+            self._images = {}
+            if not self.executor.backend_on_node and self.backend == "docker":
+                from pytest_automedbench.sandbox.docker import image_digests
+
+                self._images = image_digests(self.config.docker_base)
+        return self._images
+
+    def provenance(self, cell_key: CellKey, task: TaskSpec, data_hash: str | None) -> Provenance:
+        """What will produce this cell's record (and so its configuration hash)."""
+        backend = self.config.sandbox if self.executor.backend_on_node else self.backend
+        return cell_provenance(self.config, cell_key, task, data_hash, backend, self.images)
+
+    def reusable_record(
+        self, cell_key: CellKey, task: TaskSpec, data_hash: str | None
+    ) -> CellResult | None:
+        """``--amb-resume``: the record of this cell that an earlier run finished under
+        the configuration hash this run would give it, if any."""
+        config_hash = self.provenance(cell_key, task, data_hash).config_hash(
+            self.config.scoring_hash()
+        )
+        model = self.config.agent(cell_key.agent).model_label
+        return self.finished_record(cell_key, model, config_hash)
+
+    def reusable_cells(self, cells: Iterable[tuple[str, Cell]]) -> set[str]:
+        """The node ids ``--amb-resume`` will take from earlier runs (known before any
+        data is staged: each candidate is checked against its own record's data hash,
+        and the cell checks again against the staged data when it runs)."""
+        if not self.config.resume:
+            return set()
+        by_cell: dict[tuple[str, str, str, int], list[CellResult]] = {}
+        for record in self.finished_records().values():
+            by_cell.setdefault((record.agent, record.task, record.tier, record.run), []).append(
+                record
+            )
+        reused: set[str] = set()
+        for nodeid, cell in cells:
+            key = cell.key
+            for record in by_cell.get((key.agent, key.task, key.tier, key.run), []):
+                if self.reusable_record(key, cell.task, record.data_hash) is not None:
+                    reused.add(nodeid)
+                    break
+        return reused
 
     @property
     def ledger(self) -> Ledger:
@@ -82,16 +137,24 @@ class AutoMedBenchSession:
         """The Slurm jobs this session submitted (``--executor slurm``), one JSON line each."""
         return self.config.amb_out / "runs" / self.run_id / "slurm-jobs.jsonl"
 
-    def finished_record(self, key: CellKey, model: str) -> CellResult | None:
-        """The latest scored record of this cell under this configuration, from an earlier
-        run; infrastructure errors do not count (those cells run again). The ledger is
-        read once per process: what other workers append now is this run, not earlier."""
+    def finished_records(self) -> dict[LedgerKey, CellResult]:
+        """The latest scored record of every cell of earlier runs, by ledger key;
+        infrastructure errors do not count (those cells run again). The ledger is read
+        once per process: what other workers append now is this run, not earlier."""
         if self._finished is None:
             self._finished = {}
-            for record in self.ledger.records():
+            ledger = self.ledger
+            records = ledger.records()
+            self.ledger_problems = [str(problem) for problem in ledger.problems]
+            for record in records:
                 if record.status == "scored" and record.run_id != self.run_id:
                     self._finished[record.ledger_key] = record
-        return self._finished.get(ledger_key(key, model, self.config.scoring_hash()))
+        return self._finished
+
+    def finished_record(self, key: CellKey, model: str, config_hash: str) -> CellResult | None:
+        """The cell's record from an earlier run under the same configuration hash
+        (:meth:`Provenance.config_hash`), if there is one."""
+        return self.finished_records().get(ledger_key(key, model, config_hash))
 
     def note_resumed(self, record: CellResult) -> None:
         self.resumed_file.parent.mkdir(parents=True, exist_ok=True)
@@ -135,19 +198,11 @@ class AutoMedBenchSession:
         """A prepared split under ``<data-root>/<task>/``, else the official layout under
         ``<data-root>/<stager dirname>/`` converted once into the cache."""
         prepared = data_root / task.id
-        if (prepared / "public").is_dir() and (prepared / "private").is_dir():
+        if has_prepared_split(prepared):
             return load_prepared(task.id, prepared, task.case_layout)
-        if task.data.real is None:
-            raise DataUnavailable(
-                f"{task.id}: no real dataset is declared for this task and {prepared} holds "
-                "no prepared public/ and private/ split"
-            )
+        if (reason := data_unavailable_reason(task, data_root)) is not None:
+            raise DataUnavailable(reason)
+        assert task.data.real is not None
         stager = get_stager(task.data.real.stager)
         source_root = data_root / stager.dirname
-        if not source_root.is_dir():
-            raise DataUnavailable(
-                f"{task.id}: {stager.source} not found: expected its official layout in "
-                f"{source_root} (or a prepared split in {prepared}/public and /private). "
-                f"Access: {stager.access}"
-            )
         return stage_real(task.id, stager, source_root, self.data_cache, layout=task.case_layout)

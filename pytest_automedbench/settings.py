@@ -9,18 +9,24 @@ The table below is the one declaration of each setting. From it come
 * the fields of :class:`pytest_automedbench.config.RunConfig` (defaults, descriptions,
   choices) and the names that error messages give (:func:`origin_of`).
 
-Standard library only: the plugin declares its options from this module without
-importing anything heavy, in the way pytest-benchmark shares its option builders
-between its plugin and its command line.
+Standard library only (beside :class:`~pytest_automedbench.agents.base.Limits`, whose
+defaults the limit settings take, and which imports nothing heavy either): the plugin
+declares its options from this module without importing anything heavy, in the way
+pytest-benchmark shares its option builders between its plugin and its command line.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pytest_automedbench.agents.base import Limits
 from pytest_automedbench.terms import ALL_TIERS, TIERS
+
+#: The built-in limits of an agent in one cell (the defaults of the limit settings).
+_LIMITS = Limits()
 
 
 class _OptionGroup(Protocol):
@@ -47,6 +53,8 @@ class Setting:
     metavar: str | None = None
     #: A flag that may be given several times (its values are collected in order).
     repeatable: bool = False
+    #: A value may also be a comma-separated list of choices (``--tier lite,pro``).
+    comma_list: bool = False
     #: A flag without a value (``--amb-resume``).
     switch: bool = False
     #: Part of the configuration hash: a record is comparable only with records made
@@ -94,9 +102,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "tier",
         "--tier",
-        "brief tier to run (default: all)",
+        "brief tier(s) to run: lite, standard, pro or all (default); repeatable or "
+        "comma-separated (--tier lite,pro)",
         default=ALL_TIERS,
         choices=(*TIERS, ALL_TIERS),
+        metavar="TIER[,TIER...]",
+        repeatable=True,
+        comma_list=True,
     ),
     Setting(
         "runs",
@@ -109,7 +121,8 @@ SETTINGS: tuple[Setting, ...] = (
         "sandbox",
         "--sandbox",
         "agent sandbox backend (default: auto = docker when a daemon answers, else "
-        "bubblewrap, else process); 'local' is an alias of bubblewrap",
+        "bubblewrap where it can run, else a usage error; process (no isolation) only "
+        "when asked for by name); 'local' is an alias of bubblewrap",
         default="auto",
         choices=("auto", "docker", "bubblewrap", *SANDBOX_ALIASES, "process"),
         scoring=True,
@@ -207,6 +220,57 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="SHARE",
     ),
     Setting(
+        "max_turns",
+        "--amb-max-turns",
+        f"limit: assistant turns per cell (default: {_LIMITS.max_turns}; an agent "
+        "definition's max_turns wins)",
+        default=_LIMITS.max_turns,
+        type=int,
+        metavar="N",
+        scoring=True,
+    ),
+    Setting(
+        "time_factor",
+        "--amb-time-factor",
+        "limit: an agent's wall clock per cell, as a multiple of the task's time limit "
+        f"(default: {_LIMITS.time_factor:g}; an agent definition's time_factor wins)",
+        default=_LIMITS.time_factor,
+        type=float,
+        metavar="FACTOR",
+        scoring=True,
+    ),
+    Setting(
+        "max_total_tokens",
+        "--amb-max-total-tokens",
+        "limit: input plus output tokens per cell (default: "
+        f"{_LIMITS.max_tokens}; an agent definition's max_total_tokens wins)",
+        default=_LIMITS.max_tokens,
+        type=int,
+        metavar="N",
+        scoring=True,
+    ),
+    Setting(
+        "max_cost_usd",
+        "--amb-max-cost",
+        f"limit: US dollars per cell (default: {_LIMITS.max_cost_usd:g}; an agent "
+        "definition's max_cost_usd wins)",
+        default=_LIMITS.max_cost_usd,
+        type=float,
+        metavar="USD",
+        scoring=True,
+    ),
+    Setting(
+        "request_timeout_s",
+        "--amb-request-timeout",
+        "limit: seconds one model request may take before it is cut and retried "
+        f"(default: {_LIMITS.request_timeout_s:g}; an agent definition's "
+        "request_timeout_s wins)",
+        default=_LIMITS.request_timeout_s,
+        type=float,
+        metavar="SECONDS",
+        scoring=True,
+    ),
+    Setting(
         "data_root",
         "--data-root",
         "prepared real datasets, one folder per task (default: synthetic data)",
@@ -251,8 +315,32 @@ BY_FIELD: Mapping[str, Setting] = {s.field: s for s in SETTINGS}
 BY_PYPROJECT_KEY: Mapping[str, Setting] = {s.pyproject_key: s for s in SETTINGS}
 #: The fields whose values enter the configuration hash.
 SCORING_FIELDS: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.scoring)
-#: The fields whose values must be one of the setting's choices.
-CHOICE_FIELDS: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.choices)
+#: The fields whose values must be one of the setting's choices (comma lists of choices
+#: are checked by their own validator).
+CHOICE_FIELDS: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.choices and not s.comma_list)
+
+
+def split_choices(value: str, choices: tuple[str, ...]) -> list[str]:
+    """The choices of a comma-separated value (``"lite, pro"``); ValueError naming the
+    first one that is not a choice."""
+    parts = [part.strip() for part in value.split(",")]
+    for part in parts:
+        if part not in choices:
+            raise ValueError(f"invalid choice: {part!r} (choose from {', '.join(choices)})")
+    return parts
+
+
+def _comma_list_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """An argparse ``type`` that accepts a choice or a comma-separated list of them."""
+
+    def check(value: str) -> str:
+        try:
+            split_choices(value, choices)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    return check
 
 
 def add_options(group: _OptionGroup) -> None:
@@ -267,7 +355,9 @@ def add_options(group: _OptionGroup) -> None:
                 attrs["action"] = "append"
             if s.type is not None:
                 attrs["type"] = s.type
-            if s.choices is not None:
+            if s.comma_list and s.choices is not None:
+                attrs["type"] = _comma_list_of(s.choices)
+            elif s.choices is not None:
                 attrs["choices"] = s.choices
             if s.metavar is not None:
                 attrs["metavar"] = s.metavar

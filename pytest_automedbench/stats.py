@@ -35,8 +35,26 @@ Definitions used throughout:
   ``automedbench compare``, the terminal summary and the gates pass their records
   through ``latest_per_cell`` first.
 * An empty set of values gives an ``Interval`` of NaNs with ``n == 0`` (NaN, not None,
-  so that intervals stay floats and tables print "nan"); rates over an empty base are
-  NaN too, except the recovery rate and the cost correlation, which are None.
+  so that intervals stay floats); rates over an empty base are NaN too, except the
+  recovery rate and the cost correlation, which are None. Reports print "n/a" or "-"
+  for them, never "nan".
+* **Cost known** (``cost_known``): a run's ``cost_usd`` is a price only when its model
+  was priced. ``price_known`` False (a model neither its agent definition nor litellm's
+  cost map prices, or a command agent, whose spending is not metered) means the cost is
+  unknown, not zero. Records written before the field existed (``price_known`` None)
+  are judged by what they hold: a ``cmd:`` model is unknown; otherwise a positive cost
+  was priced, and no tokens spent cost a known 0 (scripted and replay agents), while
+  tokens recorded at $0 are a model without a price (unknown). A group's cost is
+  unknown when any of its records' is (``GroupStats.cost_known``): its ``cost_usd``
+  then only sums what was priced, and reports print "cost unknown".
+* **Versions** (``task_hash``, ``data_hash``): a record names the task (its task.yaml,
+  the tier's brief and the evaluator spec) and the staged data it was scored on; None
+  in records written before. Two records of one (task, tier) with different known
+  hashes were scored on different tasks or data. ``compare`` does not pair such cells
+  (``Comparison.dropped_task`` / ``dropped_data``); ``differing_versions`` lists them
+  for the leaderboard, which marks the rows they touch.
+* **Paired comparisons need ``MIN_PAIRS`` pairs** for an interval, a p-value and a
+  verdict (``compare``): with fewer only the mean difference is given.
 """
 
 from __future__ import annotations
@@ -71,6 +89,17 @@ _BLOCK = 1 << 14
 _MAX_COLUMNS = 16
 
 BootstrapUnit = Literal["run", "cell"]
+
+#: The fewest paired cells ``compare`` draws an interval, a p-value and a verdict from.
+#: With n pairs the smallest two-sided p-value any distribution-free paired test can
+#: give (all n differences of one sign: the sign test, the sign-flip permutation test)
+#: is 2 / 2**n: 0.0625 at 5 pairs, 0.031 at 6. Below 6 pairs no such test can find a
+#: difference at the 5 % level, whereas the percentile bootstrap, whose resamples of a
+#: few values are all alike, gives one pair the interval [d, d] and p = 0.001: an
+#: artefact of resampling, not evidence.
+MIN_PAIRS = 6
+#: The hashes that say which task and which data a record was scored on.
+HASH_FIELDS: tuple[str, ...] = ("task_hash", "data_hash")
 
 
 # --------------------------------------------------------------------------- intervals
@@ -393,6 +422,17 @@ def is_scorable(record: CellResult) -> bool:
     )
 
 
+def cost_known(record: CellResult) -> bool:
+    """Whether the record's ``cost_usd`` is its cost (see the module docstring): its
+    ``price_known`` when recorded; for an older record (None), False for a command agent
+    (``cmd:``, not metered) and for tokens recorded at $0 (an unpriced model), else True."""
+    if record.price_known is not None:
+        return record.price_known
+    if record.model.startswith("cmd:"):
+        return False
+    return record.cost_usd > 0 or record.tokens_in + record.tokens_out == 0
+
+
 @dataclass(frozen=True)
 class CodeShare:
     """How many scored runs carry an error code (at least once), and their share."""
@@ -473,8 +513,11 @@ class GroupStats:
     ``pass_hat_k(n, c, j)`` over the cell groups (``pass_at[1]`` is the mean of c/n).
 
     Cost and tokens are means per scored run; ``cost_usd_total`` sums every run,
-    infra errors included (they may have spent tokens). ``cost_overall_r`` is Pearson's
-    r of cost against OVERALL over scored runs.
+    infra errors included (they may have spent tokens). ``n_cost_unknown`` counts the
+    runs (infra errors included) whose cost is unknown (``cost_known``); when there is
+    any, ``cost_known`` is False, the cost figures only sum what was priced and
+    ``cost_overall_r`` is None. ``cost_overall_r`` is Pearson's r of cost against
+    OVERALL over scored runs.
     """
 
     key: tuple[str, ...]
@@ -501,6 +544,12 @@ class GroupStats:
     tokens_out: float
     wall_s: float
     cost_overall_r: float | None
+    n_cost_unknown: int = 0
+
+    @property
+    def cost_known(self) -> bool:
+        """Whether every run's cost is known (else reports print "cost unknown")."""
+        return self.n_cost_unknown == 0
 
 
 class _Group:
@@ -527,9 +576,11 @@ class _Group:
         self.cost_total = array("d")
         self.tokens_in = 0
         self.tokens_out = 0
+        self.n_cost_unknown = 0
 
     def add(self, record: CellResult, include_llm: bool) -> None:
         self.cost_total.append(record.cost_usd)
+        self.n_cost_unknown += not cost_known(record)
         if record.status != "scored":
             self.n_infra += 1
             return
@@ -657,7 +708,10 @@ def _stats(
         wall_s=math.fsum(g.wall) / n if n else _NAN,
         cost_overall_r=pearson(
             np.frombuffer(g.cost, dtype=np.float64), np.frombuffer(g.columns[0], dtype=np.float64)
-        ),
+        )
+        if g.n_cost_unknown == 0
+        else None,
+        n_cost_unknown=g.n_cost_unknown,
     )
 
 
@@ -789,25 +843,109 @@ def tier_delta(
     return out
 
 
+# --------------------------------------------------------------------------- versions
+
+#: (track, task, tier) -> hash field -> hash -> the agents with scored records of it.
+Versions = dict[tuple[str, str, str], dict[str, dict[str, frozenset[str]]]]
+
+
+def differing_versions(records: Iterable[CellResult]) -> Versions:
+    """The (track, task, tier) cells whose scored records carry more than one known
+    ``task_hash`` or ``data_hash``, with, per differing field, each hash and the agents
+    that have records of it (records without the hash are not counted). A leaderboard
+    row of one of those agents averages a task, or data, that another record does not
+    share."""
+    found: dict[tuple[str, str, str], dict[str, dict[str, set[str]]]] = {}
+    for record in records:
+        if record.status != "scored":
+            continue
+        for field in HASH_FIELDS:
+            value = getattr(record, field)
+            if value is not None:
+                cell = (record.track, record.task, record.tier)
+                by_hash = found.setdefault(cell, {}).setdefault(field, {})
+                by_hash.setdefault(value, set()).add(record.agent)
+    return {
+        cell: {
+            field: {value: frozenset(agents) for value, agents in by_hash.items()}
+            for field, by_hash in fields.items()
+            if len(by_hash) > 1
+        }
+        for cell, fields in sorted(found.items())
+        if any(len(by_hash) > 1 for by_hash in fields.values())
+    }
+
+
+def has_hashes(record: CellResult) -> bool:
+    """Whether the record names its task and data (``task_hash`` and ``data_hash``)."""
+    return record.task_hash is not None and record.data_hash is not None
+
+
+# --------------------------------------------------------------------------- compare
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """Side ``b`` against side ``a`` in one group (a track, or ``"all"``).
+    """Side ``b`` against side ``a`` in one group (a track, a tier, a task, or ``"all"``).
 
-    ``diff`` is the mean over paired cells of (mean OVERALL of b - mean OVERALL of a)
-    with its percentile-bootstrap CI over cells; ``p_value`` the two-sided bootstrap
-    p-value of "no difference"; ``differ`` whether the CI excludes 0. ``only_a`` /
-    ``only_b``: cells one side has and the other lacks (left out of the comparison).
+    ``n_cells`` cells (task, tier) are paired; ``mean_a`` / ``mean_b`` average the
+    sides' per-cell means of OVERALL over them and ``mean_diff`` (= mean_b - mean_a) is
+    the mean of the per-cell differences b - a (all three None without a pair). With at
+    least ``min_pairs`` pairs (``MIN_PAIRS``) ``diff`` is that mean with its
+    percentile-bootstrap CI over cells, ``p_value`` the two-sided bootstrap p-value of
+    "no difference" and ``differ`` whether the CI excludes 0; with fewer, ``diff`` and
+    ``p_value`` are None and ``differ`` is False (no verdict).
+
+    Left out of the pairs: ``only_a`` / ``only_b`` cells that one side has and the other
+    lacks; ``dropped_task`` / ``dropped_data`` cells both sides have but whose scored
+    runs carry more than one known ``task_hash`` (a different task) or, the task agreeing,
+    ``data_hash`` (different data). ``unchecked`` counts the pairs kept although some of
+    their runs lack a hash (older records), so they could not be checked.
     """
 
     group: str
     n_cells: int
-    mean_a: float
-    mean_b: float
-    diff: Interval
-    p_value: float
+    mean_a: float | None
+    mean_b: float | None
+    mean_diff: float | None
+    diff: Interval | None
+    p_value: float | None
     differ: bool
     only_a: int
     only_b: int
+    dropped_task: int = 0
+    dropped_data: int = 0
+    unchecked: int = 0
+
+
+@dataclass
+class _SideCell:
+    """One side's scored runs of one cell (task, tier): OVERALL values, the track of the
+    first, the known hashes, and whether any run lacks one."""
+
+    track: str
+    values: list[float]
+    hashes: dict[str, set[str]]
+    unhashed: bool = False
+
+
+def _side_cells(records: Iterable[CellResult]) -> dict[tuple[str, str], _SideCell]:
+    cells: dict[tuple[str, str], _SideCell] = {}
+    for record in records:
+        if record.status != "scored":
+            continue
+        key = (record.task, record.tier)
+        cell = cells.get(key)
+        if cell is None:
+            cell = cells[key] = _SideCell(record.track, [], {f: set() for f in HASH_FIELDS})
+        cell.values.append(record.overall or 0.0)
+        for field in HASH_FIELDS:
+            value = getattr(record, field)
+            if value is None:
+                cell.unhashed = True
+            else:
+                cell.hashes[field].add(value)
+    return cells
 
 
 def compare(
@@ -818,22 +956,28 @@ def compare(
     seed: int = 0,
     n_boot: int = 2000,
     level: float = 0.95,
+    min_pairs: int = MIN_PAIRS,
 ) -> list[Comparison]:
     """Paired comparison of two sides (an agent, a release, a configuration) on OVERALL.
 
     Pairing: each side's scored runs are averaged per cell (task, tier), over all its
-    runs there (every agent on that side pooled, infra errors left out); the cells both
-    sides have are paired, and the difference b - a per cell is bootstrapped over cells
-    (percentile CI, seeded). ``by`` groups the cells ("track", "tier", "task"; None: one
-    group "all"); the group of a cell is taken from side a's records. Sorted by group.
+    runs there (the caller picks one agent and model per side: this pools whatever it is
+    given; infra errors left out); the cells both sides have are paired unless their
+    runs, on the two sides together, carry more than one known ``task_hash`` or
+    ``data_hash`` (see ``Comparison``). The difference b - a per cell is bootstrapped over
+    cells (percentile CI, seeded) when a group has at least ``min_pairs`` pairs. ``by``
+    groups the cells ("track", "tier", "task"; None: one group "all"); the group of a
+    cell is taken from side a's records. Sorted by group.
     """
     _check(n_boot, level)
     if by not in (None, "track", "tier", "task"):
         raise ValueError(f"compare groups by 'track', 'tier', 'task' or None, not {by!r}")
-    side_a = _cell_means(records_a, ("task", "tier"))
-    side_b = _cell_means(records_b, ("task", "tier"))
+    if min_pairs < 2:
+        raise ValueError(f"min_pairs must be at least 2, not {min_pairs}")
+    side_a = _side_cells(records_a)
+    side_b = _side_cells(records_b)
 
-    def group_of(cell: tuple[str, ...], track: str) -> str:
+    def group_of(cell: tuple[str, str], track: str) -> str:
         if by is None:
             return "all"
         if by == "track":
@@ -841,31 +985,51 @@ def compare(
         return cell[0] if by == "task" else cell[1]
 
     paired: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    only_a: dict[str, int] = defaultdict(int)
-    only_b: dict[str, int] = defaultdict(int)
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for cell in sorted(side_a.keys() | side_b.keys()):
         in_a, in_b = side_a.get(cell), side_b.get(cell)
-        if in_a is not None and in_b is not None:
-            paired[group_of(cell, in_a[1])].append((in_a[0], in_b[0]))
-        elif in_a is not None:
-            only_a[group_of(cell, in_a[1])] += 1
-        elif in_b is not None:
-            only_b[group_of(cell, in_b[1])] += 1
+        if in_b is None:
+            counts[group_of(cell, side_a[cell].track)]["only_a"] += 1
+            continue
+        if in_a is None:
+            counts[group_of(cell, in_b.track)]["only_b"] += 1
+            continue
+        group = group_of(cell, in_a.track)
+        task_hashes = in_a.hashes["task_hash"] | in_b.hashes["task_hash"]
+        data_hashes = in_a.hashes["data_hash"] | in_b.hashes["data_hash"]
+        if len(task_hashes) > 1:
+            counts[group]["dropped_task"] += 1
+        elif len(data_hashes) > 1:
+            counts[group]["dropped_data"] += 1
+        else:
+            counts[group]["unchecked"] += in_a.unhashed or in_b.unhashed
+            mean_a = math.fsum(in_a.values) / len(in_a.values)
+            mean_b = math.fsum(in_b.values) / len(in_b.values)
+            paired[group].append((mean_a, mean_b))
     out: list[Comparison] = []
-    for group in sorted(paired.keys() | only_a.keys() | only_b.keys()):
+    for group in sorted(paired.keys() | counts.keys()):
         values = paired.get(group, [])
-        diff, p = _paired([y - x for x, y in values], seed=seed, n_boot=n_boot, level=level)
+        diffs = [y - x for x, y in values]
+        diff: Interval | None = None
+        p: float | None = None
+        if len(values) >= min_pairs:
+            diff, p = _paired(diffs, seed=seed, n_boot=n_boot, level=level)
+        n = len(values)
         out.append(
             Comparison(
                 group=group,
-                n_cells=len(values),
-                mean_a=float(np.mean([x for x, _ in values])) if values else _NAN,
-                mean_b=float(np.mean([y for _, y in values])) if values else _NAN,
+                n_cells=n,
+                mean_a=math.fsum(x for x, _ in values) / n if n else None,
+                mean_b=math.fsum(y for _, y in values) / n if n else None,
+                mean_diff=math.fsum(diffs) / n if n else None,
                 diff=diff,
                 p_value=p,
-                differ=diff.excludes(0.0),
-                only_a=only_a.get(group, 0),
-                only_b=only_b.get(group, 0),
+                differ=diff is not None and diff.excludes(0.0),
+                only_a=counts[group]["only_a"],
+                only_b=counts[group]["only_b"],
+                dropped_task=counts[group]["dropped_task"],
+                dropped_data=counts[group]["dropped_data"],
+                unchecked=counts[group]["unchecked"],
             )
         )
     return out

@@ -8,7 +8,8 @@ through its executor, appends the record to the ledger and labels the test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -16,11 +17,16 @@ import pytest
 from pytest_automedbench.cells import Cell
 from pytest_automedbench.config import ConfigError
 from pytest_automedbench.fixtures.staging import StagedData
-from pytest_automedbench.outcome import CellInfrastructureError
+from pytest_automedbench.ledger import LedgerWriteError
+from pytest_automedbench.outcome import CellInfrastructureError, CellUnresolved
+from pytest_automedbench.printable import printable
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.runner import CellPlan, infra_result
+from pytest_automedbench.runner import CellPlan, failure_result
 from pytest_automedbench.sandbox import SandboxError
 from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
+
+#: When the cell's set-up began (epoch seconds): the start of its test in Allure.
+CELL_STARTED = pytest.StashKey[float]()
 
 
 class BenchmarkWorker:
@@ -55,13 +61,14 @@ class BenchmarkWorker:
     def run(self, cell: Cell, staged: StagedData, item: pytest.Item) -> Iterator[CellResult]:
         """Run the cell (in the fixture's setup, so a harness fault is a pytest ERROR) and
         record it; a resumed cell yields its stored record."""
+        item.stash[CELL_STARTED] = time.time()
         session = self.session
         agent = session.config.agent(cell.key.agent)
-        reason = agent.unavailable_reason()
-        if reason is not None:
-            pytest.skip(reason)
+        data_hash = getattr(staged, "data_hash", None)
+        provenance = session.provenance(cell.key, cell.task, data_hash)
         if session.config.resume:
-            finished = session.finished_record(cell.key, agent.model_label)
+            config_hash = provenance.config_hash(session.config.scoring_hash())
+            finished = session.finished_record(cell.key, agent.model_label, config_hash)
             if finished is not None:  # the stored verdict stands: pass or fail as it did
                 session.note_resumed(finished)
                 item.user_properties.append(("amb_resumed_from", finished.run_id))
@@ -76,6 +83,7 @@ class BenchmarkWorker:
             run_id=session.run_id,
             cell_dir=session.cell_dir(cell.key),
             backend=None if session.executor.backend_on_node else session.backend,
+            provenance=provenance,
         )
         try:
             result = session.executor.run(plan, session)
@@ -83,15 +91,37 @@ class BenchmarkWorker:
             # pytest-timeout (signal method) fails the test with "Timeout >Ns".
             timeout = isinstance(exc, pytest.fail.Exception) and str(exc).startswith("Timeout")
             termination = "timeout" if timeout else "interrupted"
-            session.ledger.append(infra_result(plan, f"{termination}: {exc!r}", termination))
+            # An infrastructure error, unless the trajectory shows a violation before it.
+            session.ledger.append(failure_result(plan, f"{termination}: {exc!r}", termination))
             raise
-        session.ledger.append(result)
+        try:
+            session.ledger.append(result)
+        except LedgerWriteError as exc:  # a full disk: this record is lost, no other
+            raise CellInfrastructureError(
+                f"infrastructure error: {exc}; the cell's result.json and trajectory are "
+                f"kept in {result.cell_dir}"
+            ) from None
         label(item, result)
         if result.status == "infra_error":
             raise CellInfrastructureError(
-                f"infrastructure error: {result.error}; trajectory kept in {result.cell_dir}"
+                f"infrastructure error: {printable(str(result.error))}; "
+                f"trajectory kept in {printable(result.cell_dir)}"
             )
         yield result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """A cell that is not resolved, or that the harness could not finish, is reported
+        by its message alone: no fixture source or traceback before it."""
+        report = yield
+        excinfo = call.excinfo
+        if excinfo is not None and isinstance(
+            excinfo.value, (CellInfrastructureError, CellUnresolved)
+        ):
+            report.longrepr = excinfo.getrepr(style="value")
+        return report
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
@@ -104,7 +134,8 @@ class BenchmarkWorker:
         if isinstance(result, CellResult) and isinstance(cell, Cell) and staged is not None:
             from pytest_automedbench.report.allure_report import report_cell
 
-            report_cell(result, cell.task, staged.public_dir, staged.private_dir)
+            started = item.stash.get(CELL_STARTED, None)
+            report_cell(result, cell.task, staged.public_dir, staged.private_dir, started)
 
 
 def _cell_of(item: pytest.Item) -> Cell | None:
@@ -123,15 +154,37 @@ def label(item: pytest.Item, result: CellResult) -> None:
     scores as user properties (JUnit XML ``<property>`` elements)."""
     for code in sorted({c.code for c in result.error_codes}):
         item.add_marker(code)
+    item.user_properties.extend((k, printable(v)) for k, v in junit_properties(result).items())
+
+
+def _points(value: float | None) -> str:
+    """A score in the gates' unit: points 0-100, one decimal ("" when not scored)."""
+    return "" if value is None else f"{100 * value:.1f}"
+
+
+def junit_properties(result: CellResult) -> dict[str, str]:
+    """A record as JUnit ``<property>`` elements: who ran, what it cost, and the scores
+    in points (0-100, the unit of ``--amb-fail-under``)."""
     properties = {
         "amb_status": result.status,
-        "amb_rating": result.rating,
-        "amb_overall": result.overall,
-        "amb_task": result.task_score,
-        "amb_agentic": result.agentic,
-        "amb_error_codes": ",".join(c.code for c in result.error_codes) or "none",
-        "amb_cell_dir": result.cell_dir,
+        "amb_agent": result.agent,
+        "amb_model": result.model,
+        "amb_rating": result.rating or "",
+        "amb_overall": _points(result.overall),
+        "amb_task": _points(result.task_score),
+        "amb_agentic": _points(result.agentic),
     }
     if result.stages is not None:
-        properties |= {f"amb_{k}": v for k, v in result.stages.by_stage().items()}
-    item.user_properties.extend((k, "" if v is None else v) for k, v in properties.items())
+        properties |= {f"amb_{k}": _points(v) for k, v in result.stages.by_stage().items()}
+    properties |= {
+        "amb_error_codes": ",".join(c.code for c in result.error_codes) or "none",
+        "amb_turns": str(result.turns),
+        "amb_tokens_in": str(result.tokens_in),
+        "amb_tokens_out": str(result.tokens_out),
+        "amb_cost_usd": ("unknown" if result.price_known is False else f"{result.cost_usd:.6f}"),
+        "amb_wall_s": f"{result.wall_s:.1f}",
+        "amb_backend": result.backend or "",
+        "amb_config_hash": result.config_hash,
+        "amb_cell_dir": result.cell_dir,
+    }
+    return properties

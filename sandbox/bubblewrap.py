@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -74,12 +75,16 @@ REQUIRED_TOOLS = ("bwrap", "setpriv", "prlimit", "unshare", "mount")
 
 #: Runs as root inside the private mount namespace: join the sandbox's memory cgroup
 #: (first argument, "-" for none), bind each source onto its staging folder, then replace
-#: itself with the unprivileged command. Arguments: the cgroup.procs file, pairs of
+#: itself with the unprivileged command. Arguments: a marker it prints when it fails (a
+#: secret of the sandbox: the agent's own command can exit 125 and print "mount" too,
+#: and must not pass for a broken sandbox), the cgroup.procs file, pairs of
 #: (source, target) ended by "--", then the command.
 _MOUNT_AND_DROP = """
-if [ "$1" != "-" ]; then echo $$ > "$1" || exit 125; fi
+mark=$1; shift
+fail() { echo "$mark" >&2; exit 125; }
+if [ "$1" != "-" ]; then echo $$ > "$1" || fail; fi
 shift
-while [ "$1" != "--" ]; do mount --bind -- "$1" "$2" || exit 125; shift 2; done
+while [ "$1" != "--" ]; do mount --bind -- "$1" "$2" || fail; shift 2; done
 shift
 exec "$@"
 """
@@ -104,6 +109,7 @@ class BubblewrapSandbox(MountedFiles):
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._stage: Path | None = None
+        self._setup_failed = f"amb-sandbox-setup-failed-{secrets.token_hex(8)}"
         #: The sandbox's own memory cgroup (all its processes together), when the host
         #: lets us make one; otherwise each process gets RLIMIT_AS = memory_mb instead.
         self.cgroup: Path | None = None
@@ -239,6 +245,7 @@ class BubblewrapSandbox(MountedFiles):
             "-c",
             _MOUNT_AND_DROP,
             "amb-sandbox",
+            self._setup_failed,
             str(self.cgroup / "cgroup.procs") if self.cgroup is not None else "-",
             *pairs,
             "--",
@@ -260,8 +267,9 @@ class BubblewrapSandbox(MountedFiles):
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             what="bubblewrap",
         )
-        if result.exit_code == 125 and "mount" in result.stderr[:2000]:
-            raise SandboxError(f"sandbox setup failed: {result.stderr[:2000]}")
+        if result.exit_code == 125 and self._setup_failed in result.stderr:
+            detail = result.stderr.replace(self._setup_failed, "").strip()[:2000]
+            raise SandboxError(f"sandbox setup failed: {detail}")
         return result
 
 

@@ -90,6 +90,21 @@ def docker_client(timeout: int = API_TIMEOUT_S) -> Any:
     return _clients[timeout]
 
 
+def image_digests(docker_base: str = "debootstrap") -> dict[str, str]:
+    """The images a Docker cell runs (built when missing, once per process), each as
+    ``tag@image-id``: what a record names so that runs in other images are told apart."""
+    client = docker_client()
+    images = ensure_images(client, docker_base)
+    return {
+        role: f"{tag}@{client.images.get(tag).id}"
+        for role, tag in (
+            ("base", images.base),
+            ("agent", images.agent),
+            ("evaluator", images.evaluator),
+        )
+    }
+
+
 def docker_problem() -> str | None:
     """Why the Docker backend cannot run here, or None when a daemon answers."""
     try:

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Literal
 
+from pytest_automedbench.evaluators.safe_io import encodable
 from pytest_automedbench.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 
 #: Bytes kept from each stream; the agent tool layer truncates further for the model.
@@ -85,7 +88,10 @@ class LocalSandbox(Sandbox):
         """The path, links resolved, if it lies under one of ``roots``."""
         if "\0" in path:
             raise PermissionError(errno.EACCES, "a path with a NUL byte")
-        target = self._resolve(path).resolve()
+        try:
+            target = self._resolve(path).resolve()
+        except RuntimeError:  # a loop of symbolic links the agent made
+            raise OSError(errno.ELOOP, "a loop of symbolic links") from None
         if not any(target.is_relative_to(root.resolve()) for root in roots):
             where = " or ".join(str(root) for root in roots)
             raise PermissionError(errno.EACCES, f"{path} is outside {where}")
@@ -111,7 +117,7 @@ class LocalSandbox(Sandbox):
         return copy_tree_no_links(self._resolve(path), dest)
 
     def stop(self) -> None:
-        shutil.rmtree(self.spec.workspace_dir / ".tmp", ignore_errors=True)
+        remove_tree(self.spec.workspace_dir / ".tmp")
         self._started = False
 
 
@@ -158,32 +164,76 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+#: Folders nested deeper than this below a copied folder are not copied (and are listed).
+MAX_COPY_DEPTH = 64
+#: Entries (files and folders) copied at most; the rest are not copied (one line says so).
+MAX_COPY_ENTRIES = 100_000
+
+
 def copy_tree_no_links(src: Path, dest: Path) -> list[str]:
     """Copy regular files and folders only; links and special files are skipped and
-    listed, so a submission can never smuggle a pointer to the references."""
-    skipped: list[str] = []
-    if not src.exists() and not src.is_symlink():
-        return skipped
-    if src.is_symlink() or not (src.is_dir() or src.is_file()):
-        return [str(src)]
-    if src.is_file():
+    listed, so a submission can never smuggle a pointer to the references.
+
+    The tree is the agent's, so the copy is total over its shapes: iterative (a folder
+    chain deeper than Python's recursion limit is fine), folders deeper than
+    :data:`MAX_COPY_DEPTH` and entries past :data:`MAX_COPY_ENTRIES` are skipped, an entry
+    that cannot be read is skipped, and the listed names are encodable (a byte that is not
+    UTF-8 is written ``\\udcff``). Listed entries are relative to ``src``."""
+    try:
+        st = os.lstat(src)
+    except FileNotFoundError:
+        return []
+    if stat.S_ISREG(st.st_mode):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest, follow_symlinks=False)
-        return skipped
+        return []
+    if not stat.S_ISDIR(st.st_mode):
+        return [encodable(str(src))]
     dest.mkdir(parents=True, exist_ok=True)
-    for root, dirs, files in os.walk(src, followlinks=False):
-        rel = Path(root).relative_to(src)
-        for name in list(dirs):
-            full = Path(root) / name
-            if full.is_symlink():
-                skipped.append(str(rel / name))
-                dirs.remove(name)
-            else:
-                (dest / rel / name).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            full = Path(root) / name
-            if full.is_symlink() or not full.is_file():
-                skipped.append(str(rel / name))
-                continue
-            shutil.copyfile(full, dest / rel / name, follow_symlinks=False)
+    skipped: list[str] = []
+    entries = 0
+    pending: list[tuple[Path, Path, int]] = [(src, dest, 0)]
+    while pending:
+        folder, target, depth = pending.pop()
+        rel = folder.relative_to(src)
+        try:
+            with os.scandir(folder) as it:
+                children = sorted(itertools.islice(it, MAX_COPY_ENTRIES + 1 - entries), key=_name)
+        except OSError as exc:
+            skipped.append(encodable(f"{rel}/ (unreadable: {exc.strerror})"))
+            continue
+        for entry in children:
+            entries += 1
+            shown = encodable(str(rel / entry.name))
+            if entries > MAX_COPY_ENTRIES:
+                skipped.append(f"... (more than {MAX_COPY_ENTRIES} entries; the rest not copied)")
+                return skipped
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth >= MAX_COPY_DEPTH:
+                        skipped.append(f"{shown}/ (nested more than {MAX_COPY_DEPTH} deep)")
+                        continue
+                    (target / entry.name).mkdir(exist_ok=True)
+                    pending.append((Path(entry.path), target / entry.name, depth + 1))
+                elif entry.is_file(follow_symlinks=False):
+                    shutil.copyfile(entry.path, target / entry.name, follow_symlinks=False)
+                else:  # a link, a FIFO, a socket, a device
+                    skipped.append(shown)
+            except OSError as exc:  # vanished, unreadable, a FIFO swapped in, a name too long
+                skipped.append(f"{shown} (not copied: {exc.strerror or type(exc).__name__})")
     return skipped
+
+
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder the agent may have filled with anything; never raises.
+
+    ``shutil.rmtree`` recurses (Python 3.11), so a folder chain deeper than the recursion
+    limit makes it raise RecursionError even with ``ignore_errors``; ``rm -rf`` does not."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True, check=False)

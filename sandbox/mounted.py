@@ -57,7 +57,10 @@ class MountedFiles(Sandbox):
                 rel = inside.relative_to(mount)
             except ValueError:
                 continue
-            target = (host_root / rel).resolve()
+            try:
+                target = (host_root / rel).resolve()
+            except RuntimeError:  # a loop of symbolic links the agent made
+                raise OSError(errno.ELOOP, "a loop of symbolic links") from None
             if target.is_relative_to(host_root.resolve()):
                 return target
             break

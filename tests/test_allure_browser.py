@@ -8,7 +8,7 @@ track > task > tier, a cell's page shows its five stage steps, and each cell's p
 attachment renders as an ``<img>`` as large as the PNG.
 
 Needs Allure 3 (``.allure/node_modules/.bin/allure`` or ``AMB_ALLURE_BIN``), Chromium
-(``/usr/bin/chromium`` or ``AMB_CHROMIUM``) and the ``playwright`` package; ``.ci/run``
+(``/usr/bin/chromium`` or ``AMB_CHROMIUM``) and the ``playwright`` package; ``./scripts/test``
 installs all three. Without them the tests skip, except under ``CI=true``, where they fail.
 
 With ``AMB_ALLURE_SCREENSHOTS=<folder>`` the test also saves the README's two screenshots
@@ -207,7 +207,7 @@ def test_allure_report_in_chromium(tmp_path: Path) -> None:
     if missing:
         message = "the Allure browser test needs " + ", ".join(missing)
         if os.environ.get("CI") == "true":
-            pytest.fail(message + " (CI=true: tools must be installed, see .ci/run)")
+            pytest.fail(message + " (CI=true: ./scripts/test installs the tools)")
         pytest.skip(message)
     report = build_report(tmp_path)
     summary = json.loads((report.folder / "summary.json").read_text())

@@ -449,7 +449,7 @@ def test_oversized_directory_and_fifo_reports(tmp_path: Path, no_meteor: None) -
     (sub / "case_0002.txt").rmdir()
     os.mkfifo(sub / "case_0002.txt")
     result = ReportEvaluator(make_spec()).check_format(sub)  # must not block on the FIFO
-    assert "case_0002.txt: not a regular file" in result.problems
+    assert "case_0002.txt: is a FIFO, not a regular file" in result.problems
     assert result.n_valid == 1
 
 

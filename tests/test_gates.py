@@ -116,7 +116,8 @@ def test_passing_cells_can_fail_the_gate(
     out = tmp_path / "gated"
     args = ["--agent=no-validate", "--amb-fail-under=S1=50,S3=50"]
     result = run(pytester, out, *args, *workers)
-    result.assert_outcomes(passed=1)
+    # The cell passes; so do the coverage and S1 gates, each a test of its own; S3 fails.
+    result.assert_outcomes(passed=3, failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
@@ -140,7 +141,7 @@ def test_baseline_regression_fails_and_within_tolerance_passes(
     regressed = run(
         pytester, tmp_path / "second", f"--amb-baseline={better}", "--amb-max-regression=2"
     )
-    regressed.assert_outcomes(passed=1)
+    regressed.assert_outcomes(passed=2, failed=1)  # the cell and coverage; the regression
     assert regressed.ret == pytest.ExitCode.TESTS_FAILED
     regressed.stdout.fnmatch_lines(["GATE FAILED: regression vqa [[]reference]: *REGRESSED"])
     tolerated = run(

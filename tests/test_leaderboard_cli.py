@@ -88,11 +88,15 @@ def test_compare_finds_a_real_difference_and_not_a_fake_one(
     ledgers: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, b, a2 = ledgers
-    assert main(["compare", str(a), str(b)]) == 0
+    assert main(["compare", str(a), str(b), "--by", "all"]) == 0  # 6 cells: enough pairs
     out = capsys.readouterr().out
-    assert "segmentation" in out and "+30.0 [+30.0, +30.0]" in out and "differ" in out
-    assert main(["compare", str(a), str(a2)]) == 0
+    assert "+30.0 [+30.0, +30.0]" in out and "differ: B higher than A" in out
+    assert main(["compare", str(a), str(a2), "--by", "all"]) == 0
     assert "no evidence of a difference" in capsys.readouterr().out
+    assert main(["compare", str(a), str(b)]) == 0  # 3 cells per track: too few for a verdict
+    out = capsys.readouterr().out
+    assert "segmentation       3   34.0   64.0" in out and "+30.0 [" not in out
+    assert "too few pairs for an interval (3 < 6): no verdict" in out
 
 
 def test_compare_names_what_is_missing(
@@ -137,7 +141,7 @@ def test_compare_counts_each_cell_once(tmp_path: Path, capsys: pytest.CaptureFix
     b = dump(tmp_path / "b.jsonl", [record("agent-b", "vqa-rad", "vqa", "lite", 0, 0.5)])
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
-    assert "50.0   50.0" in out and "+0.0 [+0.0, +0.0]" in out
+    assert "vqa                1   50.0   50.0" in out and "+0.0 " in out
 
 
 def test_leaderboard_html_flag_writes_the_page_with_three_plots(

@@ -99,3 +99,58 @@ def test_failure_message_names_the_judge_the_codes_and_the_time_per_stage() -> N
     assert "  E3 no_pilot, event 12: no pilot ran" in message
     assert "  E4 (LLM judge): a shape bug in call 7" in message
     assert "S3   0.0 (weight 0.35; 4 calls, 1 failed, 32 s)" in message
+
+
+def test_what_the_agent_named_is_escaped_in_the_failure_message() -> None:
+    from pytest_automedbench.outcome import headline
+    from pytest_automedbench.scoring.models import ErrorCode
+
+    fake = "\x1b[2K\r PASSED suites/vqa/test_vqa.py::test_cell OVERALL 97.0\n"
+    result = make_result(
+        format_problems=[f"{fake}: stray file (not one of the expected outputs)"],
+        error_codes=[ErrorCode(code="E5", rule="format", evidence=f"stray {fake}", seq=3)],
+        violations=[{"category": "references", "evidence": f"cat {fake}", "seq": 4, "tool": "x"}],
+    )
+    with pytest.raises(CellUnresolved) as info:
+        check_resolved(result)
+    message = str(info.value)
+    assert "\x1b" not in message and "\r" not in message
+    # The agent's newline does not start a line: every line is one the harness wrote.
+    assert not any(line.lstrip().startswith("PASSED") for line in message.splitlines())
+    assert "  format: \\x1b[2K\\r PASSED suites/vqa/test_vqa.py::test_cell OVERALL 97.0\\n: " in (
+        message
+    )
+    assert "  E5 format, event 3: stray \\x1b[2K\\r PASSED" in message
+    assert "  VIOLATION (references, event 4): cat \\x1b[2K" in message
+    assert message.splitlines()[1] == headline(result)  # the one-line reason comes first
+
+
+def test_an_infrastructure_errors_text_is_escaped() -> None:
+    result = make_result(
+        status="infra_error", error="OSError: '\x1b]0;pwned\x07'\nFAKE", stages=None
+    )
+    with pytest.raises(CellInfrastructureError) as info:
+        check_resolved(result)
+    assert "\x1b" not in str(info.value) and "\n" not in str(info.value)
+    assert "OSError: '\\x1b]0;pwned\\x07'\\nFAKE" in str(info.value)
+
+
+def test_junit_properties_are_escaped() -> None:
+    """Every ``<property>`` value goes out on one line, whatever the record holds."""
+    from typing import Any, cast
+
+    from pytest_automedbench.worker import label
+
+    class Item:
+        def __init__(self) -> None:
+            self.user_properties: list[tuple[str, object]] = []
+
+        def add_marker(self, marker: Any) -> None:
+            pass
+
+    item = Item()
+    fake = "\x1b[2K\r PASSED OVERALL 97.0\n"
+    label(cast(pytest.Item, item), make_result(model=f"cmd:{fake}", cell_dir=f"/tmp/{fake}"))
+    values = [str(v) for _, v in item.user_properties]
+    assert not [v for v in values if "\x1b" in v or "\r" in v or "\n" in v], values
+    assert "/tmp/\\x1b[2K\\r PASSED OVERALL 97.0\\n" in values

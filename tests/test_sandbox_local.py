@@ -1,18 +1,29 @@
-"""The local sandbox: workspace, scrubbed environment, timeouts, link-free copies."""
+"""The process sandbox (no isolation): workspace, scrubbed environment, timeouts, link-free
+copies; and how ``--sandbox`` is resolved (``auto`` never gives ``process``)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from pytest_automedbench.sandbox import LocalSandbox, SandboxError, SandboxSpec, resolve_backend
-from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
+import pytest_automedbench.sandbox as sandbox_package
+from pytest_automedbench.sandbox import (
+    LocalSandbox,
+    SandboxError,
+    SandboxSpec,
+    create_sandbox,
+    resolve_backend,
+)
 from pytest_automedbench.sandbox.docker import docker_problem
 from pytest_automedbench.sandbox.local import copy_tree_no_links
+
+from .conftest import SUITES
 
 
 @pytest.fixture
@@ -77,18 +88,118 @@ def test_copy_skips_links(tmp_path: Path) -> None:
     assert not (tmp_path / "dest" / "case_0001" / "link.nii.gz").exists()
 
 
-def test_backend_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``auto`` prefers Docker when a daemon answers, then bubblewrap, then ``process``;
-    an explicit backend that cannot run is refused with the reason."""
-    if docker_problem() is None:
-        assert resolve_backend("auto") == "docker"
+def test_an_explicit_backend_that_cannot_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On this host, for real: no daemon at DOCKER_HOST, so ``docker`` is refused with the
+    reason; ``process`` is given when asked for by name."""
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     assert docker_problem() is not None
-    fallback = "bubblewrap" if bubblewrap_problem() is None else "process"
-    assert resolve_backend("auto") == fallback
     with pytest.raises(SandboxError, match="'docker' cannot run here: no Docker daemon"):
         resolve_backend("docker")
     assert resolve_backend("process") == "process"
+
+
+def _probes(
+    monkeypatch: pytest.MonkeyPatch, docker: str | None, bubblewrap: str | None
+) -> list[str]:
+    """The two host probes answer as given; returns the names of those asked, in order."""
+    asked: list[str] = []
+
+    def probe(name: str, answer: str | None) -> Callable[[], str | None]:
+        def ask() -> str | None:
+            asked.append(name)
+            return answer
+
+        return ask
+
+    monkeypatch.setattr(sandbox_package, "docker_problem", probe("docker", docker))
+    monkeypatch.setattr(sandbox_package, "bubblewrap_problem", probe("bubblewrap", bubblewrap))
+    return asked
+
+
+@pytest.mark.parametrize(
+    ("docker", "bubblewrap", "expected"),
+    [
+        (None, None, "docker"),
+        (None, "missing bwrap", "docker"),
+        ("no Docker daemon answers", None, "bubblewrap"),
+    ],
+)
+def test_auto_prefers_docker_then_bubblewrap(
+    monkeypatch: pytest.MonkeyPatch, docker: str | None, bubblewrap: str | None, expected: str
+) -> None:
+    asked = _probes(monkeypatch, docker, bubblewrap)
+    assert resolve_backend("auto") == expected
+    assert asked == (["docker"] if expected == "docker" else ["docker", "bubblewrap"])
+
+
+def test_auto_never_falls_back_to_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither isolating backend can run: a refusal that names both reasons and the ways
+    out (install bubblewrap or Docker, or ask for ``--sandbox process`` by name)."""
+    _probes(monkeypatch, "no Docker daemon answers (X)", "missing bwrap (Debian: ...)")
+    with pytest.raises(SandboxError) as refused:
+        resolve_backend("auto")
+    message = str(refused.value)
+    assert "docker: no Docker daemon answers (X)" in message
+    assert "bubblewrap: missing bwrap" in message
+    assert "./scripts/system-setup bench" in message
+    assert "--sandbox process" in message
+    with pytest.raises(SandboxError):
+        create_sandbox("auto", SandboxSpec(public_dir=Path("p"), workspace_dir=Path("w")))
+
+
+@pytest.mark.parametrize(
+    ("requested", "expected"),
+    [("process", "process"), ("local", "bubblewrap"), ("bubblewrap", "bubblewrap")],
+)
+def test_named_backends_are_given_as_named(
+    monkeypatch: pytest.MonkeyPatch, requested: str, expected: str
+) -> None:
+    """``process`` only by name, whatever the host offers; ``local`` is bubblewrap."""
+    _probes(monkeypatch, None, None)
+    assert resolve_backend(requested) == expected
+
+
+@pytest.mark.parametrize("requested", ["docker", "bubblewrap", "local"])
+def test_named_backends_that_cannot_run_are_refused_not_downgraded(
+    monkeypatch: pytest.MonkeyPatch, requested: str
+) -> None:
+    _probes(monkeypatch, "no Docker daemon answers", "missing bwrap")
+    with pytest.raises(SandboxError, match="cannot run here"):
+        resolve_backend(requested)
+
+
+def _no_isolation_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a pytest subprocess: no daemon at DOCKER_HOST, and no bwrap on the PATH."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+
+
+def test_auto_without_isolation_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Through pytest: the session stops before any cell with exit 4 and the reason."""
+    _no_isolation_here(monkeypatch)
+    result = pytester.runpytest_subprocess(
+        str(SUITES), "--collect-only", "-p", "no:cacheprovider", f"--amb-out={tmp_path}/res"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no isolating sandbox backend can run here*--sandbox process*"])
+    assert "automedbench: sandbox backend" not in result.stdout.str()
+
+
+def test_process_by_name_says_no_isolation_in_the_header(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_isolation_here(monkeypatch)
+    result = pytester.runpytest_subprocess(
+        str(SUITES), "--collect-only", "-p", "no:cacheprovider", "--sandbox=process",
+        f"--amb-out={tmp_path}/res",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        ["automedbench: sandbox backend: process (NO isolation: asked for by name with "
+         "--sandbox process)"]
+    )  # fmt: skip
 
 
 class _Killed(BaseException):

@@ -243,8 +243,11 @@ def test_cheater_tries_to_escape_then_submits_valid_outputs(
     )
     categories = {v["category"] for v in cell.result.violations}
     assert {"references", "credentials", "runtime_socket", "network_internal"} <= categories
+    # Written as each call was recorded (no later failure can lose them), then all of them
+    # once the cell was scored.
     violations = [e for e in cell.events if e["kind"] == "violations"]
-    assert len(violations) == 1 and violations[0]["violations"] == cell.result.violations
+    assert violations[-1]["violations"] == cell.result.violations
+    assert [v for e in violations[:-1] for v in e["violations"]] == cell.result.violations
 
 
 def test_stuck_repeats_itself_until_the_turn_limit(cells: Callable[[str, TaskSpec], Cell]) -> None:

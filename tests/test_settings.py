@@ -39,13 +39,21 @@ def test_the_configuration_hash_covers_exactly_the_scoring_settings(tmp_path: Pa
         "judge_votes": 3,
         "data_root": str(tmp_path),
         "data_size": "realistic",
+        "max_turns": 50,
+        "time_factor": 2.0,
+        "max_total_tokens": 1000,
+        "max_cost_usd": 5.0,
+        "request_timeout_s": 60.0,
     }
     assert set(changed) == set(settings.SCORING_FIELDS)
     for field, value in changed.items():
         other = build_config({field: value}, {}, None, tmp_path)
         assert other.scoring_hash() != base.scoring_hash(), field
-    same = build_config({"runs": 3, "progress_s": 0.0, "tier": "lite"}, {}, None, tmp_path)
+    same = build_config({"runs": 3, "progress_s": 0.0, "tier": ["lite", "pro"]}, {}, None, tmp_path)
     assert same.scoring_hash() == base.scoring_hash()
+    # A limit given at its default is the default: the records stay comparable.
+    defaults = {f: settings.BY_FIELD[f].default for f in ("max_turns", "time_factor")}
+    assert build_config(defaults, {}, None, tmp_path).scoring_hash() == base.scoring_hash()
 
 
 def test_the_hash_of_earlier_records_is_kept() -> None:
@@ -57,6 +65,9 @@ def test_the_hash_of_earlier_records_is_kept() -> None:
     assert RunConfig(sandbox="docker", judge="llm:x/y").scoring_hash() == "c08f31785d7e"
     assert RunConfig(sandbox="local").sandbox == "bubblewrap"
     assert RunConfig(sandbox="bubblewrap").scoring_hash() == "2cad87c191a1"
+    # Several tiers, and the agent limits at their defaults, hash as before too.
+    assert RunConfig(tier="lite,pro").scoring_hash() == "0ea39169c148"
+    assert RunConfig(tier=["lite"], max_turns=200, time_factor=1).scoring_hash() == "0ea39169c148"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """``--executor slurm`` on a real single-node Slurm cluster (slurmctld, slurmd, munge).
 
-The cluster is started by ``scripts/slurm-up`` (idempotent; ``.ci/run`` installs the
+The cluster is started by ``scripts/slurm-up`` (idempotent; ``./scripts/test`` installs the
 Debian packages). The sessions under test run in pytest subprocesses over the repository's
 suites, configured by a temporary pyproject (small jobs, fast polling, a sleeping
 command agent for cells that must still be running when something happens to them).
@@ -44,7 +44,7 @@ def slurm_cluster() -> Iterator[Path]:
     """The cluster's slurm.conf, exported as SLURM_CONF for this process and its children."""
     if shutil.which("slurmctld") is None and not Path("/usr/sbin/slurmctld").exists():
         if os.environ.get("CI") == "true":
-            pytest.fail("Slurm is not installed: .ci/run installs slurmctld, slurmd, munge")
+            pytest.fail("Slurm is not installed: ./scripts/test installs slurmctld, slurmd, munge")
         pytest.skip("Slurm is not installed (apt-get install slurmctld slurmd slurm-client munge)")
     if os.geteuid() != 0:
         pytest.skip("the single-node test cluster runs its daemons as root")

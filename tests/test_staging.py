@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -12,16 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from pytest_automedbench.fixtures.registry import get_generator
+from pytest_automedbench.fixtures.registry import RealStager, get_generator
 from pytest_automedbench.fixtures.staging import (
     MANIFEST_NAME,
     CaseGenerator,
     StagedData,
     StagingError,
+    data_hash_of,
     load_prepared,
+    references_manifest,
+    stage_real,
     stage_synthetic,
     synthetic_dirname,
     verify,
+    write_manifest,
 )
 
 TASK = "kidney-tumor-seg"
@@ -89,7 +94,7 @@ def test_stages_layout_and_manifest(tmp_path: Path) -> None:
     assert staged.source == "synthetic:counting"
     assert staged.task_id == TASK
     assert staged.seed == 1
-    assert staged.schema_version == 1
+    assert staged.schema_version == 2
     assert set(staged.files) == {
         f"{half}/case_000{i}/{name}"
         for i in (1, 2, 3)
@@ -220,6 +225,86 @@ def test_real_kidney_generator_stages_and_verifies(tmp_path: Path) -> None:
         "public/case_0002/ct.nii.gz",
     ]
     verify(staged)
+
+
+# --- task and data hash ------------------------------------------------------------
+
+
+def test_the_manifest_records_a_data_hash_of_the_split(tmp_path: Path) -> None:
+    counter = tmp_path / "calls"
+    staged = _stage(tmp_path / "a", CountingGenerator(counter))
+    assert staged.data_hash is not None and len(staged.data_hash) == 64
+    assert staged.data_hash == data_hash_of(staged.files)
+    on_disk = json.loads((staged.root / MANIFEST_NAME).read_text())
+    assert on_disk["data_hash"] == staged.data_hash and on_disk["task_id"] == TASK
+    # The same bytes elsewhere hash alike; other bytes (another seed) do not.
+    assert _stage(tmp_path / "b", CountingGenerator(counter)).data_hash == staged.data_hash
+    assert _stage(tmp_path / "a", CountingGenerator(counter), seed=2).data_hash != staged.data_hash
+    # The hash covers names as well as contents.
+    renamed = dict(staged.files)
+    renamed["public/case_0009/image.txt"] = renamed.pop("public/case_0001/image.txt")
+    assert data_hash_of(renamed) != staged.data_hash
+
+
+def test_a_version_1_manifest_is_read_with_its_data_hash_derived(tmp_path: Path) -> None:
+    counter = tmp_path / "calls"
+    staged = _stage(tmp_path / "cache", CountingGenerator(counter))
+    manifest = staged.root / MANIFEST_NAME
+    old = json.loads(manifest.read_text())
+    del old["data_hash"]
+    old["schema_version"] = 1
+    manifest.chmod(0o644)
+    manifest.write_text(json.dumps(old))
+    again = _stage(tmp_path / "cache", CountingGenerator(counter))
+    assert _calls(counter) == 1
+    assert again.schema_version == 1
+    assert again.data_hash == staged.data_hash
+
+
+def _real_stager(root: Path, public: Path, private: Path, max_cases: int | None) -> list[str]:
+    (public / "case_0001").mkdir()
+    (private / "case_0001").mkdir()
+    (public / "case_0001" / "image.txt").write_text((root / "image.txt").read_text())
+    (private / "case_0001" / "label.txt").write_text("label\n")
+    return ["case_0001"]
+
+
+def test_a_real_split_gets_a_data_hash_but_no_file_list(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "image.txt").write_text("image\n")
+    stager = RealStager("fake", "1", "fake", _real_stager, "a fake dataset", "none")
+    staged = stage_real(TASK, stager, source, tmp_path / "cache")
+    assert staged.files == {}
+    hashes = {
+        "private/case_0001/label.txt": hashlib.sha256(b"label\n").hexdigest(),
+        "public/case_0001/image.txt": hashlib.sha256(b"image\n").hexdigest(),
+    }
+    assert staged.data_hash == data_hash_of(hashes)
+    assert stage_real(TASK, stager, source, tmp_path / "cache").data_hash == staged.data_hash
+
+
+def test_a_split_written_in_place_records_its_task_for_its_references(tmp_path: Path) -> None:
+    root = tmp_path / "staged"
+    (root / "public").mkdir(parents=True)
+    (root / "private").mkdir()
+    CountingGenerator(tmp_path / "calls")(root / "public", root / "private", 3, 1)
+    written = write_manifest(root, "other-task", "synthetic:counting", "folders")
+    cached = _stage(tmp_path / "cache", CountingGenerator(tmp_path / "calls"))
+    assert written.data_hash == cached.data_hash  # the same bytes, staged either way
+    found = references_manifest(root / "private")
+    assert found is not None
+    assert (found.task_id, found.data_hash) == ("other-task", written.data_hash)
+    assert found.case_ids == ["case_0001", "case_0002", "case_0003"]
+    cached_found = references_manifest(cached.private_dir)
+    assert cached_found is not None and cached_found.task_id == TASK
+    assert references_manifest(root / "public") is None
+    assert references_manifest(tmp_path / "cache") is None
+
+
+def test_a_prepared_split_has_no_data_hash(tmp_path: Path) -> None:
+    root = _prepared(tmp_path / "prepared", ["case_1"], ["case_1"])
+    assert load_prepared(TASK, root).data_hash is None
 
 
 # --- verify -------------------------------------------------------------------------

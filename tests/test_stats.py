@@ -401,9 +401,11 @@ def test_compare_detects_a_clear_difference() -> None:
     assert [c.group for c in result] == ["segmentation", "vqa"]
     for comparison in result:
         assert comparison.n_cells == 12
+        assert comparison.diff is not None and comparison.p_value is not None
         assert comparison.diff.mean == pytest.approx(0.3)
         assert comparison.diff.low > 0 and comparison.differ
         assert comparison.p_value < 0.01
+        assert comparison.mean_a is not None and comparison.mean_b is not None
         assert comparison.mean_b - comparison.mean_a == pytest.approx(0.3)
 
 
@@ -420,7 +422,8 @@ def test_compare_pairs_cell_means_and_counts_unpaired_cells() -> None:
     b.append(cell(task="t2", agent="b", infra=True))  # no scored run: t2 unpaired
     [comparison] = compare(a, b)
     assert comparison.n_cells == 1
-    assert comparison.diff.mean == pytest.approx(0.5 - 0.3)
+    assert comparison.mean_diff == pytest.approx(0.5 - 0.3)
+    assert comparison.diff is None and comparison.p_value is None  # one pair: no interval
     assert (comparison.only_a, comparison.only_b) == (1, 1)
 
 

@@ -7,8 +7,10 @@ produce the same trajectory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pytest_automedbench.llm import DEFAULT_REQUEST_TIMEOUT_S
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.tools import Toolbox
@@ -51,11 +53,43 @@ class AgentContext:
 
 @dataclass(frozen=True)
 class Limits:
+    """What an agent may spend in one cell; the loop stops it at the first one reached.
+
+    A cell's limits come from :meth:`pytest_automedbench.config.RunConfig.limits_for`
+    (the session's settings, an agent definition's own values, the task's time limit)."""
+
     max_turns: int = 200
     wall_clock_s: float = 3600.0
+    #: Input plus output tokens of the whole cell.
     max_tokens: int = 5_000_000
     max_cost_usd: float = 50.0
     max_idle_replies: int = 3
+    #: ``wall_clock_s`` as a multiple of the task's own time limit (recorded with it).
+    time_factor: float = 1.0
+    #: The longest wait for one provider request before it is cut and retried.
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+
+    def as_record(self) -> dict[str, Any]:
+        """The limits as a cell's record holds them (``CellResult.limits``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LimitSettings:
+    """Limits set by the session (``--amb-max-turns`` ...) or by an agent definition
+    (``max_turns = ...``); None: not set here. The names are the settings' names:
+    ``max_total_tokens`` is :attr:`Limits.max_tokens` (an agent definition's
+    ``max_tokens`` is the length of one reply)."""
+
+    max_turns: int | None = None
+    time_factor: float | None = None
+    max_total_tokens: int | None = None
+    max_cost_usd: float | None = None
+    request_timeout_s: float | None = None
+
+
+#: The settings of :class:`LimitSettings`, in order.
+LIMIT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(LimitSettings))
 
 
 @dataclass
@@ -63,11 +97,15 @@ class Usage:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    #: Whether ``cost_usd`` is the cost: False once a reply came from a model without a
+    #: price (its cost is unknown, not 0) or the spending is not metered (command agents).
+    price_known: bool = True
 
     def add(self, other: Usage) -> None:
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out
         self.cost_usd += other.cost_usd
+        self.price_known = self.price_known and other.price_known
 
     @property
     def tokens(self) -> int:

@@ -191,7 +191,7 @@ def run_command_agent(
     return AgentOutcome(
         termination=termination,
         turns=1,
-        usage=Usage(),
+        usage=Usage(price_known=False),  # the command's own spending is not metered
         wall_s=round(trajectory.elapsed(), 3),
         submitted=toolbox.submitted,
         messages=messages,

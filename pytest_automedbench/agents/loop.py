@@ -27,6 +27,7 @@ from pytest_automedbench.agents.base import (
 )
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter
+from pytest_automedbench.evaluators.safe_io import valid_text
 
 NUDGE = (
     "Continue the task: use a tool call "
@@ -36,6 +37,11 @@ NUDGE = (
 KEEP_RECENT_MESSAGES = 6
 #: Compactions of one cell before an overflow ends it.
 MAX_COMPACTIONS = 8
+#: What a call that is not run is answered with, by how the episode ended.
+NOT_RUN = {
+    "submitted": "Not run: the episode ended with the submission.",
+    "time_limit": "Not run: the wall-clock limit was reached.",
+}
 
 
 def _limit_hit(limits: Limits, turns: int, usage: Usage, elapsed: float) -> Termination | None:
@@ -48,6 +54,19 @@ def _limit_hit(limits: Limits, turns: int, usage: Usage, elapsed: float) -> Term
     if usage.cost_usd >= limits.max_cost_usd:
         return "cost_limit"
     return None
+
+
+def encodable_message(value: Any) -> Any:
+    """A reply with every lone surrogate in its strings replaced by U+FFFD: the conversation
+    is sent again with the next request, and UTF-8 cannot encode one (the request would
+    fail, and the cell with it, as a provider error)."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {key: encodable_message(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [encodable_message(item) for item in value]
+    return value
 
 
 def for_record(message: Message) -> Message:
@@ -151,11 +170,12 @@ def run_agent(
             trajectory.emit("retry", turn=turns + 1, **attempt)
         turns += 1
         usage.add(reply.usage)
-        messages.append(reply.message)
+        answer: Message = encodable_message(reply.message)
+        messages.append(answer)
         trajectory.emit(
             "message",
             turn=turns,
-            message=reply.message,
+            message=answer,
             latency_s=round(reply.latency_s, 3),
             usage={
                 "tokens_in": reply.usage.tokens_in,
@@ -163,7 +183,7 @@ def run_agent(
                 "cost_usd": reply.usage.cost_usd,
             },
         )
-        calls: list[dict[str, Any]] = reply.message.get("tool_calls") or []
+        calls: list[dict[str, Any]] = answer.get("tool_calls") or []
         if not calls:
             idle += 1
             if idle >= limits.max_idle_replies:
@@ -180,8 +200,14 @@ def run_agent(
             function = call.get("function") or {}
             name = str(function.get("name", ""))
             call_id = str(call.get("id", ""))
-            if termination is not None:  # calls after an accepted submission are not run
-                outcome_content = "Not run: the episode ended with the submission."
+            if termination is None and trajectory.elapsed() >= limits.wall_clock_s:
+                # The wall clock holds within a reply too: the calls left are not run.
+                termination = "time_limit"
+                trajectory.emit(
+                    "limit", limit="time_limit", turns=turns, detail=f"before call {n} of the turn"
+                )
+            if termination is not None:  # after an accepted submission or the deadline
+                outcome_content = NOT_RUN[termination]
                 record: dict[str, Any] = {"skipped": True}
                 ends = False
             else:
@@ -199,7 +225,7 @@ def run_agent(
                 "content": outcome_content,
             }
             messages.append(tool_message)
-            trajectory.emit(
+            event = trajectory.emit(
                 "tool_result",
                 turn=turns,
                 tool=name,
@@ -208,6 +234,7 @@ def run_agent(
                 message=tool_message,
                 **record,
             )
+            toolbox.watch(event)
             if ends:
                 termination = "submitted"
         if termination is None:

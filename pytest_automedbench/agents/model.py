@@ -3,6 +3,9 @@
 One turn is one chat-completions request with the tools offered. This module owns what
 a provider can do wrong and turns it into what the loop understands:
 
+* a request is cut after the cell's request time-out (``--amb-request-timeout``, or the
+  agent definition's ``request_timeout_s``) even when the server keeps the connection
+  open, and retried;
 * 429, 5xx, timeouts and connection errors are retried here, with exponential backoff
   and jitter (``Retry-After`` honoured, capped), and every failed attempt is returned in
   :attr:`Reply.retries` so the trajectory shows it; litellm and the OpenAI SDK never
@@ -253,9 +256,12 @@ class LiteLLMPolicy:
                 cost = 0.0
         else:
             cost = 0.0
-        return Usage(tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=cost)
+        return Usage(tokens_in, tokens_out, cost, price_known=self.price_known)
 
 
-def policy_from_entry(entry: AgentEntry) -> LiteLLMPolicy:
-    """The policy of a model agent of the registry (``kind == "model"``)."""
-    return LiteLLMPolicy(entry)
+def policy_from_entry(
+    entry: AgentEntry, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+) -> LiteLLMPolicy:
+    """The policy of a model agent of the registry (``kind == "model"``); each request
+    is cut after ``request_timeout_s`` (the cell's :attr:`Limits.request_timeout_s`)."""
+    return LiteLLMPolicy(entry, request_timeout_s=request_timeout_s)

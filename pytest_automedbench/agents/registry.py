@@ -15,9 +15,12 @@ An agent is one of four kinds, one class each behind the
 Names resolve through :data:`SCRIPTED`, :data:`NAMED_MODELS`, the user's definitions and
 the prefixes of :data:`PREFIXES`. Agents files (YAML, ``--agents-file``) and
 ``[tool.automedbench.agents.<name>]`` tables define more model and command agents; they
-are parsed by :func:`parse_definitions`. Keys are never written in either: an entry
-names the environment variable that holds its key (``api_key_env``), and the key is read
-on the host only when a request is made.
+are parsed by :func:`parse_definitions`. A definition may set its own limits
+(``max_turns``, ``time_factor``, ``max_total_tokens``, ``max_cost_usd``,
+``request_timeout_s``; a command agent only ``time_factor``): they win over the
+session's (:meth:`pytest_automedbench.config.RunConfig.limits_for`). Keys are never
+written in either: an entry names the environment variable that holds its key
+(``api_key_env``), and the key is read on the host only when a request is made.
 
 Light on purpose (the plugin validates agent names at start-up): what a kind needs to
 run is imported when it runs.
@@ -32,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
-from pytest_automedbench.agents.base import Limits
+from pytest_automedbench.agents.base import LIMIT_KEYS, Limits, LimitSettings
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentContext, AgentOutcome, AgentRun, Policy
@@ -85,11 +88,16 @@ class _TurnByTurn(_Kind):
     def policy(self, ctx: AgentContext) -> Policy:
         raise NotImplementedError
 
+    def policy_for(self, run: AgentRun) -> Policy:
+        """The policy that plays one cell (a kind that needs the cell's limits to build
+        it overrides this)."""
+        return self.policy(run.ctx)
+
     def run(self, run: AgentRun) -> AgentOutcome:
         from pytest_automedbench.agents.loop import run_agent
 
         return run_agent(
-            self.policy(run.ctx),
+            self.policy_for(run),
             run.system_prompt,
             run.kickoff,
             run.toolbox,
@@ -127,6 +135,8 @@ class ModelAgent(_TurnByTurn, kind="model", cost=Limits().max_cost_usd):
     api_key_env: str | None = None
     prices: Prices | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: The definition's own limits (None: the session's apply).
+    limits: LimitSettings = field(default_factory=LimitSettings)
 
     @property
     def model_label(self) -> str:
@@ -142,6 +152,11 @@ class ModelAgent(_TurnByTurn, kind="model", cost=Limits().max_cost_usd):
         from pytest_automedbench.agents.model import policy_from_entry
 
         return policy_from_entry(self)
+
+    def policy_for(self, run: AgentRun) -> Policy:
+        from pytest_automedbench.agents.model import policy_from_entry
+
+        return policy_from_entry(self, request_timeout_s=run.limits.request_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -175,6 +190,9 @@ class CommandAgent(_Kind, kind="command", cost=None):
     #: The shell command run in the sandbox and the transcript it may write.
     command: str
     transcript: str | None = None
+    #: The definition's own limits: only ``time_factor`` (a command agent's turns,
+    #: tokens and cost are not the harness's to count).
+    limits: LimitSettings = field(default_factory=LimitSettings)
 
     @property
     def model_label(self) -> str:
@@ -259,6 +277,32 @@ NAMED_MODELS: dict[str, ModelAgent] = {
     )
 }
 
+
+def limit_settings(entry: AgentEntry) -> LimitSettings:
+    """The limits an agent's definition sets (none for scripted and replay agents)."""
+    return entry.limits if isinstance(entry, ModelAgent | CommandAgent) else LimitSettings()
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: How each numeric key of a definition is checked (the others are non-empty strings).
+_NUMERIC_KEYS: dict[str, Callable[[Any], bool]] = {
+    "input_usd_per_mtok": lambda v: _number(v) and v >= 0,
+    "output_usd_per_mtok": lambda v: _number(v) and v >= 0,
+    "temperature": lambda v: _number(v) and v >= 0,
+    "max_tokens": _positive_int,
+    "max_turns": _positive_int,
+    "max_total_tokens": _positive_int,
+    "time_factor": lambda v: _number(v) and v > 0,
+    "max_cost_usd": lambda v: _number(v) and v > 0,
+    "request_timeout_s": lambda v: _number(v) and v > 0,
+}
 _MODEL_KEYS = {
     "model",
     "api_base",
@@ -268,8 +312,9 @@ _MODEL_KEYS = {
     "temperature",
     "max_tokens",
     "description",
+    *LIMIT_KEYS,
 }
-_COMMAND_KEYS = {"command", "transcript", "description"}
+_COMMAND_KEYS = {"command", "transcript", "description", "time_factor"}
 
 
 def _definition(name: str, raw: Any, where: str) -> AgentEntry:
@@ -286,22 +331,19 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
             f"{here}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}"
         )
     for key, value in raw.items():
-        numeric = key in ("input_usd_per_mtok", "output_usd_per_mtok", "temperature")
-        if key == "max_tokens":
-            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-        elif numeric:
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-        else:
-            ok = isinstance(value, str) and bool(value.strip())
+        check = _NUMERIC_KEYS.get(key)
+        ok = check(value) if check is not None else isinstance(value, str) and bool(value.strip())
         if not ok:
             raise UnknownAgentError(f"{here}: {key} has an invalid value {value!r}")
     description = str(raw.get("description", ""))
+    limits = LimitSettings(**{k: raw[k] for k in LIMIT_KEYS if k in raw})
     if "command" in raw:
         return CommandAgent(
             name,
             description or f"command-line agent: {raw['command']}",
             command=str(raw["command"]),
             transcript=raw.get("transcript"),
+            limits=limits,
         )
     has_in, has_out = "input_usd_per_mtok" in raw, "output_usd_per_mtok" in raw
     if has_in != has_out:
@@ -315,6 +357,7 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
         api_key_env=raw.get("api_key_env"),
         prices=Prices(raw["input_usd_per_mtok"], raw["output_usd_per_mtok"]) if has_in else None,
         options=options,
+        limits=limits,
     )
 
 

@@ -12,17 +12,24 @@ from __future__ import annotations
 import base64
 import io
 import json
+import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_automedbench.evaluation import EvaluatorError
+from pytest_automedbench.evaluators.safe_io import encodable, valid_text
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.sandbox import ExecResult, Sandbox
+from pytest_automedbench.sandbox import ExecResult, Sandbox, SandboxError
 
 #: Characters of each output stream shown to the model (head and tail).
 OUTPUT_HEAD = 4000
 OUTPUT_TAIL = 4000
 DEFAULT_EXEC_TIMEOUT_S = 600.0
+#: execute: the longest code accepted, in UTF-8 bytes. It is one argument of a process, and
+#: Linux refuses a longer one than 128 KiB (E2BIG): the sandbox would seem broken.
+EXEC_MAX_CODE_BYTES = 100_000
 MAX_SUBMISSIONS = 3
 #: read_file: characters returned by default and at most; bytes read from the sandbox.
 READ_DEFAULT_CHARS = 20_000
@@ -30,9 +37,13 @@ READ_MAX_CHARS = 100_000
 READ_MAX_BYTES = 4 * 1024**2
 #: write_file: the largest content accepted in one call.
 WRITE_MAX_CHARS = 2_000_000
-#: view_image: the largest file read, and the longest side sent to the model.
+#: view_image: the largest file read, the longest side sent to the model, the formats read
+#: and the most pixels decoded (checked in the header first: a 0.7 MB PNG can hold 177 Mpx,
+#: over a gigabyte decoded; 25 Mpx is 100 MB at 4 bytes a pixel, 24 times what is shown).
 IMAGE_MAX_BYTES = 20 * 1024**2
 IMAGE_MAX_SIDE = 1024
+IMAGE_MAX_PIXELS = 25_000_000
+IMAGE_FORMATS = ("PNG", "JPEG", "GIF", "BMP", "TIFF", "WEBP")
 
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     {
@@ -99,8 +110,9 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
             "name": "view_image",
             "description": (
                 "Look at an image file (PNG, JPEG, GIF, BMP, TIFF or WebP): it is shown to you "
-                f"in the next message, downscaled to at most {IMAGE_MAX_SIDE} px. Convert other "
-                "formats (NIfTI, DICOM) to PNG with execute first."
+                f"in the next message, downscaled to at most {IMAGE_MAX_SIDE} px (images over "
+                f"{IMAGE_MAX_PIXELS // 1_000_000} Mpx are refused). Convert other formats "
+                "(NIfTI, DICOM) to PNG with execute first."
             ),
             "parameters": {
                 "type": "object",
@@ -197,18 +209,25 @@ class Toolbox:
     precheck: Callable[[], FormatReport]
     observe: Callable[[], dict[str, Any]]
     remaining_s: Callable[[], float]
+    #: Called with every tool_result event as soon as it is written (the violation monitor).
+    watch: Callable[[dict[str, Any]], None] = field(default=lambda event: None)
     submissions: int = 0
     submitted: bool = False
     last_format: FormatReport | None = None
     calls: list[str] = field(default_factory=list)
 
     def call(self, name: str, raw_arguments: str) -> ToolOutcome:
+        """Run one call. Whatever the agent passed or made, the call ends as a tool result:
+        an exception while handling it is the call's failure (recorded with its traceback),
+        never the harness's; only the sandbox or the evaluator failing in itself
+        (:class:`SandboxError`, :class:`EvaluatorError`) is."""
         self.calls.append(name)
         try:
             arguments = json.loads(raw_arguments or "{}")
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # a 5000-digit number is a ValueError
+            where = f" ({exc.msg} at {exc.pos})" if isinstance(exc, json.JSONDecodeError) else ""
             return ToolOutcome(
-                f"ERROR: the arguments of {name} are not valid JSON ({exc.msg} at {exc.pos}).",
+                f"ERROR: the arguments of {name} are not valid JSON{where}.",
                 {"error": "malformed_arguments"},
             )
         if not isinstance(arguments, dict):
@@ -216,6 +235,21 @@ class Toolbox:
                 f"ERROR: the arguments of {name} must be a JSON object.",
                 {"error": "malformed_arguments"},
             )
+        # A lone surrogate ("\\ud800" in the JSON) cannot be encoded for the sandbox or a file.
+        arguments = {k: valid_text(v) if isinstance(v, str) else v for k, v in arguments.items()}
+        try:
+            return self._dispatch(name, arguments)
+        except (SandboxError, EvaluatorError):
+            raise
+        except Exception as exc:
+            shown = {k: arguments[k] for k in ("language", "code", "path") if k in arguments}
+            return ToolOutcome(
+                f"ERROR: {name} failed on what it was given or found "
+                f"({encodable(f'{type(exc).__name__}: {exc}')[:500]}).",
+                {"error": "call_failed", **shown, "traceback": traceback.format_exc()[-4000:]},
+            )
+
+    def _dispatch(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         if name == "execute":
             return self._execute(arguments)
         if name == "read_file":
@@ -239,10 +273,26 @@ class Toolbox:
                 "ERROR: execute needs language ('bash' or 'python') and code (a string).",
                 {"error": "malformed_arguments"},
             )
+        if (size := len(code.encode("utf-8"))) > EXEC_MAX_CODE_BYTES:
+            return _error(
+                f"execute: the code is {size} bytes, over {EXEC_MAX_CODE_BYTES}; write it to "
+                "a file with write_file and run that file.",
+                "too_large",
+                language=language,
+                code=truncate_middle(code),
+            )
         requested = arguments.get("timeout_s", DEFAULT_EXEC_TIMEOUT_S)
-        if not isinstance(requested, int | float) or requested <= 0:
+        if not isinstance(requested, int | float) or not 0 < requested < float("inf"):
             requested = DEFAULT_EXEC_TIMEOUT_S
-        timeout = max(1.0, min(float(requested), self.remaining_s()))
+        remaining = self.remaining_s()
+        if remaining <= 0:  # never a floor past the deadline
+            return _error(
+                "the wall-clock limit is reached; the command was not run.",
+                "time_limit",
+                language=language,
+                code=code,
+            )
+        timeout = min(float(requested), remaining)
         result: ExecResult = self.sandbox.exec(language, code, timeout)
         return ToolOutcome(
             exec_content(result, timeout), exec_record(language, code, result, self.observe())
@@ -325,9 +375,21 @@ class Toolbox:
                 path=path,
             )
         try:
-            with Image.open(io.BytesIO(data)) as image:
+            with warnings.catch_warnings():  # Pillow's own bomb warning: refused below
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                image = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
+            with image:
+                size = image.size  # from the header: nothing is decoded yet
+                if size[0] * size[1] > IMAGE_MAX_PIXELS:
+                    return _error(
+                        f"view_image {path}: {size[0]}x{size[1]} px is over "
+                        f"{IMAGE_MAX_PIXELS // 1_000_000} Mpx; save a smaller copy (at most "
+                        f"{IMAGE_MAX_SIDE} px a side is shown) with execute first.",
+                        "too_large",
+                        path=path,
+                        size=list(size),
+                    )
                 image.load()
-                size = image.size
                 shown = image.convert("RGB") if image.mode not in ("L", "RGB", "RGBA") else image
                 shown.thumbnail((IMAGE_MAX_SIDE, IMAGE_MAX_SIDE))
                 buffer = io.BytesIO()

@@ -46,7 +46,7 @@ from filelock import FileLock
 
 from pytest_automedbench.config import SlurmSettings
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.runner import CellPlan, infra_result, run_cell
+from pytest_automedbench.runner import CellPlan, failure_result, infra_result, run_cell
 
 if TYPE_CHECKING:
     from pytest_automedbench.session import AutoMedBenchSession
@@ -132,7 +132,7 @@ def submitit_parameters(plan: CellPlan, settings: SlurmSettings) -> dict[str, An
     parameters: dict[str, Any] = {
         "job_name": job_name(plan),
         "time": settings.time_limit_min
-        or time_limit_minutes(plan.task.time_limit_s, settings.time_margin_min),
+        or time_limit_minutes(math.ceil(plan.limits().wall_clock_s), settings.time_margin_min),
         "cpus_per_task": settings.cpus_per_cell,
         "mem": f"{math.ceil(settings.mem_gb * 1024)}M",
         "comment": f"automedbench run {plan.run_id}",
@@ -344,7 +344,7 @@ def run_cell_on_slurm(plan: CellPlan, settings: SlurmSettings, jobs_log: Path) -
             set_aside_attempt(plan.cell_dir, attempt + 1)
             continue
         history = "; ".join(failures)
-        return infra_result(
+        return failure_result(  # a violation on record before the job died still counts
             plan,
             f"slurm: {history} without a result; trajectory kept in {plan.cell_dir}, "
             f"job logs in {job.paths.folder}",

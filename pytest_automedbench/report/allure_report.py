@@ -13,6 +13,16 @@ test runs, and only when ``--alluredir`` is given and allure-pytest is installed
 * attachments: plan.md and the plan diagram, the trajectory, the per-case metric table
   (CSV), the judge's verdicts, and the track's pictures (:mod:`.pictures`): segmentation
   contours, detection boxes, enhancement input | output | reference.
+
+Two things allure-pytest cannot know are set as the cell's result is written (an
+allure-commons ``report_result`` hook that runs before its file writer): the test's start
+is when the cell started, since the cell runs in its fixture's set-up and allure-pytest
+times the call phase alone; and a failed cell's status message is its account
+(:func:`~pytest_automedbench.outcome.describe_result`), the one-line reason first, rather
+than the exception's type followed by it. Every string of the result (names, steps,
+parameters, the message and trace) then goes through
+:func:`~pytest_automedbench.printable.printable`, and text attachments too: what the
+agent named cannot act on whoever views the report.
 """
 
 from __future__ import annotations
@@ -20,20 +30,102 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pluggy import HookimplMarker
+
+from pytest_automedbench.outcome import describe_result
+from pytest_automedbench.printable import printable, printable_bytes
 from pytest_automedbench.report.pictures import cell_pictures
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.models import STAGE_WEIGHTS
 
 SEVERITY = {"F": "critical", "C": "normal", "B": "minor", "A": "trivial"}
 MAX_ATTACHMENT_BYTES = 5 * 1024**2
+#: allure-commons' hook marker (``allure_commons.hookimpl``), without importing Allure.
+allure_hookimpl = HookimplMarker("allure")
+#: Fields of an Allure result that are text of several lines (the rest are one line).
+MULTILINE_FIELDS = frozenset({"message", "trace", "description", "descriptionHtml"})
 
 
-def report_cell(result: CellResult, task: Any, public_dir: Path, private_dir: Path) -> None:
+def cell_parameter(result: CellResult) -> str:
+    """The ``cell`` parameter of a cell's Allure result: its key in one line."""
+    return f"{result.agent}/{result.task}/{result.tier}/r{result.run}"
+
+
+@dataclass
+class CellResults:
+    """An allure-commons plugin: amends each cell's result as it is written.
+
+    :func:`report_cell` tells it which cells to expect (by their ``cell`` parameter);
+    other results are left as allure-pytest made them.
+    """
+
+    expected: dict[str, tuple[CellResult, float | None]] = field(default_factory=dict)
+
+    def expect(self, result: CellResult, started: float | None) -> None:
+        self.expected[cell_parameter(result)] = (result, started)
+
+    @allure_hookimpl(tryfirst=True)
+    def report_result(self, result: Any) -> None:
+        """Before the file writer: the cell's start, its failure message first, and
+        every string escaped."""
+        values = [str(p.value) for p in result.parameters if p.name == "cell"]
+        expected = self.expected.pop(values[0].strip("'\""), None) if values else None
+        if expected is None:
+            return
+        cell, started = expected
+        if started is not None:
+            result.start = round(started * 1000)
+        details = result.statusDetails
+        failed = cell.status == "scored" and not cell.resolved
+        if result.status == "failed" and failed and details is not None:
+            details.message = describe_result(cell)
+        escape_strings(result)
+
+
+def escape_strings(node: Any, name: str = "") -> Any:
+    """An Allure model object (or list, or string) with :func:`printable` applied to
+    every string in it, in place; a string is returned escaped."""
+    import attr
+
+    if isinstance(node, str):
+        return printable(node, multiline=name in MULTILINE_FIELDS)
+    if isinstance(node, list):
+        node[:] = [escape_strings(value, name) for value in node]
+    elif attr.has(type(node)):
+        for attribute in attr.fields(type(node)):
+            value = getattr(node, attribute.name)
+            setattr(node, attribute.name, escape_strings(value, attribute.name))
+    return node
+
+
+_CELL_RESULTS = CellResults()
+
+
+def cell_results() -> CellResults:
+    """The process's :class:`CellResults`, registered with allure-commons."""
+    import allure_commons
+
+    if not allure_commons.plugin_manager.is_registered(_CELL_RESULTS):
+        allure_commons.plugin_manager.register(_CELL_RESULTS)
+    return _CELL_RESULTS
+
+
+def report_cell(
+    result: CellResult,
+    task: Any,
+    public_dir: Path,
+    private_dir: Path,
+    started: float | None = None,
+) -> None:
+    """The cell's labels, steps and attachments; ``started`` (epoch seconds) is when the
+    cell started (in its fixture's set-up), the start its Allure result is given."""
     import allure
 
+    cell_results().expect(result, started)
     dynamic: Any = allure.dynamic  # allure-pytest ships no type hints
     dynamic.epic(result.track)
     dynamic.feature(result.task)
@@ -48,7 +140,7 @@ def report_cell(result: CellResult, task: Any, public_dir: Path, private_dir: Pa
         dynamic.parameter(name, value)
     # The parametrized ``cell`` fixture's value would be shown as the repr of the whole
     # task (its briefs included); the cell's key says the same in one line.
-    dynamic.parameter("cell", f"{result.agent}/{result.task}/{result.tier}/r{result.run}")
+    dynamic.parameter("cell", cell_parameter(result))
     _stage_steps(allure, result)
     _attachments(allure, result, task, public_dir, private_dir)
 
@@ -69,8 +161,12 @@ def _stage_steps(allure: Any, result: CellResult) -> None:
 
 
 def _attach_file(allure: Any, path: Path, name: str, kind: Any) -> None:
+    """A file of the cell; text the agent wrote (plan.md, the mermaid source) escaped."""
     if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_ATTACHMENT_BYTES:
-        allure.attach(path.read_bytes(), name=name, attachment_type=kind)
+        data = path.read_bytes()
+        if kind is allure.attachment_type.TEXT:
+            data = printable_bytes(data)
+        allure.attach(data, name=name, attachment_type=kind)
 
 
 def _attachments(
@@ -99,8 +195,16 @@ def _attachments(
             json.dumps(verdict, indent=1), name="judge verdict", attachment_type=kinds.JSON
         )
     for picture in cell_pictures(task, cell, public_dir, private_dir):
-        kind = kinds.PNG if picture.kind == "png" else kinds.TEXT
-        allure.attach(picture.data, name=picture.name, attachment_type=kind)
+        if picture.kind == "png":
+            allure.attach(picture.data, name=picture.name, attachment_type=kinds.PNG)
+        else:
+            data = printable_bytes(picture.data)
+            allure.attach(data, name=picture.name, attachment_type=kinds.TEXT)
+
+
+def _csv_value(value: Any) -> Any:
+    """A cell of the metric table: numbers as they are, text escaped to one line."""
+    return value if value is None or isinstance(value, float | int) else printable(str(value))
 
 
 def _metric_table(evaluation: Path) -> str:
@@ -109,10 +213,11 @@ def _metric_table(evaluation: Path) -> str:
     names = sorted({k for case in cases for k in case.get("metrics", {})})
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(["case", "status", *names])
+    writer.writerow(["case", "status", *map(_csv_value, names)])
     for case in cases:
         metrics = case.get("metrics", {})
-        writer.writerow([case.get("case_id"), case.get("status"), *(metrics.get(n) for n in names)])
+        row = [case.get("case_id"), case.get("status"), *(metrics.get(n) for n in names)]
+        writer.writerow([_csv_value(v) for v in row])
     return buffer.getvalue()
 
 

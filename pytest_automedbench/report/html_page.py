@@ -12,7 +12,12 @@ one file that opens offline and can be attached to a release. It holds
     E1-E5 (a run with two codes counts for both);
 
 * a per-agent table with the numbers behind the plots (their text alternative), and the
-  leaderboard table (agent x track, OVERALL with its 95% interval).
+  leaderboard table (agent x track, OVERALL with its 95% interval), its rows whose task
+  or data differ from another record's marked with a dagger and explained below it.
+
+A cost that is not known (``GroupStats.cost_known`` False, ``cost_usd_per_run`` None: a
+model without a price) is written "cost unknown", and its agent is left out of the cost
+plot (the page says so), never drawn at $0.
 
 Every bar and point has a ``<title>`` (the browser's tooltip) with its exact value, and
 every plot is ``role="img"`` with an ``aria-label``. Every string from a ledger (agent
@@ -303,7 +308,7 @@ def _dodge(points: Sequence[tuple[float, float, float, bool]]) -> list[float]:
 def cost_score_svg(agents: Sequence[GroupStats]) -> str:
     """One point per agent: mean cost per scored run (x, USD) against mean OVERALL (y,
     0-100, a higher score higher up), its 95% interval as a vertical error bar."""
-    groups = [g for g in _scored(agents) if math.isfinite(g.cost_usd)]
+    groups = [g for g in _scored(agents) if g.cost_known and math.isfinite(g.cost_usd)]
     width, plot_w, plot_h, bottom = 600.0, 440.0, 260.0, 56.0
     height = _TOP + plot_h + bottom
     title = "Cost against score: mean cost per run and mean OVERALL"
@@ -408,7 +413,7 @@ def agents_table(agents: Sequence[GroupStats]) -> str:
                 f"{_score(overall.mean)} [{_score(overall.low)}, {_score(overall.high)}]",
                 *(_score(g.stages[s].scaled().mean) for s in STAGE_IDS),
                 *(str(g.error_codes[c].cells) for c in ERROR_CODE_IDS),
-                "n/a" if math.isnan(g.cost_usd) else f"{g.cost_usd:.4f}",
+                _cost(g),
             ]
         )
     head = [
@@ -421,6 +426,12 @@ def agents_table(agents: Sequence[GroupStats]) -> str:
         "$/run",
     ]
     return _table(head, body, "Per agent, all tracks (the plots' numbers)")
+
+
+def _cost(group: GroupStats) -> str:
+    if not group.cost_known:
+        return "cost unknown"
+    return "n/a" if math.isnan(group.cost_usd) else f"{group.cost_usd:.4f}"
 
 
 def _clip(value: float) -> float:
@@ -452,7 +463,7 @@ def leaderboard_table(table: Sequence[Mapping[str, Any]]) -> str:
     body = [
         [
             _e(r["agent"]),
-            _e(r["track"]),
+            _e(r["track"]) + (" \u2020" if r.get("versions_differ") else ""),
             str(r["runs"]),
             _e(f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}]"),
             _overall_bar(r),
@@ -461,7 +472,7 @@ def leaderboard_table(table: Sequence[Mapping[str, Any]]) -> str:
             *(_e(f"{r[s]:.0f}") for s in STAGE_IDS),
             _e(f"{100 * r['pass_at_k']:.0f}% (k={r['k']})"),
             _e(_codes(r)),
-            _e(f"{r['cost_usd_per_run']:.4f}"),
+            _e("cost unknown" if r["cost_usd_per_run"] is None else f"{r['cost_usd_per_run']:.4f}"),
         ]
         for r in table
     ]
@@ -497,16 +508,31 @@ def page(
     *,
     title: str = "AutoMedBench leaderboard",
     note: str = "",
+    footnotes: Sequence[str] = (),
 ) -> str:
     """The whole page: the three plots, the per-agent table and the leaderboard table.
 
     ``table`` is ``leaderboard.rows``; ``agents`` is ``summarise(..., by=("agent",))``
-    over the same records; ``note`` (plain text) says what was counted."""
+    over the same records; ``note`` (plain text) says what was counted; ``footnotes``
+    (plain text lines, ``leaderboard.footnotes``) go under the leaderboard table."""
     left_out = [g.key[0] for g in agents if not g.n_runs]
     missing = (
         f"<p class='muted'>Agents with no scored run (infrastructure errors only), left out "
         f"of the plots: {_e(', '.join(left_out))}.</p>"
         if left_out
+        else ""
+    )
+    unpriced = [g.key[0] for g in agents if g.n_runs and not g.cost_known]
+    if unpriced:
+        missing += (
+            "<p class='muted'>Agents whose cost is unknown (a model without a price), left "
+            f"out of the cost plot: {_e(', '.join(unpriced))}.</p>"
+        )
+    notes = (
+        "<div class='footnotes'>"
+        + "".join(f"<p class='muted'>{_e(n)}</p>" for n in footnotes)
+        + "</div>"
+        if footnotes
         else ""
     )
     figures = "".join(
@@ -526,5 +552,6 @@ def page(
         + agents_table(agents)
         + "<h2>Leaderboard</h2>"
         + leaderboard_table(table)
+        + notes
         + "</body></html>\n"
     )

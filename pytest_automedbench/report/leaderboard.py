@@ -5,6 +5,20 @@ cell counted once (``stats.latest_per_cell``: the latest record of a cell within
 session; other sessions are more repeats). The HTML page (``report.html_page``) is one static
 file (no script, no network) with plots drawn in inline SVG: the stage profile, cost
 against score and the error codes per agent, then the tables.
+
+Rows are flagged, not split, when the task or the data differ between the records
+counted: a (track, task, tier) whose scored records carry more than one known
+``task_hash`` or ``data_hash`` (``stats.differing_versions``) marks every row of an agent
+with records of it (``versions_differ``: cell -> field -> that row's hashes); Markdown
+and HTML put ``†`` after the row's track and a footnote under the table naming, per
+cell, each hash and the agents that ran it. A row stays one agent x track (a track
+averages several tasks, so rows split by version would multiply and the JSON would
+change shape); the marker and footnote say which rows were scored on which version.
+``runs_unhashed`` counts a row's runs without the hashes (older records), which cannot
+be checked; the footnote says so when a table mixes them with hashed ones.
+
+Cost: ``cost_usd_per_run`` is None (Markdown and HTML: "cost unknown") when any run of
+the row has an unknown cost (``stats.cost_known``: a model without a price), never $0.
 """
 
 from __future__ import annotations
@@ -12,22 +26,58 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pytest_automedbench.report import html_page
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.stats import GroupStats, latest_per_cell, summarise
+from pytest_automedbench.stats import (
+    GroupStats,
+    Versions,
+    differing_versions,
+    has_hashes,
+    latest_per_cell,
+    summarise,
+)
 from pytest_automedbench.terms import STAGES
 
 Format = Literal["markdown", "csv", "json", "html"]
+#: The marker of a row whose task or data differ from another record's.
+MARK = "\u2020"
+#: How many characters of a hash a footnote shows.
+HASH_CHARS = 12
 
 
 def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
     """Leaderboard rows (agent x track), best OVERALL first, each cell counted once."""
     cells = latest_per_cell(records)
     groups = [g for g in summarise(cells, by=("agent", "track"), seed=seed) if g.n_runs]
-    return [_row(g) for g in sorted(groups, key=lambda g: (-g.overall.mean, g.key))]
+    versions = differing_versions(cells)
+    unhashed: dict[tuple[str, str], int] = {}
+    for cell in cells:
+        if cell.status == "scored" and not has_hashes(cell):
+            key = (cell.agent, cell.track)
+            unhashed[key] = unhashed.get(key, 0) + 1
+    return [
+        _row(g, _versions_of(g.key[0], g.key[1], versions), unhashed.get((g.key[0], g.key[1]), 0))
+        for g in sorted(groups, key=lambda g: (-g.overall.mean, g.key))
+    ]
+
+
+def _versions_of(agent: str, track: str, versions: Versions) -> dict[str, dict[str, list[str]]]:
+    """The differing cells of one row: "task/tier" -> field -> the row's own hashes."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for (cell_track, task, tier), fields in versions.items():
+        if cell_track != track:
+            continue
+        mine = {
+            field: sorted(h[:HASH_CHARS] for h, agents in by_hash.items() if agent in agents)
+            for field, by_hash in fields.items()
+        }
+        mine = {field: hashes for field, hashes in mine.items() if hashes}
+        if mine:
+            out[f"{task}/{tier}"] = mine
+    return out
 
 
 def per_agent(records: Iterable[CellResult], seed: int = 0) -> list[GroupStats]:
@@ -36,7 +86,9 @@ def per_agent(records: Iterable[CellResult], seed: int = 0) -> list[GroupStats]:
     return summarise(latest_per_cell(records), by=("agent",), seed=seed)
 
 
-def _row(group: GroupStats) -> dict[str, Any]:
+def _row(
+    group: GroupStats, versions: dict[str, dict[str, list[str]]], unhashed: int
+) -> dict[str, Any]:
     agent, track = group.key
     overall = group.overall.scaled()
     codes = {code: share.cells for code, share in sorted(group.error_codes.items()) if share.cells}
@@ -56,9 +108,50 @@ def _row(group: GroupStats) -> dict[str, Any]:
         "pass_at_k": round(group.pass_at_k, 4),
         "pass_hat_k": round(group.pass_hat_k, 4),
         "error_codes": codes,
-        "cost_usd_per_run": round(group.cost_usd, 6),
+        "cost_usd_per_run": round(group.cost_usd, 6) if group.cost_known else None,
+        "cost_known": group.cost_known,
         "tokens_per_run": round(group.tokens_in + group.tokens_out, 1),
+        "versions_differ": versions,
+        "runs_unhashed": unhashed,
     }
+
+
+def cost_text(row: Mapping[str, Any]) -> str:
+    """A row's cost per run: dollars, or "cost unknown" (never $0 for an unpriced model)."""
+    cost = row["cost_usd_per_run"]
+    return "cost unknown" if cost is None else f"{cost:.4f}"
+
+
+def footnotes(table: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The footnotes of the marked rows (``versions_differ``) and of runs that cannot be
+    checked (``runs_unhashed``), as plain text lines; none when there is nothing to say."""
+    by_cell: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for row in table:
+        for cell, fields in row["versions_differ"].items():
+            for field, hashes in fields.items():
+                for value in hashes:
+                    by_cell.setdefault((cell, field), {}).setdefault(value, set()).add(row["agent"])
+    lines = []
+    if by_cell:
+        lines.append(
+            f"{MARK} The task or its data differ between the records counted (task_hash: "
+            "the task's files, brief and evaluator; data_hash: the staged data), so the "
+            "marked rows were not all scored on the same thing:"
+        )
+        for (cell, field), by_hash in sorted(by_cell.items()):
+            held = "; ".join(
+                f"{value} ({', '.join(sorted(agents))})"
+                for value, agents in sorted(by_hash.items())
+            )
+            lines.append(f"{MARK} {cell}: {field} {held}")
+    unhashed = sum(row["runs_unhashed"] for row in table)
+    total = sum(row["runs"] for row in table)
+    if 0 < unhashed < total:
+        lines.append(
+            f"{unhashed} of {total} runs carry no task_hash or data_hash (records written "
+            "before they were recorded): not checked for differing versions."
+        )
+    return lines
 
 
 def render(
@@ -75,15 +168,21 @@ def render(
         return json.dumps(table, indent=1)
     if fmt == "csv":
         buffer = io.StringIO()
-        fields = [k for k in (table[0] if table else {"agent": ""}) if k != "error_codes"]
-        writer = csv.DictWriter(buffer, fieldnames=[*fields, "error_codes"])
+        last = ("error_codes", "versions_differ")
+        fields = [k for k in (table[0] if table else {"agent": ""}) if k not in last]
+        writer = csv.DictWriter(buffer, fieldnames=[*fields, *last])
         writer.writeheader()
         for row in table:
             codes = " ".join(f"{c}:{n}" for c, n in row["error_codes"].items())
-            writer.writerow({**row, "error_codes": codes})
+            versions = " ".join(
+                f"{cell}:{field}={','.join(hashes)}"
+                for cell, fields_ in row["versions_differ"].items()
+                for field, hashes in fields_.items()
+            )
+            writer.writerow({**row, "error_codes": codes, "versions_differ": versions})
         return buffer.getvalue()
     if fmt == "html":
-        return html_page.page(table, agents, note=note)
+        return html_page.page(table, agents, note=note, footnotes=footnotes(table))
     return _markdown(table)
 
 
@@ -110,10 +209,14 @@ def _markdown(table: list[dict[str, Any]]) -> str:
     lines = [header, "|" + "---|" * 14]
     for r in table:
         stages = " | ".join(f"{r[s]:.0f}" for s in STAGES)
+        track = _cell_text(r["track"]) + (f" {MARK}" if r["versions_differ"] else "")
         lines.append(
-            f"| {_cell_text(r['agent'])} | {r['track']} | {r['runs']} | {r['overall']:.1f} "
+            f"| {_cell_text(r['agent'])} | {track} | {r['runs']} | {r['overall']:.1f} "
             f"[{r['overall_low']:.1f}, {r['overall_high']:.1f}] | {r['task']:.1f} | "
             f"{r['agentic']:.1f} | {stages} | {100 * r['pass_at_k']:.0f}% (k={r['k']}) | "
-            f"{_codes(r)} | {r['cost_usd_per_run']:.4f} |"
+            f"{_codes(r)} | {cost_text(r)} |"
         )
+    notes = footnotes(table)
+    if notes:  # a list under the table: one item per line however it is rendered
+        lines += ["", *(f"- {_cell_text(n)}" for n in notes)]
     return "\n".join(lines) + "\n"

@@ -3,7 +3,7 @@
 The first line keeps the headline numbers (cells, resolved, infra errors, OVERALL, TASK,
 AGENTIC, 0-100); the second adds what a reader needs to trust them (``stats.py``): the
 95% bootstrap interval of OVERALL, the stage profile, pass@k over repeats, the error codes
-and the cost per run.
+and the cost per run ("cost unknown" when a run's model has no price: never $0 for it).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ def _detail_line(group: GroupStats) -> str:
     codes = ", ".join(
         f"{code} x{share.cells}" for code, share in sorted(group.error_codes.items()) if share.cells
     )
+    cost = f"${group.cost_usd:.4f}/run" if group.cost_known else "cost unknown"
     return (
         f"    OVERALL 95% CI [{overall.low:.1f}, {overall.high:.1f}] (n={overall.n}) | {stages} | "
         f"pass@{group.k} {group.pass_at_k * 100:.0f}% | codes: {codes or 'none'} | "
-        f"${group.cost_usd:.4f}/run, {group.tokens_in + group.tokens_out:.0f} tokens/run"
+        f"{cost}, {group.tokens_in + group.tokens_out:.0f} tokens/run"
     )
 
 

@@ -864,7 +864,9 @@ VQA: list[Malformed] = [
         scope="file",
     ),
     Malformed("directory", "vqa", make_directory, "answers.json: not a regular file", scope="file"),
-    Malformed("fifo", "vqa", make_fifo, "answers.json: not a regular file", scope="file"),
+    Malformed(
+        "fifo", "vqa", make_fifo, "answers.json: is a FIFO, not a regular file", scope="file"
+    ),
 ]
 
 
@@ -1047,7 +1049,13 @@ DETECTION: list[Malformed] = [
         "predictions.json: is a symbolic link; symlinks are not followed",
         scope="file",
     ),
-    Malformed("fifo", "detection", make_fifo, "predictions.json: not a regular file", scope="file"),
+    Malformed(
+        "fifo",
+        "detection",
+        make_fifo,
+        "predictions.json: is a FIFO, not a regular file",
+        scope="file",
+    ),
 ]
 
 CORPUS: list[Malformed] = [*SEGMENTATION, *ENHANCEMENT, *REPORT, *VQA, *DETECTION]

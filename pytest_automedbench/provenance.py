@@ -1,0 +1,118 @@
+"""What produced a record, and the configuration hash computed from it.
+
+A record is comparable with another only when the same things produced it: the scoring
+settings of the session (:meth:`RunConfig.scoring_hash`), the sandbox backend that ran and
+its images, the task's content, the data split, the judge and its rubric, the agent's
+limits and the harness version. :func:`cell_provenance` gathers those for one cell before
+it runs (so ``--amb-resume`` can look the cell up) and :meth:`Provenance.config_hash` is the
+record's ``config_hash``: resume and the one-record-per-cell rule never mix a Docker run
+with an unisolated one, or two versions of a task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.results import CellKey
+    from pytest_automedbench.tasks import TaskSpec
+
+__all__ = ["Provenance", "cell_provenance", "harness_version", "judge_identity", "task_hash"]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The inputs of a cell that are not the agent's doing."""
+
+    #: The sandbox backend that runs the cell; with ``--executor slurm`` and ``auto`` the
+    #: configured name (each compute node resolves it; the record says which one ran).
+    backend: str
+    #: Image role -> content-addressed image tag (Docker backend; empty otherwise).
+    images: dict[str, str] = field(default_factory=dict)
+    task_hash: str = ""
+    data_hash: str | None = None
+    judge: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    harness: str = ""
+
+    def config_hash(self, scoring_hash: str) -> str:
+        """The record's configuration hash: the session's scoring settings and
+        everything above."""
+        payload = {"scoring": scoring_hash, **asdict(self)}
+        text = json.dumps(payload, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _sha(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
+
+def task_hash(task: TaskSpec, tier: str) -> str:
+    """The task's content as one cell sees it: its task.yaml, the tier's brief and the
+    evaluator's declaration (an edit to any of them is another version of the task)."""
+    yaml_path = task.folder / "task.yaml"
+    raw = yaml_path.read_bytes() if yaml_path.is_file() else b""
+    brief = task.tiers[tier].model_dump_json().encode() if tier in task.tiers else b""
+    evaluation = task.evaluation.model_dump_json().encode()
+    return _sha(raw, brief, evaluation)
+
+
+@cache
+def harness_version() -> str:
+    try:
+        return metadata.version("pytest-automedbench")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@cache
+def _rubric_identity() -> tuple[int, str]:
+    from pytest_automedbench.scoring.rubric import RUBRIC_FILE, load_rubric
+
+    return load_rubric().version, _sha(RUBRIC_FILE.read_bytes())
+
+
+def judge_identity(config: RunConfig) -> dict[str, Any]:
+    """The judge of S1-S3 as a record names it: model (or ``rules``), votes and the
+    rubric's version and content hash."""
+    version, sha = _rubric_identity()
+    return {
+        "judge": config.judge,
+        "votes": config.judge_votes,
+        "rubric_version": version,
+        "rubric_sha": sha,
+    }
+
+
+def cell_limits(config: RunConfig, agent: str, task: TaskSpec) -> dict[str, Any]:
+    """The agent's limits in this cell (:meth:`RunConfig.limits_for`), as recorded."""
+    return config.limits_for(config.agent(agent), task).as_record()
+
+
+def cell_provenance(
+    config: RunConfig,
+    key: CellKey,
+    task: TaskSpec,
+    data_hash: str | None,
+    backend: str,
+    images: dict[str, str],
+) -> Provenance:
+    """Everything but the agent that goes into one cell's record."""
+    return Provenance(
+        backend=backend,
+        images=dict(images),
+        task_hash=task_hash(task, key.tier),
+        data_hash=data_hash,
+        judge=judge_identity(config),
+        limits=cell_limits(config, key.agent, task),
+        harness=harness_version(),
+    )
