@@ -114,8 +114,11 @@ def planned_cells(
                 key=cell.key,
                 cell_dir=session.cell_dir(cell.key),
                 time_limit_s=limits.wall_clock_s,
-                # Only metered agents (model agents) have a cost to budget.
-                cost_limit_usd=limits.max_cost_usd if entry.cost_limit_usd is not None else None,
+                # The kind says whether there is a cost (0.0: calls no model; None: not
+                # metered); a model agent's limit is the cell's own.
+                cost_limit_usd=limits.max_cost_usd
+                if entry.cost_limit_usd
+                else entry.cost_limit_usd,
             )
         )
     return planned

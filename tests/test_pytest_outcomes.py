@@ -44,7 +44,11 @@ def test_error_codes_are_markers_and_scores_are_junit_properties(
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props["amb_error_codes"] == "E3"
     assert props["amb_rating"] == "B" and float(props["amb_S3"]) == 0.0
-    assert float(props["amb_overall"]) > 0.5
+    # Scores in the gates' unit (points 0-100), and who ran at what cost.
+    assert 50.0 < float(props["amb_overall"]) <= 100.0 and float(props["amb_S1"]) == 100.0
+    assert props["amb_agent"] == "no-validate" and props["amb_model"] == "scripted:no-validate"
+    assert props["amb_tokens_in"] == "0" and props["amb_cost_usd"] == "0.000000"
+    assert props["amb_backend"] in ("docker", "bubblewrap") and float(props["amb_wall_s"]) > 0
 
 
 def test_pytest_timeout_ends_a_stuck_cell_as_a_recorded_timeout(
