@@ -137,15 +137,19 @@ class TokenUsage:
     tokens_in: int | None = None
     tokens_out: int | None = None
     cost_usd: float | None = None
+    #: False when the model has no price (``cost_usd`` is then 0, not a cost).
+    price_known: bool | None = None
 
     @classmethod
     def parse(cls, value: Any) -> TokenUsage | None:
         if not isinstance(value, dict):
             return None
+        known = value.get("price_known")
         return cls(
             int_or_none(value.get("tokens_in")),
             int_or_none(value.get("tokens_out")),
             float_or_none(value.get("cost_usd")),
+            known if isinstance(known, bool) else None,
         )
 
 

@@ -235,7 +235,8 @@ class CellProgress:
     #: The stage (S1-S5) of the latest tool call; "cmd" while a command agent runs.
     stage: str | None
     turn: int
-    cost_usd: float
+    #: None: the model has no price, so what it spent is unknown (never shown as $0).
+    cost_usd: float | None
     elapsed_s: float
 
 
@@ -296,11 +297,9 @@ def cell_progress(
     typed = parse_events(events)
     kinds = [e.kind for e in typed]
     turn = max((e.turn for e in typed if e.turn is not None), default=0)
-    cost = sum(
-        e.usage.cost_usd or 0.0
-        for e in typed
-        if isinstance(e, MessageEvent) and e.usage is not None
-    )
+    usages = [e.usage for e in typed if isinstance(e, MessageEvent) and e.usage is not None]
+    cost = sum(u.cost_usd or 0.0 for u in usages)
+    priced = all(u.price_known is not False for u in usages)
     end = next((e for e in typed if isinstance(e, EndEvent)), None)
     if end is not None:
         turn = max(turn, end.turns or 0)
@@ -327,7 +326,7 @@ def cell_progress(
         phase=phase,
         stage=stage,
         turn=turn,
-        cost_usd=cost,
+        cost_usd=cost if priced else None,
         elapsed_s=last_t + since_write,
     )
 
@@ -353,7 +352,8 @@ def cell_text(cell: CellProgress) -> str:
             words.append(cell.stage)
     else:
         words.append(cell.phase)
-    words += [f"turn {cell.turn}", fmt_elapsed(cell.elapsed_s), f"${cell.cost_usd:.2f}"]
+    cost = "cost unknown" if cell.cost_usd is None else f"${cell.cost_usd:.2f}"
+    words += [f"turn {cell.turn}", fmt_elapsed(cell.elapsed_s), cost]
     return " ".join(words)
 
 

@@ -94,6 +94,15 @@ def test_turns_are_counted_and_costs_summed_while_the_agent_works() -> None:
     assert progress.cost_usd == pytest.approx(0.10)
 
 
+def test_an_unpriced_models_running_cost_is_unknown_not_zero() -> None:
+    unpriced = {**turn(2), "usage": {**turn(2)["usage"], "price_known": False}}
+    start = {"kind": "start", "tier": "lite", "task": "t", "public_dir": "/public"}
+    progress = cell_progress("c", events(start, turn(1), unpriced), mtime=1000.0, now=1000.0)
+    assert progress.cost_usd is None
+    line = status_line([progress], 1, 2, clock="12:00:00", width=200) or ""
+    assert "cost unknown" in line and "$0.00" not in line
+
+
 def test_elapsed_is_the_last_events_time_plus_the_time_since_it_was_written() -> None:
     trail = events(*PIPELINE[:5])  # the last event at t = 4 s
     assert cell_progress("c", trail, mtime=1000.0, now=1030.0).elapsed_s == pytest.approx(34.0)

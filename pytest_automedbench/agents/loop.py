@@ -181,6 +181,7 @@ def run_agent(
                 "tokens_in": reply.usage.tokens_in,
                 "tokens_out": reply.usage.tokens_out,
                 "cost_usd": reply.usage.cost_usd,
+                "price_known": reply.usage.price_known,
             },
         )
         calls: list[dict[str, Any]] = answer.get("tool_calls") or []
