@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -147,6 +148,8 @@ class RunConfig(BaseModel):
     #: ``[tool.automedbench.agents]`` tables.
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     agent_definitions: dict[str, Any] = Field(default_factory=dict)
+    #: The parsed agent definitions (:meth:`agent_entries`), once per configuration.
+    _entries: dict[str, AgentEntry] | None = PrivateAttr(default=None)
 
     @field_validator(*CHOICE_FIELDS)
     @classmethod
@@ -221,11 +224,14 @@ class RunConfig(BaseModel):
         return TIERS if self.tier == ALL_TIERS else tuple(self.tier.split(","))
 
     def agent_entries(self) -> dict[str, AgentEntry]:
-        """Agents defined in pyproject and in the agents file (the file wins on a name)."""
-        entries = parse_definitions(self.agent_definitions, "[tool.automedbench.agents]")
-        if self.agents_file is not None:
-            entries.update(read_agents_file(self.agents_file))
-        return entries
+        """Agents defined in pyproject and in the agents file (the file wins on a name),
+        parsed once per configuration (every step of a cell asks for its agent)."""
+        if self._entries is None:
+            entries = parse_definitions(self.agent_definitions, "[tool.automedbench.agents]")
+            if self.agents_file is not None:
+                entries.update(read_agents_file(self.agents_file))
+            self._entries = entries
+        return dict(self._entries)
 
     def agent(self, name: str) -> AgentEntry:
         """What ``--agent name`` stands for under this configuration."""

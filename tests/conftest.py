@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+# In-process pytester runs (``pytester.runpytest``) forget the modules they imported, and
+# numpy, which the plugin's controller imports, cannot be loaded twice in one process:
+# loaded here, it stays loaded in every test process whatever order the tests run in.
+import pytest_automedbench.controller  # noqa: F401
 from pytest_automedbench.tasks import TaskSpec
 
 pytest_plugins = ["pytester"]

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-# In-process pytester runs forget the modules they import, and numpy (which the
-# controller's statistics use) cannot be imported twice in one process: import it here.
-import pytest_automedbench.controller  # noqa: F401
 from pytest_automedbench.tasks import discover_tasks
 
 from .conftest import SUITES
