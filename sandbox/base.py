@@ -37,6 +37,9 @@ class SandboxSpec(BaseModel):
     #: ("debootstrap" builds one from a Debian mirror; else a registry image reference).
     run_id: str = ""
     docker_base: str = "debootstrap"
+    #: A host folder of agent-system CLIs (``agent_systems.ensure_agent_tools``), bound
+    #: read-only at ``/opt/agent-tools`` with its programs on the agent's PATH; None: none.
+    agent_tools: Path | None = None
 
 
 class ExecResult(BaseModel):

@@ -5,6 +5,7 @@ What the agent sees (and nothing else)::
     /public      the task's public inputs, read-only
     /workspace   its fresh workspace, writable (owned by the sandbox uid on the host)
     /venv        the harness's Python environment, read-only (numpy, SimpleITK, ...)
+    /opt/agent-tools   the agent-system CLIs (``spec.agent_tools``), read-only, on PATH
     /usr, /bin, /lib, /etc/{ssl,alternatives,...}   the host's programs, read-only
     /tmp         a private tmpfs;  /proc  its own PID namespace;  /dev  a minimal one
 
@@ -44,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
 from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox.local import run_process_group
 from pytest_automedbench.sandbox.mounted import (
@@ -130,7 +132,7 @@ class BubblewrapSandbox(MountedFiles):
         stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
         stage.chmod(0o755)
         (stage / OWNER_FILE).write_text(process_identity())
-        for name in ("public", "workspace", "venv", "python", "tmp"):
+        for name in ("public", "workspace", "venv", "python", "agent-tools", "tmp"):
             (stage / name).mkdir()
         tmp = stage / "tmp"
         mounted = subprocess.run(
@@ -176,6 +178,9 @@ class BubblewrapSandbox(MountedFiles):
         ]
         if base != venv:
             mounts.append((base, stage / "python"))
+        tools = self.spec.agent_tools
+        if tools is not None:
+            mounts.append((tools, stage / "agent-tools"))
         bwrap = [
             "bwrap",
             "--die-with-parent",
@@ -210,13 +215,15 @@ class BubblewrapSandbox(MountedFiles):
         ]  # fmt: skip
         if base != venv:
             bwrap += ["--ro-bind", str(stage / "python"), str(base)]
+        if tools is not None:
+            bwrap += ["--ro-bind", str(stage / "agent-tools"), AGENT_TOOLS]
         bwrap += ["--bind", str(stage / "tmp"), "/tmp", "--proc", "/proc", "--dev", "/dev"]
         # /dev/shm and the root itself would otherwise be unbounded tmpfs the agent can fill.
         bwrap += ["--size", str(self.spec.tmp_mb * 1024**2), "--tmpfs", "/dev/shm"]
         if not self.spec.network:
             bwrap.append("--unshare-net")
         bwrap += ["--remount-ro", "/", "--clearenv", "--chdir", WORKSPACE]
-        for key, value in agent_environment().items():
+        for key, value in agent_environment(agent_tools=tools is not None).items():
             bwrap += ["--setenv", key, value]
         memory = self.spec.memory_mb * 1024**2
         drop = [

@@ -5,6 +5,7 @@ The agent container (image from :mod:`images`)::
     /public      the task's public inputs, read-only bind mount
     /workspace   the cell's fresh workspace, writable (owned by the sandbox uid)
     /venv        the scientific Python stack (in the image)
+    /opt/agent-tools   the agent-system CLIs (``spec.agent_tools``), read-only bind mount
     /tmp         a size-capped tmpfs;  root file system read-only
 
 It runs a tiny reaper as pid 1 under ``nobody``; every command is a ``docker exec`` as
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
 from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox.images import LABEL, ImageSet, ensure_images
 from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
@@ -248,6 +250,8 @@ class DockerSandbox(MountedFiles):
             bind(stage / "passwd", "/etc/passwd", read_only=True),
             bind(stage / "group", "/etc/group", read_only=True),
         ]
+        if self.spec.agent_tools is not None:
+            mounts.append(bind(self.spec.agent_tools, AGENT_TOOLS, read_only=True))
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
             mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
         options = container_options(self.spec)
@@ -308,7 +312,7 @@ class DockerSandbox(MountedFiles):
                 argv,
                 user=f"{self.uid}:{self.uid}",
                 workdir=WORKSPACE,
-                environment=agent_environment(),
+                environment=agent_environment(agent_tools=self.spec.agent_tools is not None),
             )["Id"]
             stream = api.exec_start(exec_id, stream=True, demux=True)
         except Exception as exc:

@@ -14,6 +14,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS_BIN
 from pytest_automedbench.sandbox.base import Sandbox, SandboxSpec
 from pytest_automedbench.sandbox.local import copy_tree_no_links
 
@@ -121,11 +122,14 @@ def passwd_files(uid: int) -> dict[str, str]:
     }
 
 
-def agent_environment() -> dict[str, str]:
+def agent_environment(agent_tools: bool = False) -> dict[str, str]:
     """The agent's whole environment (an allow-list: no provider or judge key exists
-    in it), the same in every isolating backend."""
+    in it), the same in every isolating backend; ``agent_tools``: the agent systems'
+    programs (bound at ``AGENT_TOOLS``) come first on the PATH (the pins win over any
+    ``claude`` or ``codex`` in the host's /usr)."""
+    path = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
     env = {
-        "PATH": f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{AGENT_TOOLS_BIN}:{path}" if agent_tools else path,
         "HOME": WORKSPACE,
         "USER": "agent",
         "TMPDIR": "/tmp",
