@@ -131,7 +131,8 @@ def ensure_agent_tools(tools_dir: Path | None = None, *, log: bool = True) -> Pa
     if is_installed(root):
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root.parent / f"{root.name}.lock"), timeout=INSTALL_TIMEOUT_S):
+    lock = root.parent / f".{root.name.lstrip('.')}.lock"  # hidden, never "..name"
+    with FileLock(str(lock), timeout=INSTALL_TIMEOUT_S):
         if is_installed(root):
             return root
         npm = shutil.which("npm")
