@@ -1,0 +1,188 @@
+"""One cell's lease on the gateway: its token, upstream, budget, totals and request log.
+
+The lease is the unit of accounting. Every request the cell's agent makes -- served,
+refused for budget, or failed upstream -- becomes one JSONL line in the lease's log with
+the native request and reply bodies, so the log is both the meter and, later, the
+trajectory. The provider key is held here and nowhere the agent can read; every line is
+passed through a redaction of that key before it is written, in case a provider quotes it
+back in an error.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import litellm
+
+from ._config import Budget, Prices, Usage
+from ._protocols import ProtocolName, TokenCounts, Upstream
+
+Termination = Literal["token_limit", "cost_limit", "time_limit"]
+MASK: Final = "***"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One upstream try of a request: its HTTP status (200 when it succeeded) and error."""
+
+    status: int
+    latency_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Priced:
+    cost: float
+    price_known: bool
+
+
+@dataclass
+class CellLease:
+    """A cell's access to the gateway. Give the agent :attr:`token` and one of the base
+    URLs; keep the lease to read :meth:`usage` and :attr:`termination` afterwards."""
+
+    cell_id: str
+    token: str
+    url: str
+    log_path: Path
+    budget: Budget
+    prices: Prices | None
+    upstream: Upstream = field(repr=False)
+    opened_at: float = field(default_factory=time.monotonic)
+    termination: Termination | None = None
+    closed: bool = False
+    _usage: Usage = field(default_factory=Usage)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def model(self) -> str:
+        """The litellm model string every request of this cell runs on."""
+        return self.upstream.model
+
+    @property
+    def openai_base_url(self) -> str:
+        """``base_url`` for OpenAI SDKs (chat completions and responses)."""
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """``base_url`` / ``ANTHROPIC_BASE_URL`` for Anthropic SDKs and Claude Code."""
+        return self.url
+
+    def usage(self) -> Usage:
+        """The cell's totals so far (a snapshot)."""
+        with self._lock:
+            return self._usage
+
+    def refusal(self) -> tuple[Termination, str] | None:
+        """Which limit, if any, forbids another request, and the message the agent sees.
+        The first limit hit is kept: once a cell is over budget it stays so."""
+        with self._lock:
+            usage, limit = self._usage, self.termination
+            if limit is None:
+                limit = self._exceeded(usage)
+                self.termination = limit
+        if limit is None:
+            return None
+        budget = self.budget
+        detail = {
+            "token_limit": f"token budget of {budget.max_tokens} tokens exhausted "
+            f"({usage.total_tokens} used)",
+            "cost_limit": f"cost budget of ${budget.max_cost} exhausted (${usage.cost:.6f} used)",
+            "time_limit": f"wall-clock deadline of {budget.deadline_s} s passed",
+        }[limit]
+        return limit, f"AutoMedBench gateway: {detail} [{limit}]; no further model calls"
+
+    def _exceeded(self, usage: Usage) -> Termination | None:
+        budget = self.budget
+        if budget.deadline_s is not None and time.monotonic() - self.opened_at >= budget.deadline_s:
+            return "time_limit"
+        if budget.max_tokens is not None and usage.total_tokens >= budget.max_tokens:
+            return "token_limit"
+        if budget.max_cost is not None and usage.cost >= budget.max_cost:
+            return "cost_limit"
+        return None
+
+    def price(self, tokens: TokenCounts) -> Priced:
+        """Configured per-Mtok prices first, then litellm's cost map, else unknown."""
+        if self.prices is not None:
+            return Priced(self.prices.cost(tokens.input, tokens.cached, tokens.output), True)
+        try:
+            prompt, completion = litellm.cost_per_token(
+                model=self.upstream.model,
+                prompt_tokens=tokens.input,
+                completion_tokens=tokens.output,
+                cache_read_input_tokens=tokens.cached,
+            )
+        except Exception:  # litellm raises a bare Exception for an unmapped model
+            return Priced(0.0, False)
+        return Priced(float(prompt) + float(completion), True)
+
+    def redact(self, text: str) -> str:
+        key = self.upstream.api_key
+        return text.replace(key, MASK) if key else text
+
+    def record(
+        self,
+        *,
+        protocol: ProtocolName,
+        stream: bool,
+        request: Mapping[str, Any],
+        reply: Mapping[str, Any] | None,
+        tokens: TokenCounts,
+        status: int,
+        error: str | None,
+        latency_s: float,
+        attempts: list[Attempt],
+    ) -> None:
+        """Add one request to the totals and append its line to the log."""
+        priced = self.price(tokens) if reply is not None else Priced(0.0, True)
+        requested = request.get("model")
+        line = {
+            "time": datetime.now(UTC).isoformat(),
+            "cell_id": self.cell_id,
+            "protocol": protocol,
+            "stream": stream,
+            "requested_model": requested if isinstance(requested, str) else None,
+            "upstream_model": self.upstream.model,
+            "input_tokens": tokens.input,
+            "cached_tokens": tokens.cached,
+            "output_tokens": tokens.output,
+            "cost": priced.cost,
+            "price_known": priced.price_known,
+            "latency_s": round(latency_s, 6),
+            "status": status,
+            "error": error,
+            "attempts": [
+                {"status": a.status, "latency_s": round(a.latency_s, 6), "error": a.error}
+                for a in attempts
+            ],
+            "request": request,
+            "response": reply,
+        }
+        text = self.redact(json.dumps(line, default=str))
+        with self._lock:
+            u = self._usage
+            self._usage = replace(
+                u,
+                requests=u.requests + 1,
+                attempts=u.attempts + len(attempts),
+                input_tokens=u.input_tokens + tokens.input,
+                cached_tokens=u.cached_tokens + tokens.cached,
+                output_tokens=u.output_tokens + tokens.output,
+                cost=u.cost + priced.cost,
+                price_known=u.price_known and priced.price_known,
+            )
+            # The reply that crosses a limit is still delivered (it is paid for); the lease
+            # records the limit now, so it is known even if the agent never calls again.
+            if self.termination is None:
+                self.termination = self._exceeded(self._usage)
+            with self.log_path.open("a", encoding="utf-8") as log:
+                log.write(text + "\n")

@@ -1,0 +1,322 @@
+"""The gateway process: a Starlette app served by uvicorn on a background thread.
+
+It binds 127.0.0.1 on a port the OS chooses (so parallel sessions never collide) and is
+the only place a provider key is used. Each request is authenticated by its cell token,
+checked against the cell's budget, forwarded through litellm with gateway-side retries,
+metered into the cell's log, and answered in the client's own protocol -- as JSON, or as
+a replayed SSE stream when the client asked to stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import litellm
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ._config import Budget, Prices, RetryPolicy
+from ._lease import Attempt, CellLease
+from ._protocols import PROTOCOLS, ProtocolName, TokenCounts, Upstream, WireProtocol
+
+#: Statuses worth another try: rate limits, timeouts and provider-side failures.
+RETRYABLE: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+_NO_TOKENS: Final = TokenCounts(0, 0, 0)
+_SAFE_CELL_ID: Final = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class UpstreamError(Exception):
+    """The upstream call failed for good (after retries, or not retryable)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _status_of(exc: BaseException) -> int:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) and 100 <= status < 600 else 502
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from the provider's ``Retry-After`` header, where litellm kept it."""
+    candidates: list[object] = [getattr(exc, "litellm_response_headers", None)]
+    response = getattr(exc, "response", None)
+    candidates.append(getattr(response, "headers", None))
+    for headers in candidates:
+        if headers is None or not hasattr(headers, "get"):
+            continue
+        value = headers.get("retry-after") or headers.get("Retry-After")
+        if value is None:
+            continue
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return None  # an HTTP-date: fall back to the policy's backoff
+    return None
+
+
+class Gateway:
+    """``with Gateway(log_dir) as gw: lease = gw.open_cell(...)``.
+
+    Cells are added and revoked while the server runs; a token maps to exactly one lease,
+    and a token that is unknown or revoked gets 401 in the caller's protocol.
+    """
+
+    def __init__(
+        self, log_dir: Path, *, retry: RetryPolicy | None = None, host: str = "127.0.0.1"
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.retry = retry or RetryPolicy()
+        self.host = host
+        self._leases: dict[str, CellLease] = {}
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._socket is None:
+            raise RuntimeError("the gateway is not started")
+        return f"http://{self.host}:{self._socket.getsockname()[1]}"
+
+    def start(self) -> Gateway:
+        """Bind, serve on a daemon thread, and return once uvicorn accepts connections."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # litellm prints a "Give Feedback" banner on every mapped error; the agent sees the
+        # error in its own protocol and the log keeps it, so the banner is only noise.
+        litellm.suppress_debug_info = True
+        # Anthropic Messages for a non-Anthropic model are translated to chat completions,
+        # the one API every OpenAI-compatible endpoint serves. litellm's default for
+        # ``openai/`` detours through the Responses API, which in this litellm version
+        # drops text blocks when the endpoint is chat-only (measured: empty ``content``).
+        # The flag is process-wide but read only by the Messages entry point, which
+        # nothing but the gateway calls; Anthropic models still pass through natively.
+        litellm.use_chat_completions_url_for_anthropic_messages = True
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((self.host, 0))
+        self._socket = sock
+        config = uvicorn.Config(self._app(), log_level="warning", access_log=False, lifespan="off")
+        server = uvicorn.Server(config)
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="amb-gateway", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the LLM gateway did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._socket is not None:
+            self._socket.close()
+        self._server = self._thread = self._socket = None
+
+    def __enter__(self) -> Gateway:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def open_cell(
+        self,
+        cell_id: str,
+        model: str,
+        api_base: str | None = None,
+        api_key_env: str | None = None,
+        prices: Prices | None = None,
+        budget: Budget | None = None,
+        *,
+        chat_only: bool = False,
+    ) -> CellLease:
+        """A new lease for ``cell_id`` with a fresh random token.
+
+        ``api_key_env`` names the host environment variable holding the provider key; it
+        is read here, once, and the value stays in this process. ``chat_only``: the
+        endpoint serves chat completions only (see :class:`Upstream`).
+        """
+        api_key: str | None = None
+        if api_key_env is not None:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise ValueError(f"the provider key variable {api_key_env} is not set")
+        token = f"amb-{secrets.token_urlsafe(32)}"
+        safe_id = _SAFE_CELL_ID.sub("_", cell_id) or "cell"
+        lease = CellLease(
+            cell_id=cell_id,
+            token=token,
+            url=self.url,
+            log_path=self.log_dir / f"{safe_id}.jsonl",
+            budget=budget or Budget(),
+            prices=prices,
+            upstream=Upstream(
+                model=model,
+                api_key=api_key,
+                api_base=api_base,
+                chat_only=chat_only,
+                timeout_s=self.retry.timeout_s,
+            ),
+        )
+        with self._lock:
+            self._leases[token] = lease
+        return lease
+
+    def close_cell(self, lease: CellLease) -> None:
+        """Revoke the lease's token: later requests with it get 401."""
+        with self._lock:
+            self._leases.pop(lease.token, None)
+        lease.closed = True
+
+    # -- serving -------------------------------------------------------------------------
+
+    def _app(self) -> Starlette:
+        def endpoint(name: ProtocolName) -> Any:
+            async def handle(request: Request) -> Response:
+                return await self._handle(PROTOCOLS[name], request)
+
+            return handle
+
+        routes = [
+            Route("/v1/chat/completions", endpoint("chat"), methods=["POST"]),
+            Route("/chat/completions", endpoint("chat"), methods=["POST"]),
+            Route("/v1/responses", endpoint("responses"), methods=["POST"]),
+            Route("/responses", endpoint("responses"), methods=["POST"]),
+            Route("/v1/messages", endpoint("messages"), methods=["POST"]),
+        ]
+        return Starlette(routes=routes)
+
+    def _lease_for(self, request: Request) -> CellLease | None:
+        """The lease named by ``Authorization: Bearer`` (OpenAI, Claude Code's auth
+        token) or ``x-api-key`` (Anthropic SDKs)."""
+        candidates = [request.headers.get("x-api-key", "")]
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            candidates.append(auth[7:].strip())
+        with self._lock:
+            for token in candidates:
+                if token and (lease := self._leases.get(token)) is not None:
+                    return lease
+        return None
+
+    async def _handle(self, protocol: WireProtocol, request: Request) -> Response:
+        lease = self._lease_for(request)
+        if lease is None:
+            message = "AutoMedBench gateway: unknown or revoked token"
+            return JSONResponse(protocol.error(401, "invalid_api_key", message), status_code=401)
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            message = "AutoMedBench gateway: the request body is not a JSON object"
+            return JSONResponse(
+                protocol.error(400, "invalid_request_error", message), status_code=400
+            )
+        stream = bool(body.get("stream"))
+        started = time.monotonic()
+        refusal = lease.refusal()
+        if refusal is not None:
+            _, message = refusal
+            lease.record(
+                protocol=protocol.name,
+                stream=stream,
+                request=body,
+                reply=None,
+                tokens=_NO_TOKENS,
+                status=403,
+                error=message,
+                latency_s=0.0,
+                attempts=[],
+            )
+            return JSONResponse(protocol.error(403, "budget_exceeded", message), status_code=403)
+        attempts: list[Attempt] = []
+        try:
+            reply = await self._call(protocol, lease, body, attempts)
+        except UpstreamError as exc:
+            message = lease.redact(str(exc))
+            lease.record(
+                protocol=protocol.name,
+                stream=stream,
+                request=body,
+                reply=None,
+                tokens=_NO_TOKENS,
+                status=exc.status,
+                error=message,
+                latency_s=time.monotonic() - started,
+                attempts=attempts,
+            )
+            return JSONResponse(
+                protocol.error(exc.status, "upstream_error", message), status_code=exc.status
+            )
+        # Round-trip through the redaction: a reply that quotes the key loses it here.
+        reply = json.loads(lease.redact(json.dumps(reply, default=str)))
+        lease.record(
+            protocol=protocol.name,
+            stream=stream,
+            request=body,
+            reply=reply,
+            tokens=protocol.usage(reply),
+            status=200,
+            error=None,
+            latency_s=time.monotonic() - started,
+            attempts=attempts,
+        )
+        if stream:
+            return StreamingResponse(
+                iter(list(protocol.stream(reply, body))),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return JSONResponse(reply)
+
+    async def _call(
+        self,
+        protocol: WireProtocol,
+        lease: CellLease,
+        body: Mapping[str, Any],
+        attempts: list[Attempt],
+    ) -> dict[str, Any]:
+        """The upstream call with bounded retries; every try is appended to ``attempts``."""
+        policy = self.retry
+        for attempt in range(1, policy.max_attempts + 1):
+            began = time.monotonic()
+            try:
+                reply = await protocol.call(lease.upstream, body)
+            except Exception as exc:  # litellm maps provider failures to many types
+                status = _status_of(exc)
+                message = lease.redact(f"{type(exc).__name__}: {exc}")
+                attempts.append(Attempt(status, time.monotonic() - began, message))
+                if status not in RETRYABLE or attempt == policy.max_attempts:
+                    raise UpstreamError(status, message) from exc
+                await asyncio.sleep(policy.delay(attempt, _retry_after(exc)))
+                continue
+            attempts.append(Attempt(200, time.monotonic() - began))
+            return reply
+        raise AssertionError("unreachable: the loop returns or raises")
