@@ -102,8 +102,7 @@ class CellPlan:
         if self.provenance is not None:
             return self.provenance
         backend = self.backend if self.backend is not None else self.config.sandbox
-        data_hash = getattr(self.staged, "data_hash", None)
-        return cell_provenance(self.config, self.key, self.task, data_hash, backend, {})
+        return cell_provenance(self.config, self.key, self.task, self.staged.data_hash, backend, {})
 
 
 def harness_versions() -> dict[str, str]:

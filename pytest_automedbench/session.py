@@ -84,36 +84,30 @@ class AutoMedBenchSession:
         backend = self.config.sandbox if self.executor.backend_on_node else self.backend
         return cell_provenance(self.config, cell_key, task, data_hash, backend, self.images)
 
-    def reusable_record(
-        self, cell_key: CellKey, task: TaskSpec, data_hash: str | None
-    ) -> CellResult | None:
+    def reusable_record(self, key: CellKey, provenance: Provenance) -> CellResult | None:
         """``--amb-resume``: the record of this cell that an earlier run finished under
-        the configuration hash this run would give it, if any."""
-        config_hash = self.provenance(cell_key, task, data_hash).config_hash(
-            self.config.scoring_hash()
-        )
-        model = self.config.agent(cell_key.agent).model_label
-        return self.finished_record(cell_key, model, config_hash)
+        the configuration hash ``provenance`` gives it, if any."""
+        model = self.config.agent(key.agent).model_label
+        config_hash = provenance.config_hash(self.config.scoring_hash())
+        return self.finished_records().get(ledger_key(key, model, config_hash))
 
     def reusable_cells(self, cells: Iterable[tuple[str, Cell]]) -> set[str]:
-        """The node ids ``--amb-resume`` will take from earlier runs (known before any
-        data is staged: each candidate is checked against its own record's data hash,
-        and the cell checks again against the staged data when it runs)."""
+        """The node ids ``--amb-resume`` will take from earlier runs, known before any
+        data is staged: each cell is looked up with the data hashes its earlier records
+        have (the cell checks again against the staged data when it runs)."""
         if not self.config.resume:
             return set()
-        by_cell: dict[tuple[str, str, str, int], list[CellResult]] = {}
+        data_hashes: dict[CellKey, set[str | None]] = {}
         for record in self.finished_records().values():
-            by_cell.setdefault((record.agent, record.task, record.tier, record.run), []).append(
-                record
+            data_hashes.setdefault(record.key, set()).add(record.data_hash)
+        return {
+            nodeid
+            for nodeid, cell in cells
+            if any(
+                self.reusable_record(cell.key, self.provenance(cell.key, cell.task, data_hash))
+                for data_hash in data_hashes.get(cell.key, ())
             )
-        reused: set[str] = set()
-        for nodeid, cell in cells:
-            key = cell.key
-            for record in by_cell.get((key.agent, key.task, key.tier, key.run), []):
-                if self.reusable_record(key, cell.task, record.data_hash) is not None:
-                    reused.add(nodeid)
-                    break
-        return reused
+        }
 
     @property
     def ledger(self) -> Ledger:
@@ -150,11 +144,6 @@ class AutoMedBenchSession:
                 if record.status == "scored" and record.run_id != self.run_id:
                     self._finished[record.ledger_key] = record
         return self._finished
-
-    def finished_record(self, key: CellKey, model: str, config_hash: str) -> CellResult | None:
-        """The cell's record from an earlier run under the same configuration hash
-        (:meth:`Provenance.config_hash`), if there is one."""
-        return self.finished_records().get(ledger_key(key, model, config_hash))
 
     def note_resumed(self, record: CellResult) -> None:
         self.resumed_file.parent.mkdir(parents=True, exist_ok=True)

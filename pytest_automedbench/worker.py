@@ -63,12 +63,9 @@ class BenchmarkWorker:
         record it; a resumed cell yields its stored record."""
         item.stash[CELL_STARTED] = time.time()
         session = self.session
-        agent = session.config.agent(cell.key.agent)
-        data_hash = getattr(staged, "data_hash", None)
-        provenance = session.provenance(cell.key, cell.task, data_hash)
+        provenance = session.provenance(cell.key, cell.task, staged.data_hash)
         if session.config.resume:
-            config_hash = provenance.config_hash(session.config.scoring_hash())
-            finished = session.finished_record(cell.key, agent.model_label, config_hash)
+            finished = session.reusable_record(cell.key, provenance)
             if finished is not None:  # the stored verdict stands: pass or fail as it did
                 session.note_resumed(finished)
                 item.user_properties.append(("amb_resumed_from", finished.run_id))

@@ -15,6 +15,9 @@ import pytest
 # numpy, which the plugin's controller imports, cannot be loaded twice in one process:
 # loaded here, it stays loaded in every test process whatever order the tests run in.
 import pytest_automedbench.controller  # noqa: F401
+from pytest_automedbench.fixtures.registry import get_generator
+from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.results import CellResult
 from pytest_automedbench.tasks import TaskSpec
 
 pytest_plugins = ["pytester"]
@@ -55,3 +58,39 @@ def run_vqa_rad_cell(
 def read_ledger(out: Path) -> list[dict[str, Any]]:
     """The ledger records under ``out``, as JSON."""
     return [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
+
+
+#: A ledger record's fields that tests rarely vary (a scored VQA LITE cell, run 0).
+RECORD_DEFAULTS: dict[str, Any] = {
+    "run_id": "r",
+    "agent": "a",
+    "model": "m",
+    "task": "t",
+    "track": "vqa",
+    "tier": "lite",
+    "run": 0,
+    "config_hash": "h",
+    "data_source": "synthetic",
+    "status": "scored",
+    "cell_dir": "/x",
+    "finished_at": "2026-12-01T00:00:00+00:00",
+}
+
+
+def cell_record(**fields: Any) -> CellResult:
+    """A validated ledger record: :data:`RECORD_DEFAULTS` with ``fields`` over them."""
+    return CellResult.model_validate({**RECORD_DEFAULTS, **fields})
+
+
+def stage_kidney_cases(cache_root: Path) -> StagedData:
+    """Three small synthetic kidney-CT cases (the kidney-tumor-seg task) under
+    ``cache_root``: the staged data the whole-cell tests run on."""
+    return stage_synthetic(
+        task_id="kidney-tumor-seg",
+        generator_name="kidney-ct",
+        generator=get_generator("kidney-ct").generate,
+        cache_root=cache_root,
+        n_cases=3,
+        seed=5,
+        generator_version="t",
+    )

@@ -35,8 +35,7 @@ from pytest_automedbench.evaluation import HOST_PROCESS, check_format, copy_subm
 from pytest_automedbench.evaluators import __main__ as evaluator_cli
 from pytest_automedbench.evaluators.safe_io import encodable, valid_text
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.observe import observe_outputs
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.runner import CellPlan, failure_result, run_cell
@@ -44,7 +43,7 @@ from pytest_automedbench.sandbox import LocalSandbox, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox.local import copy_tree_no_links, remove_tree
 from pytest_automedbench.tasks import load_task
 
-from .conftest import SUITES
+from .conftest import SUITES, stage_kidney_cases
 from .redteam.attempts import (
     CRASH_AFTER_VIOLATION,
     DEEP_CHAIN,
@@ -389,15 +388,7 @@ def test_text_helpers() -> None:
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    return stage_synthetic(
-        task_id=TASK.id,
-        generator_name="kidney-ct",
-        generator=get_generator("kidney-ct").generate,
-        cache_root=tmp_path_factory.mktemp("data"),
-        n_cases=3,
-        seed=5,
-        generator_version="t",
-    )
+    return stage_kidney_cases(tmp_path_factory.mktemp("data"))
 
 
 #: First reach for the references, as an attacker would.

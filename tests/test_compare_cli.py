@@ -13,32 +13,18 @@ from pytest_automedbench.cli import main
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import MIN_PAIRS
 
+from .conftest import cell_record
+
 TASK_V1, TASK_V2 = "1" * 64, "2" * 64
 DATA_V1, DATA_V2 = "d" * 64, "e" * 64
 NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 
 
 def record(agent: str, task: str, overall: float, **fields: Any) -> CellResult:
-    base: dict[str, Any] = dict(
-        run_id="r",
-        agent=agent,
-        model="m",
-        task=task,
-        track="vqa",
-        tier="lite",
-        run=0,
-        config_hash="h",
-        data_source="synthetic",
-        status="scored",
-        overall=overall,
-        task_score=overall,
-        cell_dir="/x",
-        task_hash=TASK_V1,
-        data_hash=DATA_V1,
-        finished_at="2026-12-01T00:00:00+00:00",
-    )
-    base.update(fields)
-    return CellResult(**base)
+    return cell_record(
+        **{"agent": agent, "task": task, "overall": overall, "task_score": overall,
+           "task_hash": TASK_V1, "data_hash": DATA_V1, **fields}
+    )  # fmt: skip
 
 
 def dump(path: Path, *records: CellResult) -> Path:

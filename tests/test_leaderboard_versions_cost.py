@@ -18,35 +18,18 @@ from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.models import StageScores
 
+from .conftest import cell_record
+
 H1, H2, D1 = "1" * 64, "2" * 64, "d" * 64
 
 
 def record(agent: str, overall: float, run: int = 0, **fields: Any) -> CellResult:
-    base: dict[str, Any] = dict(
-        run_id="r",
-        agent=agent,
-        model=f"model-{agent}",
-        task="vqa-rad",
-        track="vqa",
-        tier="lite",
-        run=run,
-        config_hash="h",
-        data_source="synthetic",
-        status="scored",
-        stages=StageScores(s1=1, s2=1, s3=1, s4=1, s5=1),
-        agentic=overall,
-        overall=overall,
-        task_score=overall,
-        cell_dir="/x",
-        task_hash=H1,
-        data_hash=D1,
-        tokens_in=1000,
-        cost_usd=0.25,
-        price_known=True,
-        finished_at="2026-12-01T00:00:00+00:00",
-    )
-    base.update(fields)
-    return CellResult(**base)
+    return cell_record(
+        **{"agent": agent, "model": f"model-{agent}", "task": "vqa-rad", "run": run,
+           "stages": StageScores(s1=1, s2=1, s3=1, s4=1, s5=1), "agentic": overall,
+           "overall": overall, "task_score": overall, "task_hash": H1, "data_hash": D1,
+           "tokens_in": 1000, "cost_usd": 0.25, "price_known": True, **fields}
+    )  # fmt: skip
 
 
 def changed_task() -> list[CellResult]:

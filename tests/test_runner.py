@@ -12,28 +12,19 @@ from pytest_automedbench.agents import registry, scripted
 from pytest_automedbench.agents.base import AgentContext, Message, Reply
 from pytest_automedbench.agents.scripted import reference_agent
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.results import CellKey
 from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.tasks import load_task
 
-from .conftest import SUITES
+from .conftest import SUITES, stage_kidney_cases
 
 TASK = load_task(SUITES / "segmentation" / "kidney-tumor-seg")
 
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    return stage_synthetic(
-        task_id=TASK.id,
-        generator_name="kidney-ct",
-        generator=get_generator("kidney-ct").generate,
-        cache_root=tmp_path_factory.mktemp("data"),
-        n_cases=3,
-        seed=5,
-        generator_version="t",
-    )
+    return stage_kidney_cases(tmp_path_factory.mktemp("data"))
 
 
 class Exploding:

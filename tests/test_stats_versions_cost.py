@@ -16,30 +16,17 @@ from pytest_automedbench.stats import (
     summarise,
 )
 
+from .conftest import cell_record
+
 H1, H2, D1, D2 = "1" * 64, "2" * 64, "d" * 64, "e" * 64
 
 
 def cell(overall: float = 0.5, *, agent: str = "a", task: str = "t", **fields: Any) -> CellResult:
-    base: dict[str, Any] = dict(
-        run_id="s",
-        agent=agent,
-        model=f"m-{agent}",
-        task=task,
-        track="vqa",
-        tier="lite",
-        run=0,
-        config_hash="h",
-        data_source="synthetic",
-        status="scored",
-        overall=overall,
-        task_score=overall,
-        cell_dir="/x",
-        task_hash=H1,
-        data_hash=D1,
-        finished_at="2026-01-01T00:00:00+00:00",
-    )
-    base.update(fields)
-    return CellResult.model_validate(base)
+    return cell_record(
+        **{"run_id": "s", "agent": agent, "model": f"m-{agent}", "task": task,
+           "overall": overall, "task_score": overall, "task_hash": H1, "data_hash": D1,
+           "finished_at": "2026-01-01T00:00:00+00:00", **fields}
+    )  # fmt: skip
 
 
 def sides(n: int, shift: float = 0.2) -> tuple[list[CellResult], list[CellResult]]:

@@ -17,27 +17,12 @@ import pytest
 from pytest_automedbench.gates import check_coverage, check_thresholds
 from pytest_automedbench.results import CellKey, CellResult
 
-from .conftest import SUITES, read_ledger, run_vqa_rad_cell
+from .conftest import SUITES, cell_record, read_ledger, run_vqa_rad_cell
 from .fake_openai import ErrorReply, FakeOpenAI, TokenUsage, ToolCall, ToolCallReply
 
 
-def record(task: str, status: str = "scored", run: int = 0, agent: str = "a") -> CellResult:
-    scored = status == "scored"
-    return CellResult(
-        run_id="r",
-        agent=agent,
-        model="m",
-        task=task,
-        track="vqa",
-        tier="lite",
-        run=run,
-        config_hash="h",
-        data_source="synthetic",
-        status=status,  # type: ignore[arg-type]
-        overall=0.8 if scored else None,
-        cell_dir="/x",
-        finished_at="2026-12-01T00:00:00+00:00",
-    )
+def record(task: str, status: str = "scored") -> CellResult:
+    return cell_record(task=task, status=status, overall=0.8 if status == "scored" else None)
 
 
 def keys(n: int) -> list[CellKey]:

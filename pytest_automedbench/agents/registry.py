@@ -28,6 +28,7 @@ run is imported when it runs.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -81,12 +82,13 @@ class _Kind:
 KINDS: dict[str, type[_Kind]] = {}
 
 
-class _TurnByTurn(_Kind):
+class _TurnByTurn(_Kind, ABC):
     """Agents that answer turn by turn in the host's tool loop (scripted, model, replay):
     a kind says only which policy answers."""
 
+    @abstractmethod
     def policy(self, ctx: AgentContext) -> Policy:
-        raise NotImplementedError
+        """The policy that answers the cell's turns (each kind says which)."""
 
     def policy_for(self, run: AgentRun) -> Policy:
         """The policy that plays one cell (a kind that needs the cell's limits to build

@@ -17,15 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import litellm
+
+from pytest_automedbench.redact import redact
 
 from ._config import Budget, Prices, Usage
 from ._protocols import ProtocolName, TokenCounts, Upstream
 
 Termination = Literal["token_limit", "cost_limit", "time_limit"]
-MASK: Final = "***"
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,9 @@ class CellLease:
         return Priced(float(prompt) + float(completion), True)
 
     def redact(self, text: str) -> str:
+        """``text`` without the real key (the harness's one redaction, :mod:`.redact`)."""
         key = self.upstream.api_key
-        return text.replace(key, MASK) if key else text
+        return redact(text, [key]) if key else text
 
     def record(
         self,

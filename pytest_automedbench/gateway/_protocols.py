@@ -65,8 +65,19 @@ def _bridge(upstream: Upstream) -> dict[str, Any]:
     return {"use_chat_completions_api": True} if upstream.chat_only else {}
 
 
-def _upstream_body(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in _GATEWAY_FIELDS}
+def _upstream_request(upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The client's body (less the fields the gateway decides) with the cell's upstream:
+    its model, key, endpoint and time-out, and litellm's own retries off (the gateway
+    retries and records each attempt)."""
+    return {
+        **{k: v for k, v in body.items() if k not in _GATEWAY_FIELDS},
+        "model": upstream.model,
+        "api_key": upstream.api_key,
+        "api_base": upstream.api_base,
+        "timeout": upstream.timeout_s,
+        "num_retries": 0,
+        "max_retries": 0,
+    }
 
 
 def _as_dict(reply: object) -> dict[str, Any]:
@@ -105,15 +116,7 @@ class ChatCompletions:
     name: ProtocolName = "chat"
 
     async def call(self, upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
-        reply = await litellm.acompletion(
-            **_upstream_body(body),
-            model=upstream.model,
-            api_key=upstream.api_key,
-            api_base=upstream.api_base,
-            timeout=upstream.timeout_s,
-            num_retries=0,
-            max_retries=0,
-        )
+        reply = await litellm.acompletion(**_upstream_request(upstream, body))
         return _as_dict(reply)
 
     def usage(self, reply: Mapping[str, Any]) -> TokenCounts:
@@ -174,16 +177,7 @@ class Responses:
     name: ProtocolName = "responses"
 
     async def call(self, upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
-        reply = await litellm.aresponses(
-            **_upstream_body(body),
-            **_bridge(upstream),
-            model=upstream.model,
-            api_key=upstream.api_key,
-            api_base=upstream.api_base,
-            timeout=upstream.timeout_s,
-            num_retries=0,
-            max_retries=0,
-        )
+        reply = await litellm.aresponses(**_upstream_request(upstream, body), **_bridge(upstream))
         return _as_dict(reply)
 
     def usage(self, reply: Mapping[str, Any]) -> TokenCounts:
@@ -252,15 +246,7 @@ class Messages:
     name: ProtocolName = "messages"
 
     async def call(self, upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
-        reply = await anthropic_messages.acreate(
-            **_upstream_body(body),
-            model=upstream.model,
-            api_key=upstream.api_key,
-            api_base=upstream.api_base,
-            timeout=upstream.timeout_s,
-            num_retries=0,
-            max_retries=0,
-        )
+        reply = await anthropic_messages.acreate(**_upstream_request(upstream, body))
         return _as_dict(reply)
 
     def usage(self, reply: Mapping[str, Any]) -> TokenCounts:

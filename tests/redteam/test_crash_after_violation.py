@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
 from pytest_automedbench.sandbox.docker import docker_problem
 from pytest_automedbench.sandbox.local import remove_tree
+from tests.conftest import stage_kidney_cases
 from tests.redteam.attempts import CRASH_AFTER_VIOLATION, CrashAttempt
-from tests.test_agent_made_failures import TASK, attempt_cell
+from tests.test_agent_made_failures import attempt_cell
 
 pytestmark = [pytest.mark.redteam, pytest.mark.slow]
 
@@ -38,15 +38,7 @@ def no_deep_leftovers(tmp_path: Path) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    return stage_synthetic(
-        task_id=TASK.id,
-        generator_name="kidney-ct",
-        generator=get_generator("kidney-ct").generate,
-        cache_root=tmp_path_factory.mktemp("data"),
-        n_cases=3,
-        seed=5,
-        generator_version="t",
-    )
+    return stage_kidney_cases(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module", params=("bubblewrap", "docker"))
