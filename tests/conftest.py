@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,12 @@ import pytest
 # numpy, which the plugin's controller imports, cannot be loaded twice in one process:
 # loaded here, it stays loaded in every test process whatever order the tests run in.
 import pytest_automedbench.controller  # noqa: F401
+from pytest_automedbench.agents.tools import Toolbox
+from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
 from pytest_automedbench.results import CellResult
+from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
 from pytest_automedbench.tasks import TaskSpec
 
 pytest_plugins = ["pytester"]
@@ -94,3 +98,15 @@ def stage_kidney_cases(cache_root: Path) -> StagedData:
         seed=5,
         generator_version="t",
     )
+
+
+@pytest.fixture
+def toolbox(tmp_path: Path) -> Iterator[Toolbox]:
+    """The agent's tools over a process sandbox in ``tmp_path``, with a passing format
+    pre-check and a minute left: what the agent-loop tests drive a policy through."""
+    (tmp_path / "public").mkdir()
+    box = LocalSandbox(SandboxSpec(public_dir=tmp_path / "public", workspace_dir=tmp_path / "ws"))
+    box.start()
+    valid = FormatReport(valid=True, n_expected=1, n_present=1, n_valid=1, problems=[])
+    yield Toolbox(sandbox=box, precheck=lambda: valid, observe=dict, remaining_s=lambda: 60.0)
+    box.stop()

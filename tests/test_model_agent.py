@@ -36,8 +36,6 @@ from pytest_automedbench.agents.model import (
 from pytest_automedbench.agents.registry import ModelAgent, Prices
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
-from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
 from tests.fake_openai import (
     ErrorReply,
     FakeOpenAI,
@@ -354,16 +352,6 @@ def test_importing_the_plugin_does_not_import_litellm() -> None:
 
 
 # -- the whole loop over a real sandbox -------------------------------------------------
-
-
-@pytest.fixture
-def toolbox(tmp_path: Path) -> Iterator[Toolbox]:
-    (tmp_path / "public").mkdir()
-    box = LocalSandbox(SandboxSpec(public_dir=tmp_path / "public", workspace_dir=tmp_path / "ws"))
-    box.start()
-    valid = FormatReport(valid=True, n_expected=1, n_present=1, n_valid=1, problems=[])
-    yield Toolbox(sandbox=box, precheck=lambda: valid, observe=lambda: {}, remaining_s=lambda: 60.0)
-    box.stop()
 
 
 def run_loop(

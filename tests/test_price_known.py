@@ -16,9 +16,7 @@ from pytest_automedbench.agents.registry import ModelAgent, Prices
 from pytest_automedbench.agents.scripted import ScriptedPolicy, Step
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter
-from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.fixtures.staging import StagedData
-from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
 from tests.fake_openai import FakeOpenAI, TextReply, TokenUsage
 
 from .conftest import read_ledger, run_vqa_rad_cell
@@ -79,16 +77,6 @@ class UnpricedPolicy:
         self, messages: list[Message], tools: list[dict[str, Any]], timeout_s: float
     ) -> Reply:
         return Reply({"role": "assistant", "content": "thinking"}, Usage(5, 5, 0.0, False))
-
-
-@pytest.fixture
-def toolbox(tmp_path: Path) -> Iterator[Toolbox]:
-    (tmp_path / "public").mkdir()
-    box = LocalSandbox(SandboxSpec(public_dir=tmp_path / "public", workspace_dir=tmp_path / "ws"))
-    box.start()
-    report = FormatReport(valid=True, n_expected=0, n_present=0, n_valid=0, problems=[])
-    yield Toolbox(sandbox=box, precheck=lambda: report, observe=dict, remaining_s=lambda: 60.0)
-    box.stop()
 
 
 def test_the_loop_carries_price_known_into_the_outcome(toolbox: Toolbox, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,6 @@ from pytest_automedbench.agents.registry import ModelAgent
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
 from pytest_automedbench.config import build_config
-from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
@@ -141,16 +138,6 @@ class HangingServer:
 @pytest.fixture(autouse=True)
 def key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-timeout-test-0123456789")
-
-
-@pytest.fixture
-def toolbox(tmp_path: Path) -> Iterator[Toolbox]:
-    (tmp_path / "public").mkdir()
-    box = LocalSandbox(SandboxSpec(public_dir=tmp_path / "public", workspace_dir=tmp_path / "ws"))
-    box.start()
-    valid = FormatReport(valid=True, n_expected=1, n_present=1, n_valid=1, problems=[])
-    yield Toolbox(sandbox=box, precheck=lambda: valid, observe=lambda: {}, remaining_s=lambda: 60.0)
-    box.stop()
 
 
 def entry(url: str) -> ModelAgent:

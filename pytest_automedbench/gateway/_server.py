@@ -241,40 +241,30 @@ class Gateway:
             )
         stream = bool(body.get("stream"))
         started = time.monotonic()
-        refusal = lease.refusal()
-        if refusal is not None:
-            _, message = refusal
+
+        def refused(status: int, kind: str, message: str, attempts: list[Attempt]) -> Response:
+            """A request the agent gets an error for, logged like any other."""
             lease.record(
                 protocol=protocol.name,
                 stream=stream,
                 request=body,
                 reply=None,
                 tokens=_NO_TOKENS,
-                status=403,
-                error=message,
-                latency_s=0.0,
-                attempts=[],
-            )
-            return JSONResponse(protocol.error(403, "budget_exceeded", message), status_code=403)
-        attempts: list[Attempt] = []
-        try:
-            reply = await self._call(protocol, lease, body, attempts)
-        except UpstreamError as exc:
-            message = lease.redact(str(exc))
-            lease.record(
-                protocol=protocol.name,
-                stream=stream,
-                request=body,
-                reply=None,
-                tokens=_NO_TOKENS,
-                status=exc.status,
+                status=status,
                 error=message,
                 latency_s=time.monotonic() - started,
                 attempts=attempts,
             )
-            return JSONResponse(
-                protocol.error(exc.status, "upstream_error", message), status_code=exc.status
-            )
+            return JSONResponse(protocol.error(status, kind, message), status_code=status)
+
+        refusal = lease.refusal()
+        if refusal is not None:
+            return refused(403, "budget_exceeded", refusal[1], [])
+        attempts: list[Attempt] = []
+        try:
+            reply = await self._call(protocol, lease, body, attempts)
+        except UpstreamError as exc:
+            return refused(exc.status, "upstream_error", lease.redact(str(exc)), attempts)
         # Round-trip through the redaction: a reply that quotes the key loses it here.
         reply = json.loads(lease.redact(json.dumps(reply, default=str)))
         lease.record(
