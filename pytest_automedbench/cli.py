@@ -298,14 +298,23 @@ def _ledger_records(paths: list[Path], agent: str | None = None) -> list[CellRes
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    """Agent x track rows with intervals, stage profile, pass@k, codes and cost; each cell
-    counted once (the latest record of a cell within a session)."""
-    from pytest_automedbench.report.leaderboard import per_agent, render, rows
+    """Agent x track rows with intervals, stage profile, pass@k, codes, the system (harness,
+    version, model), pooled success and cost per trial, then (Markdown, HTML) one row per
+    system over all tracks; each cell counted once (the latest record of a cell within a
+    session). ``--per-system`` prints the per-system table alone."""
+    from pytest_automedbench.report.leaderboard import (
+        per_agent,
+        per_system,
+        render,
+        render_systems,
+        rows,
+    )
     from pytest_automedbench.stats import latest_per_cell
 
     read = _ledger_records(args.ledgers)
     records = latest_per_cell(read)
     table = rows(records)
+    systems = per_system(records)
     html_out: Path | None = args.html
     wants_page = args.format == "html" or html_out is not None
     agents = per_agent(records) if wants_page else []
@@ -313,14 +322,21 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         f"{len(read)} ledger records from {', '.join(map(str, args.ledgers))}; "
         f"{len(records)} cells counted (the latest record of each cell within a session)."
     )
-    text = render(table, args.format, agents, note=note)
+    if args.per_system and args.format != "html":
+        text = render_systems(systems, args.format)
+    else:
+        text = render(table, args.format, agents, note=note, systems=systems)
     if args.out is None:
         print(text, end="")
     else:
         args.out.write_text(text, encoding="utf-8")
         print(f"wrote {args.out}")
     if html_out is not None:
-        page = text if args.format == "html" else render(table, "html", agents, note=note)
+        page = (
+            text
+            if args.format == "html"
+            else render(table, "html", agents, note=note, systems=systems)
+        )
         html_out.write_text(page, encoding="utf-8")
         print(f"wrote {html_out}")
     return 0
@@ -544,6 +560,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PATH",
         help="also write the HTML page (plots and tables, one self-contained file) here",
+    )
+    board.add_argument(
+        "--per-system",
+        action="store_true",
+        help="print only the per-system table (one row per agent over all tracks: harness, "
+        "model, trials, pooled success, cost per trial, OVERALL) in --format; the HTML "
+        "page always holds both tables",
     )
     board.set_defaults(func=cmd_leaderboard)
     comp = sub.add_parser(

@@ -44,6 +44,12 @@ Kinds and their fields (``turn`` on most of them):
     the loop's and the runner's bookkeeping (see each class).
 ``start_command``, ``transcript``
     command agents (:mod:`pytest_automedbench.agents.external`).
+``end_command``, ``request_failed``, ``gateway_error``
+    agent systems through the LLM gateway: how the system's command ended (``exit_code``,
+    ``timed_out``, ``duration_s``, ``stdout``, ``stderr``), a model request the gateway
+    refused or could not serve (``status``, ``error``, ``attempts``), and a gateway that
+    stopped serving (``error``). Their turns are ``message`` and ``tool_result`` events
+    read from the wire (``source``: ``"wire"``, ``native_tool``: the system's tool name).
 
 Light on purpose: the progress monitor re-reads trajectories every few seconds, so this
 module imports nothing beyond the standard library.
@@ -377,6 +383,37 @@ class TranscriptEvent(Event):
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndCommandEvent(Event):
+    """How an agent system's command ended (its calls are ``tool_result`` events)."""
+
+    KIND = "end_command"
+    exit_code: int | None = None
+    timed_out: bool = False
+    duration_s: float | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestFailedEvent(Event):
+    """A model request of an agent system that the gateway refused (a budget: 403) or
+    could not serve after its retries; the system saw the error and went on or stopped."""
+
+    KIND = "request_failed"
+    status: int | None = None
+    error: str | None = None
+    attempts: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayErrorEvent(Event):
+    """The cell's LLM gateway stopped serving: an infrastructure error."""
+
+    KIND = "gateway_error"
+    error: str | None = None
+
+
 _BASE_FIELDS = frozenset(f.name for f in dataclasses.fields(Event))
 #: The event class of each kind.
 EVENT_TYPES: dict[str, type[Event]] = {}
@@ -395,6 +432,9 @@ for _cls in (
     EndEvent,
     StartCommandEvent,
     TranscriptEvent,
+    EndCommandEvent,
+    RequestFailedEvent,
+    GatewayErrorEvent,
 ):
     _cls._SPEC = {
         f.name: _FIELD_READERS.get(f.name) or _READERS[str(f.type)]

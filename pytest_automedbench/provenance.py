@@ -40,6 +40,9 @@ class Provenance:
     judge: dict[str, Any] = field(default_factory=dict)
     limits: dict[str, Any] = field(default_factory=dict)
     harness: str = ""
+    #: The agent system and its pinned version (``claude-code 2.1.197``): another version
+    #: of the CLI is another configuration.
+    agent_system: str = ""
 
     def config_hash(self, scoring_hash: str) -> str:
         """The record's configuration hash: the session's scoring settings and
@@ -115,4 +118,14 @@ def cell_provenance(
         judge=judge_identity(config),
         limits=cell_limits(config, key.agent, task),
         harness=harness_version(),
+        agent_system=_agent_system(config, key.agent),
     )
+
+
+def _agent_system(config: RunConfig, agent: str) -> str:
+    """The agent system of a cell with its version, for agent systems only (so the
+    hashes of every other agent's records stay what they were)."""
+    entry = config.agent(agent)
+    if entry.kind != "system":
+        return ""
+    return f"{entry.harness} {entry.harness_version or ''}".strip()

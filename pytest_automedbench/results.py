@@ -43,6 +43,12 @@ class CellResult(BaseModel):
     run_id: str
     agent: str
     model: str
+    #: The agent system that ran the model and its pinned version: ``automedbench`` for
+    #: the harness's own tool loop, ``claude-code``, ``codex``, ``mini-swe-agent``, a
+    #: command agent's name (``cmd:<name>``), ``scripted`` or ``replay``; None in records
+    #: written before the field existed.
+    harness: str | None = None
+    harness_version: str | None = None
     task: str
     track: str
     tier: str

@@ -10,12 +10,16 @@ verdicts) and ``result.json``.
 from __future__ import annotations
 
 import platform
+import shutil
+import tempfile
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_automedbench.agents.base import (
     INFRA_TERMINATIONS,
@@ -24,6 +28,7 @@ from pytest_automedbench.agents.base import (
     AgentRun,
     Limits,
 )
+from pytest_automedbench.agents.registry import SystemAgent
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
@@ -42,6 +47,8 @@ from pytest_automedbench.provenance import Provenance, cell_provenance
 from pytest_automedbench.redact import redact
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, create_sandbox, resolve_backend
+from pytest_automedbench.sandbox.agent_systems import ensure_agent_tools
+from pytest_automedbench.sandbox.base import GATEWAY_SOCKET_NAME
 from pytest_automedbench.scoring import JudgeSettings
 from pytest_automedbench.scoring.cell import CellEvidence, CellScore, score_cell
 from pytest_automedbench.scoring.models import StageScores
@@ -51,6 +58,9 @@ from pytest_automedbench.tasks import TaskSpec
 from pytest_automedbench.terms import OUTPUTS_DIRNAME
 from pytest_automedbench.violations import Policy as ViolationPolicy
 from pytest_automedbench.violations import Violation, find_violations
+
+if TYPE_CHECKING:
+    from pytest_automedbench.gateway import Gateway
 
 __all__ = [
     "OUTPUTS_DIRNAME",
@@ -121,10 +131,13 @@ def _now() -> str:
 
 def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
     provenance = plan.provenance_of()
+    agent = plan.config.agent(plan.key.agent)
     return {
         "run_id": plan.run_id,
         "agent": plan.key.agent,
         "model": model,
+        "harness": agent.harness,
+        "harness_version": agent.harness_version,
         "task": plan.task.id,
         "track": plan.task.track,
         "tier": plan.key.tier,
@@ -185,9 +198,9 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     """The steps of a cell: open the sandbox and run the agent in it; evaluate the
     submission; score the cell from its evidence; build the record."""
     cell = CellFiles.of(plan)
-    with open_sandbox(plan, cell) as sandbox:
+    with open_gateway(plan) as gateway, open_sandbox(plan, cell, gateway) as sandbox:
         ctx = agent_context(plan, sandbox)
-        outcome = run_agent_in(plan, cell, sandbox, ctx, trajectory)
+        outcome = run_agent_in(plan, cell, sandbox, ctx, trajectory, gateway)
     if outcome.termination in INFRA_TERMINATIONS:
         detail = infra_detail(outcome, trajectory)
         return _failed(plan, trajectory, detail, outcome.termination)
@@ -242,8 +255,36 @@ class CellFiles:
         )
 
 
-def open_sandbox(plan: CellPlan, cell: CellFiles) -> Sandbox:
-    """The cell's agent sandbox (a context manager: started on entry, stopped on exit)."""
+@contextmanager
+def open_gateway(plan: CellPlan) -> Iterator[Gateway | None]:
+    """The cell's LLM gateway, for an agent system (None for every other agent): served
+    on a unix socket in a folder of its own, which the sandbox binds, and logging each
+    request to ``gateway/`` in the cell's folder. Stopped when the cell's agent is done."""
+    agent = plan.config.agent(plan.key.agent)
+    if not isinstance(agent, SystemAgent):
+        yield None
+        return
+    from pytest_automedbench.gateway import Gateway, RetryPolicy
+
+    # A short path: a unix socket's name is limited to 107 bytes.
+    folder = Path(tempfile.mkdtemp(prefix="amb-gw-"))
+    folder.chmod(0o755)
+    gateway = Gateway(
+        plan.cell_dir / "gateway",
+        retry=RetryPolicy(timeout_s=plan.limits().request_timeout_s),
+        unix_socket=folder / GATEWAY_SOCKET_NAME,
+    )
+    try:
+        with gateway:
+            yield gateway
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def open_sandbox(plan: CellPlan, cell: CellFiles, gateway: Gateway | None = None) -> Sandbox:
+    """The cell's agent sandbox (a context manager: started on entry, stopped on exit);
+    with a gateway, its socket's folder is bound in and the agent systems' tools too."""
+    socket = gateway.unix_socket if gateway is not None else None
     return create_sandbox(
         cell.backend,
         SandboxSpec(
@@ -253,6 +294,8 @@ def open_sandbox(plan: CellPlan, cell: CellFiles) -> Sandbox:
             gpus=plan.config.gpus,
             run_id=plan.run_id,
             docker_base=plan.config.docker_base,
+            gateway_dir=socket.parent if socket is not None else None,
+            agent_tools=ensure_agent_tools() if socket is not None else None,
         ),
     )
 
@@ -290,6 +333,7 @@ def run_agent_in(
     sandbox: Sandbox,
     ctx: AgentContext,
     trajectory: TrajectoryWriter,
+    gateway: Gateway | None = None,
 ) -> AgentOutcome:
     """Run the agent in its sandbox to its end; the conversation is written whatever
     happens."""
@@ -337,6 +381,8 @@ def run_agent_in(
         sandbox=sandbox,
         limits=limits,
         trajectory=trajectory,
+        gateway=gateway,
+        cell_id=plan.key.cell_id,
     )
     try:
         return agent.run(run)

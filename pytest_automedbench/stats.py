@@ -47,6 +47,10 @@ Definitions used throughout:
   tokens recorded at $0 are a model without a price (unknown). A group's cost is
   unknown when any of its records' is (``GroupStats.cost_known``): its ``cost_usd``
   then only sums what was priced, and reports print "cost unknown".
+* **Harness** (``harness_of``): the agent system that ran a record's model, as recorded
+  (``harness``), or for records written before the field existed derived from the model
+  label or agent name: ``scripted:`` is "scripted", ``replay:`` "replay", ``cmd:<name>``
+  the command agent "cmd:<name>", anything else "automedbench" (the harness's own loop).
 * **Versions** (``task_hash``, ``data_hash``): a record names the task (its task.yaml,
   the tier's brief and the evaluator spec) and the staged data it was scored on; None
   in records written before. Two records of one (task, tier) with different known
@@ -433,6 +437,28 @@ def cost_known(record: CellResult) -> bool:
     return record.cost_usd > 0 or record.tokens_in + record.tokens_out == 0
 
 
+#: The model labels (and agent names) of the agents that are not model agents, and the
+#: harness each one stands for in records written before ``harness`` was recorded.
+_HARNESS_PREFIXES: tuple[tuple[str, str], ...] = (("scripted:", "scripted"), ("replay:", "replay"))
+
+
+def harness_of(record: CellResult) -> str:
+    """The agent system that ran the record's model: its ``harness`` when recorded; for an
+    older record (None) derived from the model label, else the agent name: ``scripted:``
+    gives "scripted", ``replay:`` "replay", ``cmd:<name>`` the command agent itself
+    ("cmd:<name>", as such records now say), anything else "automedbench" (the harness's
+    own tool loop: the only way a model was run before other systems could be)."""
+    if record.harness is not None:
+        return record.harness
+    for label in (record.model, record.agent):
+        for prefix, harness in _HARNESS_PREFIXES:
+            if label.startswith(prefix):
+                return harness
+        if label.startswith("cmd:"):
+            return label
+    return "automedbench"
+
+
 @dataclass(frozen=True)
 class CodeShare:
     """How many scored runs carry an error code (at least once), and their share."""
@@ -517,7 +543,9 @@ class GroupStats:
     runs (infra errors included) whose cost is unknown (``cost_known``); when there is
     any, ``cost_known`` is False, the cost figures only sum what was priced and
     ``cost_overall_r`` is None. ``cost_overall_r`` is Pearson's r of cost against
-    OVERALL over scored runs.
+    OVERALL over scored runs. ``n_trial_cost_unknown`` counts only the scored runs (the
+    trials) whose cost is unknown: ``cost_usd`` is their mean cost, so it is known as a
+    cost per trial (``trial_cost_known``) when none is, whatever the infra errors spent.
     """
 
     key: tuple[str, ...]
@@ -545,11 +573,18 @@ class GroupStats:
     wall_s: float
     cost_overall_r: float | None
     n_cost_unknown: int = 0
+    n_trial_cost_unknown: int = 0
 
     @property
     def cost_known(self) -> bool:
         """Whether every run's cost is known (else reports print "cost unknown")."""
         return self.n_cost_unknown == 0
+
+    @property
+    def trial_cost_known(self) -> bool:
+        """Whether every scored run's cost is known: ``cost_usd`` is then the cost per
+        trial (infra errors, not trials, do not count)."""
+        return self.n_trial_cost_unknown == 0
 
 
 class _Group:
@@ -577,13 +612,16 @@ class _Group:
         self.tokens_in = 0
         self.tokens_out = 0
         self.n_cost_unknown = 0
+        self.n_trial_cost_unknown = 0
 
     def add(self, record: CellResult, include_llm: bool) -> None:
         self.cost_total.append(record.cost_usd)
-        self.n_cost_unknown += not cost_known(record)
+        known = cost_known(record)
+        self.n_cost_unknown += not known
         if record.status != "scored":
             self.n_infra += 1
             return
+        self.n_trial_cost_unknown += not known
         overall, agentic, s1, s2, s3, s4, s5, task = self.columns
         overall.append(record.overall or 0.0)
         agentic.append(record.agentic or 0.0)
@@ -712,6 +750,7 @@ def _stats(
         if g.n_cost_unknown == 0
         else None,
         n_cost_unknown=g.n_cost_unknown,
+        n_trial_cost_unknown=g.n_trial_cost_unknown,
     )
 
 

@@ -1,14 +1,22 @@
-"""The real agent-system CLIs (Claude Code, Codex CLI), pinned, installed offline-ready.
+"""The real agent-system CLIs (Claude Code, Codex CLI, mini-swe-agent), pinned, installed
+offline-ready.
 
-Both come from npm: a small wrapper package and a platform package with the native
-binary (Claude Code's postinstall copies it over its ``bin/claude.exe``; Codex's
-``bin/codex.js`` is a Node launcher that execs ``vendor/<triple>/bin/codex``). They are
-installed once, on the host, into a project-local folder (:func:`default_tools_dir`,
-git-ignored) with ``npm install --prefix``; a stamp file names what was installed, so a
+Claude Code and Codex come from npm: a small wrapper package and a platform package with
+the native binary (Claude Code's postinstall copies it over its ``bin/claude.exe``;
+Codex's ``bin/codex.js`` is a Node launcher that execs ``vendor/<triple>/bin/codex``).
+mini-swe-agent comes from PyPI: ``pip install --target <tools>/python`` with the harness's
+own interpreter (the same Python minor as ``/venv/bin/python3`` in both sandboxes), and a
+sh launcher ``<tools>/bin/mini`` that runs ``python3 -I -S`` with only that folder on
+``sys.path``: mini sees none of the sandbox's packages, the sandbox's Python sees none of
+mini's, and nothing (no PYTHONPATH) leaks into the commands mini runs.
+
+They are installed once, on the host, into a project-local folder
+(:func:`default_tools_dir`, git-ignored); a stamp file names what was installed, so a
 second call with the same pins does nothing. Both sandbox backends bind that folder
-read-only at :data:`AGENT_TOOLS` (``SandboxSpec.agent_tools``) and put :data:`AGENT_TOOLS_BIN`
-on the agent's PATH; Node (for Codex's launcher) is the host's ``/usr/bin/node`` in the
-bubblewrap sandbox and Debian's ``nodejs`` in the agent image.
+read-only at :data:`AGENT_TOOLS` (``SandboxSpec.agent_tools``) and put
+:data:`AGENT_TOOLS_PATHS` first on the agent's PATH; Node (for Codex's launcher) is the
+host's ``/usr/bin/node`` in the bubblewrap sandbox and Debian's ``nodejs`` in the agent
+image.
 
 :func:`main` (``scripts/system-setup --project test`` calls it) installs them, silent
 when the stamp holds, and prints the folder.
@@ -18,13 +26,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
+from typing import Literal
 
 from filelock import FileLock
 
@@ -33,6 +44,10 @@ from pytest_automedbench.sandbox.base import SandboxError
 #: Where the tools folder appears inside both sandbox backends, and its programs.
 AGENT_TOOLS = "/opt/agent-tools"
 AGENT_TOOLS_BIN = f"{AGENT_TOOLS}/node_modules/.bin"
+#: The launchers of the Python systems (npm owns node_modules/.bin).
+AGENT_TOOLS_PYTHON_BIN = f"{AGENT_TOOLS}/bin"
+#: The folders the sandboxes put first on the agent's PATH, in order.
+AGENT_TOOLS_PATHS = (AGENT_TOOLS_BIN, AGENT_TOOLS_PYTHON_BIN)
 #: The folder's default place: next to the checkout's .venv (override with the variable).
 TOOLS_DIR_VARIABLE = "AUTOMEDBENCH_AGENT_TOOLS"
 STAMP_FILE = ".amb-stamp"
@@ -41,7 +56,8 @@ INSTALL_TIMEOUT_S = 900
 
 @dataclass(frozen=True)
 class AgentSystem:
-    """One agent CLI: its npm package at an exact version, and how to run it quietly."""
+    """One agent CLI: its npm or PyPI package at an exact version, and how to run it
+    quietly."""
 
     name: str
     package: str
@@ -53,6 +69,13 @@ class AgentSystem:
     env: dict[str, str] = field(default_factory=dict)
     #: Arguments that do the same where the CLI has no environment switch for it.
     args: tuple[str, ...] = ()
+    #: npm: into node_modules/ (program in node_modules/.bin); pip: into python/, with a
+    #: launcher in bin/ that runs ``python3 -m``-like :attr:`module` (its ``app()``).
+    installer: Literal["npm", "pip"] = "npm"
+    #: pip only: the module whose ``app`` is the CLI.
+    module: str = ""
+    #: pip only: declared requirements left out (not needed by the CLI itself).
+    leave_out: tuple[str, ...] = ()
 
 
 #: The pins: the only place the agent systems' versions are written.
@@ -92,7 +115,51 @@ AGENT_SYSTEMS: dict[str, AgentSystem] = {
             for arg in ("-c", override)
         ),
     ),
+    "mini-swe-agent": AgentSystem(
+        name="mini-swe-agent",
+        package="mini-swe-agent",
+        version="2.4.6",
+        command="mini",
+        # mini has no --version: the launcher answers it by importing mini and litellm.
+        version_text="mini-swe-agent 2.4.6",
+        env={
+            # Skip the first-run setup prompt (model and key questions on the terminal).
+            "MSWEA_CONFIGURED": "true",
+            # No start-up banner (version, migration guide, global config path).
+            "MSWEA_SILENT_STARTUP": "1",
+            # Cost from litellm's map: the gateway's model names are not in it (0 is fine).
+            "MSWEA_COST_TRACKING": "ignore_errors",
+            # Its global config (a .env it loads), prompt history and default trajectory;
+            # the sandbox's private /tmp rather than $HOME/.config in the workspace.
+            "MSWEA_GLOBAL_CONFIG_DIR": "/tmp/mini-swe-agent",
+            # litellm fetches its model cost map from GitHub at import unless told.
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        },
+        installer="pip",
+        module="minisweagent.run.mini",
+        # Only the SWE-bench batch runners import it (pyarrow, pandas, numpy: ~350 MB).
+        leave_out=("datasets",),
+    ),
 }
+
+#: The sh launcher of a pip-installed system: ``python3 -I -S`` (no site-packages, no
+#: working directory, no PYTHON* variables) with only ``../python`` on ``sys.path``.
+LAUNCHER = """#!/bin/sh
+# {package} {version}, installed by automedbench: its own packages (../python) only, the
+# sandbox's own Python environment untouched, nothing exported to the commands it runs.
+here=$(dirname -- "$(readlink -f -- "$0")")
+exec python3 -I -S -u -c '
+import sys
+sys.path.insert(0, sys.argv.pop(1))
+sys.argv[0] = "{command}"
+if sys.argv[1:] == ["--version"]:
+    import litellm, {module}
+    print("{package}", {top}.__version__)
+else:
+    from {module} import app
+    app(prog_name="{command}")
+' "$here/../python" "$@"
+"""
 
 
 def quiet_environment() -> dict[str, str]:
@@ -111,9 +178,20 @@ def default_tools_dir() -> Path:
 
 
 def stamp_text() -> str:
-    """What a finished install records: the pins and the machine they were fetched for."""
+    """What a finished install records: the pins and the machine (and Python, whose wheels
+    pip picked) they were fetched for."""
     pins = {s.package: s.version for s in AGENT_SYSTEMS.values()}
-    return json.dumps({"packages": pins, "platform": sys.platform, "machine": os.uname().machine})
+    python = "{}.{}".format(*sys.version_info[:2])
+    machine = os.uname().machine
+    return json.dumps(
+        {"packages": pins, "platform": sys.platform, "machine": machine, "python": python}
+    )
+
+
+def program(prefix: Path, system: AgentSystem) -> Path:
+    """Where a system's CLI is in a tools folder."""
+    folder = prefix / "node_modules" / ".bin" if system.installer == "npm" else prefix / "bin"
+    return folder / system.command
 
 
 def is_installed(tools_dir: Path) -> bool:
@@ -141,10 +219,12 @@ def ensure_agent_tools(tools_dir: Path | None = None, *, log: bool = True) -> Pa
         started = time.monotonic()
         if log:
             names = ", ".join(f"{s.package}@{s.version}" for s in AGENT_SYSTEMS.values())
-            print(f"automedbench: installing {names} into {root} (npm)", file=sys.stderr)
+            print(f"automedbench: installing {names} into {root} (npm, pip)", file=sys.stderr)
         staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
         try:
             _npm_install(npm, staging)
+            _pip_install(staging)
+            _write_launchers(staging)
             _check_versions(staging)
             _readable_by_all(staging)
             (staging / STAMP_FILE).write_text(stamp_text())
@@ -166,7 +246,9 @@ def _npm_install(npm: str, prefix: Path) -> None:
     manifest = {
         "name": "automedbench-agent-tools",
         "private": True,
-        "dependencies": {s.package: s.version for s in AGENT_SYSTEMS.values()},
+        "dependencies": {
+            s.package: s.version for s in AGENT_SYSTEMS.values() if s.installer == "npm"
+        },
     }
     (prefix / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
     command = [npm, "install", "--prefix", str(prefix), "--omit=dev", "--no-audit", "--no-fund"]
@@ -182,19 +264,80 @@ def _npm_install(npm: str, prefix: Path) -> None:
         raise SandboxError(f"npm install of the agent systems failed ({done.returncode}):\n{tail}")
 
 
-def _check_versions(prefix: Path) -> None:
-    """Each CLI runs and reports its pin (catches a skipped postinstall or a missing
-    platform package)."""
+def _pip_install(prefix: Path) -> None:
+    """The pip systems into ``prefix/python`` with the harness's interpreter: the pin
+    without its requirements, then its requirements (markers and bounds as declared)
+    less :attr:`AgentSystem.leave_out`."""
+    target = prefix / "python"
     for system in AGENT_SYSTEMS.values():
-        program = prefix / "node_modules" / ".bin" / system.command
+        if system.installer != "pip":
+            continue
+        _pip(target, ["--no-deps", f"{system.package}=={system.version}"], system)
+        (dist,) = metadata.distributions(name=system.package, path=[str(target)])
+        needed = []
+        for requirement in dist.requires or []:
+            name = re.match(r"[A-Za-z0-9._-]+", requirement)
+            if "extra ==" in requirement or name is None:
+                continue
+            if name.group().lower().replace("_", "-") not in system.leave_out:
+                needed.append(requirement)
+        _pip(target, needed, system)
+    # pip's console scripts name the host's interpreter: the launchers in bin/ replace them.
+    shutil.rmtree(target / "bin", ignore_errors=True)
+
+
+def _pip(target: Path, requirements: list[str], system: AgentSystem) -> None:
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    command += ["--no-input", "--no-warn-script-location", "--prefer-binary", "--upgrade"]
+    command += ["--target", str(target), *requirements]
+    env = {**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"}
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False, env=env
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise SandboxError(f"pip install of {system.package} ran past {exc.timeout} s") from exc
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise SandboxError(f"pip install of {system.package} failed ({done.returncode}):\n{tail}")
+
+
+def _write_launchers(prefix: Path) -> None:
+    for system in AGENT_SYSTEMS.values():
+        if system.installer != "pip":
+            continue
+        launcher = program(prefix, system)
+        launcher.parent.mkdir(parents=True, exist_ok=True)
+        launcher.write_text(
+            LAUNCHER.format(
+                package=system.package,
+                version=system.version,
+                command=system.command,
+                module=system.module,
+                top=system.module.split(".")[0],
+            )
+        )
+        launcher.chmod(0o755)
+
+
+def _check_versions(prefix: Path) -> None:
+    """Each CLI runs and reports its pin (catches a skipped postinstall, a missing
+    platform package or a missing Python requirement)."""
+    home = prefix / ".home"
+    for system in AGENT_SYSTEMS.values():
+        env = {**os.environ, **system.env, "HOME": str(home)}
+        if system.installer == "pip":  # the interpreter pip installed for, first
+            env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH') or '/usr/bin:/bin'}"
+        if "MSWEA_GLOBAL_CONFIG_DIR" in system.env:  # its sandbox /tmp path, here
+            env["MSWEA_GLOBAL_CONFIG_DIR"] = str(home / system.name)
         try:
             done = subprocess.run(
-                [str(program), "--version"],
+                [str(program(prefix, system)), "--version"],
                 capture_output=True,
                 text=True,
                 timeout=120,
                 check=False,
-                env={**os.environ, **system.env, "HOME": str(prefix / ".home")},
+                env=env,
             )
             output = done.stdout + done.stderr
         except (OSError, subprocess.TimeoutExpired) as exc:

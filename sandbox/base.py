@@ -40,6 +40,14 @@ class SandboxSpec(BaseModel):
     #: A host folder of agent-system CLIs (``agent_systems.ensure_agent_tools``), bound
     #: read-only at ``/opt/agent-tools`` with its programs on the agent's PATH; None: none.
     agent_tools: Path | None = None
+    #: A host folder holding the cell's LLM gateway socket (:data:`GATEWAY_SOCKET_NAME`),
+    #: bound read-only at ``/run/amb-gateway``: the agent's one route to a model, in every
+    #: network mode (a unix socket needs no network); None: none.
+    gateway_dir: Path | None = None
+
+
+#: The gateway socket's file name in ``SandboxSpec.gateway_dir``.
+GATEWAY_SOCKET_NAME = "gateway.sock"
 
 
 class ExecResult(BaseModel):
@@ -67,6 +75,13 @@ class Sandbox(ABC):
     @abstractmethod
     def workspace_path(self) -> str:
         """Where the writable workspace appears inside the sandbox."""
+
+    @property
+    def gateway_socket(self) -> str | None:
+        """Where the LLM gateway's socket appears inside the sandbox (None: no gateway).
+        A backend that mounts it elsewhere overrides this."""
+        folder = self.spec.gateway_dir
+        return str(folder / GATEWAY_SOCKET_NAME) if folder is not None else None
 
     @abstractmethod
     def start(self) -> None: ...

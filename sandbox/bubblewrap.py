@@ -49,6 +49,7 @@ from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
 from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox.local import run_process_group
 from pytest_automedbench.sandbox.mounted import (
+    GATEWAY_DIR,
     PUBLIC,
     VENV,
     WORKSPACE,
@@ -132,7 +133,7 @@ class BubblewrapSandbox(MountedFiles):
         stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
         stage.chmod(0o755)
         (stage / OWNER_FILE).write_text(process_identity())
-        for name in ("public", "workspace", "venv", "python", "agent-tools", "tmp"):
+        for name in ("public", "workspace", "venv", "python", "agent-tools", "gateway", "tmp"):
             (stage / name).mkdir()
         tmp = stage / "tmp"
         mounted = subprocess.run(
@@ -181,6 +182,9 @@ class BubblewrapSandbox(MountedFiles):
         tools = self.spec.agent_tools
         if tools is not None:
             mounts.append((tools, stage / "agent-tools"))
+        gateway = self.spec.gateway_dir
+        if gateway is not None:
+            mounts.append((gateway, stage / "gateway"))
         bwrap = [
             "bwrap",
             "--die-with-parent",
@@ -217,6 +221,8 @@ class BubblewrapSandbox(MountedFiles):
             bwrap += ["--ro-bind", str(stage / "python"), str(base)]
         if tools is not None:
             bwrap += ["--ro-bind", str(stage / "agent-tools"), AGENT_TOOLS]
+        if gateway is not None:
+            bwrap += ["--ro-bind", str(stage / "gateway"), GATEWAY_DIR]
         bwrap += ["--bind", str(stage / "tmp"), "/tmp", "--proc", "/proc", "--dev", "/dev"]
         # /dev/shm and the root itself would otherwise be unbounded tmpfs the agent can fill.
         bwrap += ["--size", str(self.spec.tmp_mb * 1024**2), "--tmpfs", "/dev/shm"]

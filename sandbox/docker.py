@@ -44,6 +44,7 @@ from pytest_automedbench.sandbox.images import LABEL, ImageSet, ensure_images
 from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
 from pytest_automedbench.sandbox.mounted import (
     CA_BUNDLE,
+    GATEWAY_DIR,
     PUBLIC,
     VENV,
     WORKSPACE,
@@ -252,6 +253,8 @@ class DockerSandbox(MountedFiles):
         ]
         if self.spec.agent_tools is not None:
             mounts.append(bind(self.spec.agent_tools, AGENT_TOOLS, read_only=True))
+        if self.spec.gateway_dir is not None:
+            mounts.append(bind(self.spec.gateway_dir, GATEWAY_DIR, read_only=True))
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
             mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
         options = container_options(self.spec)

@@ -14,13 +14,15 @@ import secrets
 import stat
 from pathlib import Path
 
-from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS_BIN
-from pytest_automedbench.sandbox.base import Sandbox, SandboxSpec
+from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS_PATHS
+from pytest_automedbench.sandbox.base import GATEWAY_SOCKET_NAME, Sandbox, SandboxSpec
 from pytest_automedbench.sandbox.local import copy_tree_no_links
 
 PUBLIC = "/public"
 WORKSPACE = "/workspace"
 VENV = "/venv"
+#: Where the cell's gateway folder (``SandboxSpec.gateway_dir``) is bound.
+GATEWAY_DIR = "/run/amb-gateway"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 #: Sandbox uids are drawn from [UID_BASE, UID_BASE + UID_SPAN): one per sandbox.
 UID_BASE = 200_000
@@ -43,6 +45,10 @@ class MountedFiles(Sandbox):
     @property
     def workspace_path(self) -> str:
         return WORKSPACE
+
+    @property
+    def gateway_socket(self) -> str | None:
+        return f"{GATEWAY_DIR}/{GATEWAY_SOCKET_NAME}" if self.spec.gateway_dir else None
 
     def _host_path(self, path: str, writable: bool) -> Path:
         """A sandbox path (``/workspace/...``, ``/public/...`` or relative to the workspace)
@@ -129,7 +135,7 @@ def agent_environment(agent_tools: bool = False) -> dict[str, str]:
     ``claude`` or ``codex`` in the host's /usr)."""
     path = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
     env = {
-        "PATH": f"{AGENT_TOOLS_BIN}:{path}" if agent_tools else path,
+        "PATH": ":".join((*AGENT_TOOLS_PATHS, path)) if agent_tools else path,
         "HOME": WORKSPACE,
         "USER": "agent",
         "TMPDIR": "/tmp",

@@ -101,8 +101,11 @@ def test_agents_file_defines_models_and_commands(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"model": "m", "command": "c"}, "exactly one of 'model' or 'command'"),
-        ({}, "exactly one of 'model' or 'command'"),
+        ({}, "needs 'model', 'command' or 'system'"),
+        ({"system": "codex"}, "system 'codex' needs a 'model'"),
+        ({"system": "nope", "model": "m"}, "unknown system 'nope'"),
+        ({"system": "codex", "command": "c", "model": "m"}, "not both"),
+        ({"command": "c", "model": "m", "temperature": 0}, "unknown key(s) temperature"),
         ({"model": "m", "api_key": "sk-123"}, "unknown key(s) api_key"),
         ({"model": "m", "input_usd_per_mtok": 1}, "give both"),
         ({"model": "m", "max_tokens": -1}, "max_tokens has an invalid value"),

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_automedbench.agents.base import AgentOutcome, Limits
+from pytest_automedbench.agents.base import AgentContext, AgentOutcome, AgentRun, Limits
 from pytest_automedbench.agents.external import BRIEF_FILENAME, run_command_agent
 from pytest_automedbench.agents.registry import SCRIPTED, CommandAgent
 from pytest_automedbench.agents.tools import Toolbox
@@ -24,7 +24,7 @@ from pytest_automedbench.evaluation import check_format
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
 from pytest_automedbench.observe import observe_outputs
-from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
+from pytest_automedbench.sandbox import LocalSandbox, Sandbox, SandboxSpec
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
@@ -84,6 +84,30 @@ class Cell:
         return event
 
 
+def agent_run(
+    sandbox: Sandbox, brief: str, toolbox: Toolbox, limits: Limits, trajectory: TrajectoryWriter
+) -> AgentRun:
+    """What the runner hands a command agent: here the brief is the whole kickoff."""
+    ws = sandbox.workspace_path
+    ctx = AgentContext(
+        task=TASK,
+        tier="lite",
+        public_dir=sandbox.public_path,
+        workspace=ws,
+        outputs_dir=f"{ws}/outputs",
+        plan_dir=f"{ws}/plan",
+    )
+    return AgentRun(
+        ctx=ctx,
+        system_prompt="",
+        kickoff=brief,
+        toolbox=toolbox,
+        sandbox=sandbox,
+        limits=limits,
+        trajectory=trajectory,
+    )
+
+
 def run_cell(
     staged: StagedData,
     tmp_path: Path,
@@ -116,7 +140,7 @@ def run_cell(
             observe=lambda: observe_outputs(workspace, outputs, deliverables, TASK.track),
             remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
         )
-        outcome = run_command_agent(entry, sandbox, brief, toolbox, limits, trajectory)
+        outcome = run_command_agent(entry, agent_run(sandbox, brief, toolbox, limits, trajectory))
     trajectory.close()
     events = read_trajectory(tmp_path / "trajectory.jsonl")
     assert events == trajectory.events  # what was written is what was recorded
@@ -250,7 +274,8 @@ def test_only_command_agents_are_accepted(staged: StagedData, tmp_path: Path) ->
     sandbox = LocalSandbox(SandboxSpec(public_dir=staged.public_dir, workspace_dir=tmp_path))
     toolbox = Toolbox(sandbox, lambda: pytest.fail("no pre-check"), dict, lambda: 60.0)
     trajectory = TrajectoryWriter(tmp_path / "t.jsonl")
+    run = agent_run(sandbox, "brief", toolbox, Limits(), trajectory)
     with pytest.raises(ValueError, match="not a command agent"):
-        run_command_agent(SCRIPTED["reference"], sandbox, "brief", toolbox, Limits(), trajectory)
+        run_command_agent(SCRIPTED["reference"], run)  # type: ignore[arg-type]
     trajectory.close()
     assert read_trajectory(tmp_path / "t.jsonl") == []  # refused before anything ran

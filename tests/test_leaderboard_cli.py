@@ -184,7 +184,10 @@ def test_markdown_keeps_one_column_per_field_whatever_the_agent_is_called(
     ledger = write(tmp_path / "odd.jsonl", "odd|name<b>", 0.0)
     assert main(["leaderboard", str(ledger)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    header_columns = lines[0].count(" | ")
-    for row in lines[2:]:
-        assert row.count(" | ") == header_columns
-        assert row.startswith("| odd\\|name&lt;b&gt; |")
+    end = lines.index("")  # the leaderboard, then the per-system table
+    systems = lines[end + 3 :]  # after the line saying what it counts and a blank one
+    for table in (lines[:end], systems):
+        header_columns = table[0].count(" | ")
+        for row in table[2:]:
+            assert row.count(" | ") == header_columns
+            assert row.startswith("| odd\\|name&lt;b&gt; |")

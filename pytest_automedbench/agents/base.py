@@ -15,6 +15,7 @@ from pytest_automedbench.llm import DEFAULT_REQUEST_TIMEOUT_S
 if TYPE_CHECKING:
     from pytest_automedbench.agents.tools import Toolbox
     from pytest_automedbench.agents.trajectory import TrajectoryWriter
+    from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.sandbox import Sandbox
     from pytest_automedbench.tasks import TaskSpec
 
@@ -30,10 +31,11 @@ Termination = Literal[
     "context_overflow",  # the conversation no longer fits even after compaction
     "finished",  # an external agent's command exited (it cannot call submit_results)
     "provider_error",  # the model provider failed past its retries: an infrastructure error
+    "gateway_error",  # the cell's LLM gateway stopped serving: an infrastructure error
 ]
 
 #: Terminations that are the harness's or the provider's fault, never the agent's.
-INFRA_TERMINATIONS: frozenset[str] = frozenset({"provider_error"})
+INFRA_TERMINATIONS: frozenset[str] = frozenset({"provider_error", "gateway_error"})
 
 
 @dataclass(frozen=True)
@@ -182,10 +184,14 @@ class AgentRun:
     sandbox: Sandbox
     limits: Limits
     trajectory: TrajectoryWriter
+    #: The cell's LLM gateway (agent systems only; None for the others).
+    gateway: Gateway | None = None
+    #: The cell's id, which names its gateway lease and log.
+    cell_id: str = "cell"
 
 
 class Agent(Protocol):
-    """One kind of agent (scripted, model, replay, command): what the harness needs of
+    """One kind of agent (scripted, model, replay, command, system): what the harness needs of
     it to plan, budget and run a cell."""
 
     @property
@@ -201,6 +207,15 @@ class Agent(Protocol):
     def model_label(self) -> str:
         """What the ledger records as the agent's model."""
         ...
+
+    @property
+    def harness(self) -> str:
+        """The agent system that runs the model (``automedbench``: the harness's own
+        tool loop; ``claude-code``, ``codex``, ...)."""
+        ...
+
+    @property
+    def harness_version(self) -> str | None: ...
 
     @property
     def deterministic(self) -> bool:

@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from pytest_automedbench.agents.base import AgentOutcome, Limits, Message, Termination, Usage
-from pytest_automedbench.agents.registry import AgentEntry, CommandAgent
-from pytest_automedbench.agents.tools import Toolbox, exec_content, exec_record
-from pytest_automedbench.agents.trajectory import TrajectoryWriter
-from pytest_automedbench.sandbox import Sandbox
+from pytest_automedbench.agents.base import AgentOutcome, AgentRun, Message, Termination, Usage
+from pytest_automedbench.agents.registry import CommandAgent, SystemAgent
+from pytest_automedbench.agents.systems import cli_model_name
+from pytest_automedbench.agents.tools import exec_content, exec_record, truncate_middle
+from pytest_automedbench.agents.trajectory import TrajectoryWriter, conversation_from_events
+from pytest_automedbench.sandbox import ExecResult, Sandbox, SandboxError
+from pytest_automedbench.sandbox.agent_systems import quiet_environment
+
+if TYPE_CHECKING:
+    from pytest_automedbench.gateway import Gateway
 
 #: The brief's file name in the workspace.
 BRIEF_FILENAME = "BRIEF.md"
@@ -51,14 +57,228 @@ def _environment(sandbox: Sandbox, brief_path: str, outputs_dir: str) -> dict[st
     }
 
 
-def _command_code(environment: dict[str, str], command: str) -> str:
-    """The bash code run in the sandbox: the exports, the outputs folder, the command.
+def _exports(environment: Mapping[str, str]) -> str:
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in environment.items())
+
+
+def _command_code(
+    environment: dict[str, str], command: str, route: GatewayRoute | None = None
+) -> str:
+    """The bash code run in the sandbox: the exports, the outputs folder, the command;
+    for an agent system, first the relay to the gateway and the variables naming it,
+    and the command in a subshell so the relay is stopped however it exits.
 
     The outputs folder is created up front because an agent system has no other way to
     learn that the harness expects it; a model agent is told the same in its brief.
     """
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in environment.items())
-    return f'{exports}mkdir -p "$AMB_OUTPUTS"\n{command}'
+    head = f'{_exports(environment)}mkdir -p "$AMB_OUTPUTS"\n'
+    if route is None:
+        return f"{head}{command}"
+    return f"{head}{route.prologue()}(\n{command}\n)\n{route.epilogue()}"
+
+
+#: Told to an agent system before the brief, instead of the tool loop's system prompt
+#: (the system has its own tools, so none are named).
+SYSTEM_PREAMBLE = """You are an autonomous medical-AI research engineer working in a sandbox.
+Work through the stages in order: S1 plan, S2 set up and inspect the data, S3 validate on a
+small pilot before scaling up, S4 run inference on every case, S5 check your outputs.
+Reference labels are not available to you; do not look for them."""
+
+#: The exit code and message of a relay that could not start (see :mod:`.._relay`).
+RELAY_FAILED_EXIT = 97
+RELAY_FAILED_TEXT = "automedbench: the gateway relay did not start"
+#: Statuses of a failed request that are the provider's fault (after the gateway's retries).
+PROVIDER_FAULTS = frozenset({408, 429, 500, 502, 503, 504, 529})
+
+
+class GatewayRoute:
+    """An agent system's route to its model for one cell: a lease on the cell's gateway
+    (the upstream, the prices, the cell's budgets), the variables the system is given,
+    and the live recording of its traffic as trajectory events."""
+
+    def __init__(self, entry: SystemAgent, run: AgentRun, gateway: Gateway) -> None:
+        from pytest_automedbench.gateway import Budget
+        from pytest_automedbench.gateway import Prices as GatewayPrices
+        from pytest_automedbench.gateway._wire import WireReader
+
+        self.entry, self.run, self.gateway = entry, run, gateway
+        self.reader = WireReader()
+        upstream, limits = entry.upstream, run.limits
+        prices = upstream.prices
+        self.lease = gateway.open_cell(
+            run.cell_id,
+            model=upstream.model,
+            api_base=upstream.api_base,
+            api_key_env=upstream.api_key_env,
+            prices=GatewayPrices(prices.input_per_mtok, prices.output_per_mtok) if prices else None,
+            budget=Budget(
+                max_tokens=limits.max_tokens,
+                max_cost=limits.max_cost_usd,
+                deadline_s=max(limits.wall_clock_s - run.trajectory.elapsed(), 0.0),
+                max_requests=limits.max_turns,
+            ),
+            listener=self._on_line,
+        )
+        self._last_line: dict[str, Any] | None = None
+
+    @classmethod
+    def open(cls, entry: SystemAgent, run: AgentRun) -> GatewayRoute:
+        if run.gateway is None or run.sandbox.gateway_socket is None:
+            raise SandboxError(f"agent system {entry.name!r} needs the cell's gateway")
+        return cls(entry, run, run.gateway)
+
+    @property
+    def listener_error(self) -> str | None:
+        return self.lease.listener_error
+
+    def environment(self) -> dict[str, str]:
+        """What the system is told of its route (``AMB_GATEWAY_URL`` is the relay's,
+        exported by :meth:`prologue`)."""
+        token = self.lease.token
+        return {
+            "AMB_GATEWAY_TOKEN": token,
+            "AMB_MODEL": cli_model_name(self.entry.upstream.model),
+            "OPENAI_API_KEY": token,
+            "ANTHROPIC_AUTH_TOKEN": token,
+            **quiet_environment(),
+        }
+
+    def shown_environment(self) -> dict[str, str]:
+        """:meth:`environment` as the trajectory records it: the token masked."""
+        shown = self.environment()
+        token = self.lease.token
+        return {k: ("<cell token>" if v == token else v) for k, v in shown.items()}
+
+    def prologue(self) -> str:
+        """Bash that starts the relay to the gateway and exports the route's variables."""
+        from pytest_automedbench.gateway._relay import relay_prologue
+
+        socket = self.run.sandbox.gateway_socket
+        assert socket is not None  # checked in open()
+        derived = {
+            "OPENAI_BASE_URL": "$AMB_GATEWAY_URL/v1",
+            "OPENAI_API_BASE": "$AMB_GATEWAY_URL/v1",
+            "ANTHROPIC_BASE_URL": "$AMB_GATEWAY_URL",
+        }
+        exports = "".join(f'export {k}="{v}"\n' for k, v in derived.items())
+        return f"{_exports(self.environment())}{relay_prologue(socket)}{exports}"
+
+    def epilogue(self) -> str:
+        from pytest_automedbench.gateway._relay import relay_epilogue
+
+        return relay_epilogue()
+
+    def close(self) -> None:
+        self.gateway.close_cell(self.lease)
+
+    def usage(self) -> Usage:
+        u = self.lease.usage()
+        return Usage(
+            tokens_in=u.input_tokens,
+            tokens_out=u.output_tokens,
+            cost_usd=round(u.cost, 9),
+            price_known=u.price_known,
+        )
+
+    def turns(self) -> int:
+        return self.lease.usage().served
+
+    def termination(self, result: ExecResult, trajectory: TrajectoryWriter) -> Termination:
+        """How the cell ended, first match wins: the route broke (an infrastructure
+        error), the command timed out, a budget of the gateway was reached, the last
+        request failed at the provider past the gateway's retries (infrastructure),
+        else the system finished on its own."""
+        if result.exit_code == RELAY_FAILED_EXIT and RELAY_FAILED_TEXT in result.stderr:
+            trajectory.emit("gateway_error", error=result.stderr[-2000:])
+            return "gateway_error"
+        if not self.gateway.running:
+            trajectory.emit("gateway_error", error="the LLM gateway stopped serving during the run")
+            return "gateway_error"
+        turns = self.turns()
+        if result.timed_out:
+            trajectory.emit(
+                "limit", limit="time_limit", turns=turns, detail="the command timed out"
+            )
+            return "time_limit"
+        limit = self.lease.termination
+        if limit is not None:
+            u = self.usage()
+            trajectory.emit(
+                "limit",
+                limit=limit,
+                turns=turns,
+                tokens=u.tokens,
+                cost_usd=u.cost_usd,
+                detail="enforced at the gateway",
+            )
+            return limit
+        last = self._last_line
+        if last is not None and last.get("status") in PROVIDER_FAULTS:
+            trajectory.emit(
+                "provider_error",
+                turns=turns,
+                error=str(last.get("error") or "")[:2000],
+                attempts=list(last.get("attempts") or []),
+            )
+            return "provider_error"
+        return "finished"
+
+    def _on_line(self, line: dict[str, Any]) -> None:
+        """One request of the system, as the gateway logged it: its trajectory events."""
+        from pytest_automedbench.gateway._wire import WireFailure, WireToolResult, WireTurn
+
+        self._last_line = line
+        trajectory = self.run.trajectory
+        for item in self.reader.feed(line):
+            if isinstance(item, WireToolResult):
+                message: Message = {
+                    "role": "tool",
+                    "tool_call_id": item.call_id,
+                    "name": item.tool,
+                    "content": item.content,
+                }
+                event = trajectory.emit(
+                    "tool_result",
+                    turn=item.turn,
+                    tool=item.tool,
+                    call_id=item.call_id,
+                    index=item.index,
+                    message=message,
+                    source="wire",
+                    native_tool=item.native_tool,
+                    **item.record,
+                )
+                self.run.toolbox.watch(event)
+            elif isinstance(item, WireTurn):
+                failed = [a for a in item.attempts if a.get("status") != 200]
+                for n, attempt in enumerate(failed, start=1):
+                    trajectory.emit(
+                        "retry",
+                        turn=item.turn,
+                        attempt=n,
+                        status=attempt.get("status"),
+                        error=attempt.get("error"),
+                        detail="retried at the gateway",
+                    )
+                trajectory.emit(
+                    "message",
+                    turn=item.turn,
+                    message=item.message,
+                    latency_s=round(item.latency_s, 3),
+                    usage={
+                        "tokens_in": item.tokens_in,
+                        "tokens_out": item.tokens_out,
+                        "cost_usd": item.cost_usd,
+                        "price_known": item.price_known,
+                        "cached_tokens": item.cached_tokens,
+                    },
+                    source="wire",
+                    protocol=item.protocol,
+                )
+            elif isinstance(item, WireFailure):
+                trajectory.emit(
+                    "request_failed", status=item.status, error=item.error, attempts=item.attempts
+                )
 
 
 def _jsonl_records(text: str, truncated: bool) -> int | None:
@@ -78,7 +298,7 @@ def _jsonl_records(text: str, truncated: bool) -> int | None:
 
 
 def _record_transcript(
-    entry: CommandAgent, sandbox: Sandbox, trajectory: TrajectoryWriter
+    entry: CommandAgent | SystemAgent, sandbox: Sandbox, trajectory: TrajectoryWriter
 ) -> dict[str, Any] | None:
     """Copy the agent system's transcript into the trajectory, bounded; vendor formats
     are not interpreted beyond counting JSON-lines records. The sandbox read confines
@@ -109,48 +329,65 @@ def _record_transcript(
     )
 
 
-def run_command_agent(
-    entry: AgentEntry,
-    sandbox: Sandbox,
-    brief: str,
-    toolbox: Toolbox,
-    limits: Limits,
-    trajectory: TrajectoryWriter,
-    *,
-    outputs_dir: str | None = None,
-) -> AgentOutcome:
-    """Run a command agent for one cell and record it like a model agent's episode.
+def run_command_agent(entry: CommandAgent | SystemAgent, run: AgentRun) -> AgentOutcome:
+    """Run a command agent or an agent system for one cell and record it like a model
+    agent's episode.
 
-    ``outputs_dir`` is the sandbox path of the deliverables folder (default: ``outputs``
-    in the workspace, the harness's contract). The command gets the rest of the task's
-    wall-clock limit. A command that ran out of time is not submitted for, as a model
-    agent stopped by the time limit has not submitted either; otherwise the outputs are
-    submitted exactly once through the toolbox, so the format pre-check runs and the
-    submission is recorded as any other.
+    The command gets the rest of the task's wall-clock limit. A plain command agent is
+    recorded as one ``execute`` call; an agent system's model requests go through the
+    cell's gateway (:class:`GatewayRoute`), and its turns and tool calls are recorded
+    from the wire as they happen, with the command's own end as ``end_command``. A
+    command that ran out of time or budget is not submitted for, as a model agent stopped
+    by a limit has not submitted either; otherwise the outputs are submitted exactly once
+    through the toolbox, so the format pre-check runs and the submission is recorded as
+    any other.
     """
-    if not isinstance(entry, CommandAgent) or not entry.command:
+    if not isinstance(entry, CommandAgent | SystemAgent) or not entry.command:
         raise ValueError(f"agent {entry.name!r} is not a command agent")
+    sandbox, trajectory, limits = run.sandbox, run.trajectory, run.limits
     workspace = sandbox.workspace_path
-    outputs = outputs_dir or f"{workspace}/outputs"
+    outputs = run.ctx.outputs_dir
     brief_path = f"{workspace}/{BRIEF_FILENAME}"
-    brief_text = brief + COMMAND_NOTE
+    preamble = SYSTEM_PREAMBLE if isinstance(entry, SystemAgent) else run.system_prompt
+    brief_text = "\n\n".join(part for part in (preamble, run.kickoff) if part) + COMMAND_NOTE
     sandbox.write_file(brief_path, brief_text.encode("utf-8"))
     kickoff: Message = {"role": "user", "content": brief_text}
-    messages: list[Message] = [kickoff]
     trajectory.emit("message", message=kickoff)
 
     environment = _environment(sandbox, brief_path, outputs)
-    timeout = max(MIN_COMMAND_TIMEOUT_S, limits.wall_clock_s - trajectory.elapsed())
-    trajectory.emit(
-        "start_command",
-        agent=entry.name,
-        command=entry.command,
-        transcript=entry.transcript,
-        brief_path=brief_path,
-        environment=environment,
-        timeout_s=round(timeout, 3),
-    )
-    result = sandbox.exec("bash", _command_code(environment, entry.command), timeout)
+    route = GatewayRoute.open(entry, run) if isinstance(entry, SystemAgent) else None
+    try:
+        timeout = max(MIN_COMMAND_TIMEOUT_S, limits.wall_clock_s - trajectory.elapsed())
+        trajectory.emit(
+            "start_command",
+            agent=entry.name,
+            command=entry.command,
+            transcript=entry.transcript,
+            brief_path=brief_path,
+            environment={**environment, **(route.shown_environment() if route else {})},
+            timeout_s=round(timeout, 3),
+        )
+        code = _command_code(environment, entry.command, route)
+        result = sandbox.exec("bash", code, timeout)
+    finally:
+        if route is not None:
+            route.close()
+    if route is None:
+        return _opaque_episode(entry, run, result, timeout, kickoff)
+    return _system_episode(route.entry, run, route, result, kickoff)
+
+
+def _opaque_episode(
+    entry: CommandAgent | SystemAgent,
+    run: AgentRun,
+    result: ExecResult,
+    timeout: float,
+    kickoff: Message,
+) -> AgentOutcome:
+    """A command agent the harness cannot see into: its command is one ``execute`` call,
+    its spending unknown."""
+    trajectory, toolbox = run.trajectory, run.toolbox
+    messages: list[Message] = [kickoff]
     _record_tool_result(
         trajectory,
         messages,
@@ -160,24 +397,14 @@ def run_command_agent(
         content=exec_content(result, timeout, "command"),
         **exec_record("bash", entry.command, result, toolbox.observe()),
     )
-    _record_transcript(entry, sandbox, trajectory)
-
+    _record_transcript(entry, run.sandbox, trajectory)
     termination: Termination
     if result.timed_out:
         termination = "time_limit"
         trajectory.emit("limit", limit="time_limit", turns=1, detail="the command timed out")
     else:
         termination = "finished"
-        submission = toolbox.call("submit_results", "{}")
-        _record_tool_result(
-            trajectory,
-            messages,
-            tool="submit_results",
-            call_id="submit",
-            index=1,
-            content=submission.content,
-            **submission.record,
-        )
+        _submit_for(run, messages, turn=1, index=1)
     trajectory.emit(
         "end",
         termination=termination,
@@ -198,6 +425,70 @@ def run_command_agent(
     )
 
 
+def _system_episode(
+    entry: SystemAgent,
+    run: AgentRun,
+    route: GatewayRoute,
+    result: ExecResult,
+    kickoff: Message,
+) -> AgentOutcome:
+    """An agent system's episode: its turns are already in the trajectory (from the
+    wire); here the command's end, the transcript, how the cell ended, the submission."""
+    trajectory, toolbox = run.trajectory, run.toolbox
+    trajectory.emit(
+        "end_command",
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        duration_s=result.duration_s,
+        stdout=truncate_middle(result.stdout),
+        stderr=truncate_middle(result.stderr),
+        observed=toolbox.observe(),
+    )
+    _record_transcript(entry, run.sandbox, trajectory)
+    if route.listener_error is not None:
+        raise RuntimeError(f"reading the agent system's traffic failed: {route.listener_error}")
+    usage = route.usage()
+    turns = route.turns()
+    termination = route.termination(result, trajectory)
+    messages = conversation_from_events(trajectory.events)
+    if termination == "finished":
+        _submit_for(run, messages, turn=max(turns, 1), index=0)
+    trajectory.emit(
+        "end",
+        termination=termination,
+        turns=turns,
+        tokens_in=usage.tokens_in,
+        tokens_out=usage.tokens_out,
+        cost_usd=usage.cost_usd,
+        usage_known=True,
+        price_known=usage.price_known,
+        exit_code=result.exit_code,
+    )
+    return AgentOutcome(
+        termination=termination,
+        turns=turns,
+        usage=usage,
+        wall_s=round(trajectory.elapsed(), 3),
+        submitted=toolbox.submitted,
+        messages=[kickoff, *messages[1:]] if messages else [kickoff],
+    )
+
+
+def _submit_for(run: AgentRun, messages: list[Message], *, turn: int, index: int) -> None:
+    """The outputs submitted on the agent's behalf, once, recorded as a call of ``turn``."""
+    submission = run.toolbox.call("submit_results", "{}")
+    _record_tool_result(
+        run.trajectory,
+        messages,
+        tool="submit_results",
+        call_id="submit",
+        index=index,
+        turn=turn,
+        content=submission.content,
+        **submission.record,
+    )
+
+
 def _record_tool_result(
     trajectory: TrajectoryWriter,
     messages: list[Message],
@@ -206,12 +497,13 @@ def _record_tool_result(
     call_id: str,
     index: int,
     content: str,
+    turn: int = 1,
     **record: Any,
 ) -> None:
     """A tool message in the conversation and its ``tool_result`` event, shaped as the
-    agent loop writes them (turn 1: a command agent's episode is one turn)."""
+    agent loop writes them (turn 1 for a plain command agent: its episode is one turn)."""
     message: Message = {"role": "tool", "tool_call_id": call_id, "name": tool, "content": content}
     messages.append(message)
     trajectory.emit(
-        "tool_result", turn=1, tool=tool, call_id=call_id, index=index, message=message, **record
+        "tool_result", turn=turn, tool=tool, call_id=call_id, index=index, message=message, **record
     )

@@ -77,6 +77,16 @@ class _Kind:
     def unavailable_reason(self) -> str | None:
         return None
 
+    @property
+    def harness(self) -> str:
+        """The agent system that runs the model (a record's ``harness``): the kind's
+        name unless the kind says otherwise."""
+        return self.kind
+
+    @property
+    def harness_version(self) -> str | None:
+        return None
+
 
 #: Agent kind -> its class.
 KINDS: dict[str, type[_Kind]] = {}
@@ -144,6 +154,16 @@ class ModelAgent(_TurnByTurn, kind="model", cost=Limits().max_cost_usd):
     def model_label(self) -> str:
         return self.model
 
+    @property
+    def harness(self) -> str:
+        return "automedbench"  # the harness's own tool loop
+
+    @property
+    def harness_version(self) -> str | None:
+        from pytest_automedbench.provenance import harness_version
+
+        return harness_version()
+
     def unavailable_reason(self) -> str | None:
         """A missing API key: the cell is skipped (a property of the machine)."""
         from pytest_automedbench.agents.model import missing_credentials
@@ -200,15 +220,60 @@ class CommandAgent(_Kind, kind="command", cost=None):
     def model_label(self) -> str:
         return f"cmd:{self.name}"
 
+    @property
+    def harness(self) -> str:
+        return f"cmd:{self.name}"
+
     def run(self, run: AgentRun) -> AgentOutcome:
         from pytest_automedbench.agents.external import run_command_agent
 
-        brief = f"{run.system_prompt}\n\n{run.kickoff}"
-        return run_command_agent(self, run.sandbox, brief, run.toolbox, run.limits, run.trajectory)
+        return run_command_agent(self, run)
+
+
+@dataclass(frozen=True)
+class SystemAgent(_Kind, kind="system", cost=Limits().max_cost_usd):
+    """An agent system (Claude Code, Codex CLI, mini-swe-agent, or any configured
+    command) running its own loop inside the sandbox, with a model reached only through
+    the cell's LLM gateway: metered, budgeted, and its turns read from the wire.
+
+    ``system`` names a built-in system of :data:`pytest_automedbench.agents.systems.SYSTEMS`
+    (its launch command, transcript and pinned version), or is None for a user-defined
+    ``command``; ``upstream`` is the model the gateway forwards every request to."""
+
+    name: str
+    description: str
+    upstream: ModelAgent
+    system: str | None = None
+    command: str = ""
+    transcript: str | None = None
+    limits: LimitSettings = field(default_factory=LimitSettings)
+
+    @property
+    def model_label(self) -> str:
+        return self.upstream.model
+
+    @property
+    def harness(self) -> str:
+        return self.system or f"cmd:{self.name}"
+
+    @property
+    def harness_version(self) -> str | None:
+        from pytest_automedbench.agents.systems import system_version
+
+        return system_version(self.system)
+
+    def unavailable_reason(self) -> str | None:
+        """The upstream's key is missing (the gateway needs it on the host)."""
+        return self.upstream.unavailable_reason()
+
+    def run(self, run: AgentRun) -> AgentOutcome:
+        from pytest_automedbench.agents.external import run_command_agent
+
+        return run_command_agent(self, run)
 
 
 #: Every agent the registry can resolve a name to.
-AgentEntry = ScriptedAgent | ModelAgent | ReplayAgent | CommandAgent
+AgentEntry = ScriptedAgent | ModelAgent | ReplayAgent | CommandAgent | SystemAgent
 
 
 #: The scripted archetypes (see :mod:`.scripted` for what each one does).
@@ -282,7 +347,11 @@ NAMED_MODELS: dict[str, ModelAgent] = {
 
 def limit_settings(entry: AgentEntry) -> LimitSettings:
     """The limits an agent's definition sets (none for scripted and replay agents)."""
-    return entry.limits if isinstance(entry, ModelAgent | CommandAgent) else LimitSettings()
+    return (
+        entry.limits
+        if isinstance(entry, ModelAgent | CommandAgent | SystemAgent)
+        else LimitSettings()
+    )
 
 
 def _positive_int(value: Any) -> bool:
@@ -317,6 +386,20 @@ _MODEL_KEYS = {
     *LIMIT_KEYS,
 }
 _COMMAND_KEYS = {"command", "transcript", "description", "time_factor"}
+#: An agent system through the gateway: a built-in ``system`` or a ``command``, and the
+#: model its requests go to (with that model's endpoint, key, prices) and its budgets.
+_SYSTEM_KEYS = {
+    "system",
+    "command",
+    "transcript",
+    "model",
+    "api_base",
+    "api_key_env",
+    "input_usd_per_mtok",
+    "output_usd_per_mtok",
+    "description",
+    *LIMIT_KEYS,
+}
 
 
 def _definition(name: str, raw: Any, where: str) -> AgentEntry:
@@ -324,9 +407,15 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
     here = f"{where}: agent {name!r}"
     if not isinstance(raw, Mapping):
         raise UnknownAgentError(f"{here} must be a table of settings")
-    if ("model" in raw) == ("command" in raw):
-        raise UnknownAgentError(f"{here} needs exactly one of 'model' or 'command'")
-    allowed = _MODEL_KEYS if "model" in raw else _COMMAND_KEYS
+    runs = [key for key in ("system", "command") if key in raw]
+    if len(runs) == 2:
+        raise UnknownAgentError(f"{here}: give 'system' or 'command', not both")
+    if not runs and "model" not in raw:
+        raise UnknownAgentError(f"{here} needs 'model', 'command' or 'system' (with a model)")
+    if "system" in raw and "model" not in raw:
+        raise UnknownAgentError(f"{here}: system {raw['system']!r} needs a 'model'")
+    gateway = bool(runs) and "model" in raw
+    allowed = _SYSTEM_KEYS if gateway else (_COMMAND_KEYS if runs else _MODEL_KEYS)
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise UnknownAgentError(
@@ -339,6 +428,12 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
             raise UnknownAgentError(f"{here}: {key} has an invalid value {value!r}")
     description = str(raw.get("description", ""))
     limits = LimitSettings(**{k: raw[k] for k in LIMIT_KEYS if k in raw})
+    has_in, has_out = "input_usd_per_mtok" in raw, "output_usd_per_mtok" in raw
+    if has_in != has_out:
+        raise UnknownAgentError(f"{here}: give both input_usd_per_mtok and output_usd_per_mtok")
+    prices = Prices(raw["input_usd_per_mtok"], raw["output_usd_per_mtok"]) if has_in else None
+    if gateway:
+        return _system_definition(name, raw, here, description, prices, limits)
     if "command" in raw:
         return CommandAgent(
             name,
@@ -347,9 +442,6 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
             transcript=raw.get("transcript"),
             limits=limits,
         )
-    has_in, has_out = "input_usd_per_mtok" in raw, "output_usd_per_mtok" in raw
-    if has_in != has_out:
-        raise UnknownAgentError(f"{here}: give both input_usd_per_mtok and output_usd_per_mtok")
     options = {k: raw[k] for k in ("temperature", "max_tokens") if k in raw}
     return ModelAgent(
         name,
@@ -357,8 +449,46 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
         model=str(raw["model"]),
         api_base=raw.get("api_base"),
         api_key_env=raw.get("api_key_env"),
-        prices=Prices(raw["input_usd_per_mtok"], raw["output_usd_per_mtok"]) if has_in else None,
+        prices=prices,
         options=options,
+        limits=limits,
+    )
+
+
+def _system_definition(
+    name: str,
+    raw: Mapping[str, Any],
+    here: str,
+    description: str,
+    prices: Prices | None,
+    limits: LimitSettings,
+) -> SystemAgent:
+    """An agent system through the gateway: its model is a litellm string or a named
+    model (whose endpoint, key variable and prices it takes unless the entry sets its own)."""
+    from pytest_automedbench.agents.systems import SYSTEMS
+
+    system = raw.get("system")
+    if system is not None and system not in SYSTEMS:
+        raise UnknownAgentError(
+            f"{here}: unknown system {system!r}; built-in systems: {', '.join(SYSTEMS)}"
+        )
+    if system is not None and "command" in raw:
+        raise UnknownAgentError(f"{here}: a built-in system brings its own command")
+    base = NAMED_MODELS.get(str(raw["model"]))
+    upstream = base or ModelAgent(name, f"litellm model {raw['model']}", model=str(raw["model"]))
+    overrides: dict[str, Any] = {k: raw[k] for k in ("api_base", "api_key_env") if k in raw}
+    if prices is not None:
+        overrides["prices"] = prices
+    upstream = replace(upstream, **overrides)
+    what = f"{system or 'command'} on {upstream.model}"
+    if system is not None:
+        return SYSTEMS[system].agent(name, upstream, description or what, limits)
+    return SystemAgent(
+        name,
+        description or what,
+        upstream=upstream,
+        command=str(raw["command"]),
+        transcript=raw.get("transcript"),
         limits=limits,
     )
 
@@ -415,8 +545,10 @@ def _replay_file(name: str, file: str, _: Mapping[str, AgentEntry]) -> AgentEntr
 
 def _defined_command(name: str, target: str, defined: Mapping[str, AgentEntry]) -> AgentEntry:
     agent = defined.get(target)
-    if not isinstance(agent, CommandAgent):
-        commands = sorted(n for n, e in defined.items() if isinstance(e, CommandAgent))
+    if not isinstance(agent, CommandAgent | SystemAgent):
+        commands = sorted(
+            n for n, e in defined.items() if isinstance(e, CommandAgent | SystemAgent)
+        )
         raise UnknownAgentError(
             f"--agent {name}: no command agent {target!r} is defined "
             "([tool.automedbench.agents.<name>] with command = ..., or --agents-file); "
@@ -425,11 +557,38 @@ def _defined_command(name: str, target: str, defined: Mapping[str, AgentEntry]) 
     return agent
 
 
+def upstream_model(ref: str, defined: Mapping[str, AgentEntry]) -> ModelAgent:
+    """The model an agent system's gateway forwards to: a model agent of the agents
+    file, one of the named models, or any litellm model string."""
+    entry = defined.get(ref) or NAMED_MODELS.get(ref)
+    if entry is None:
+        return ModelAgent(ref, "any litellm model", model=ref)
+    if not isinstance(entry, ModelAgent):
+        raise UnknownAgentError(f"{ref!r} is not a model agent, so no agent system can run it")
+    return entry
+
+
+def _system_on(system: str) -> Callable[[str, str, Mapping[str, AgentEntry]], AgentEntry]:
+    def resolve(name: str, model: str, defined: Mapping[str, AgentEntry]) -> AgentEntry:
+        from pytest_automedbench.agents.systems import SYSTEMS
+
+        upstream = upstream_model(model, defined)
+        what = f"{system} on {upstream.model}"
+        return SYSTEMS[system].agent(name, upstream, what, LimitSettings())
+
+    return resolve
+
+
+#: The built-in agent systems (``--agent <system>:<model>``); their launch commands are
+#: in :mod:`pytest_automedbench.agents.systems`.
+SYSTEM_NAMES = ("claude-code", "codex", "mini-swe-agent")
+
 #: ``--agent <prefix><rest>``: the agents that are named by what follows a prefix.
 PREFIXES: dict[str, Callable[[str, str, Mapping[str, AgentEntry]], AgentEntry]] = {
     "litellm:": _any_litellm_model,
     "replay:": _replay_file,
     "cmd:": _defined_command,
+    **{f"{system}:": _system_on(system) for system in SYSTEM_NAMES},
 }
 
 
@@ -453,13 +612,16 @@ def resolve_agent(
     else:
         prefix = next((p for p in PREFIXES if name.startswith(p) and len(name) > len(p)), None)
         if prefix is None:
+            systems = ", ".join(f"{system}:<model>" for system in SYSTEM_NAMES)
             raise UnknownAgentError(
                 f"unknown agent {name!r}; valid agents: {', '.join(known_names(definitions))}, "
-                "litellm:<model>, replay:<file>, cmd:<name>"
+                f"litellm:<model>, replay:<file>, cmd:<name>, {systems}"
             )
         entry = PREFIXES[prefix](name, name[len(prefix) :], definitions)
     if api_base is not None and isinstance(entry, ModelAgent):
         entry = replace(entry, api_base=api_base)
+    if api_base is not None and isinstance(entry, SystemAgent):
+        entry = replace(entry, upstream=replace(entry.upstream, api_base=api_base))
     return entry
 
 

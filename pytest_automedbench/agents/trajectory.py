@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,24 +40,28 @@ class TrajectoryWriter:
         self._seq = 0
         self._secrets = secret_values()
         self.events: list[dict[str, Any]] = []
+        # An agent system's turns are emitted from the gateway's thread while the runner's
+        # thread waits on the system's command: one event at a time, in ``seq`` order.
+        self._lock = threading.Lock()
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
 
     def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
-        event = {
-            "v": TRAJECTORY_SCHEMA_VERSION,
-            "seq": self._seq,
-            "t": round(self.elapsed(), 3),
-            "kind": kind,
-            **fields,
-        }
-        self._seq += 1
-        self.events.append(event)
-        self._file.write(redact(json.dumps(event, default=str), self._secrets) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        return event
+        with self._lock:
+            event = {
+                "v": TRAJECTORY_SCHEMA_VERSION,
+                "seq": self._seq,
+                "t": round(self.elapsed(), 3),
+                "kind": kind,
+                **fields,
+            }
+            self._seq += 1
+            self.events.append(event)
+            self._file.write(redact(json.dumps(event, default=str), self._secrets) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            return event
 
     def close(self) -> None:
         if not self._file.closed:

@@ -11,7 +11,16 @@ upstream 429/5xx with bounded backoff.
 from __future__ import annotations
 
 from ._config import Budget, Prices, RetryPolicy, Usage
-from ._lease import CellLease, Termination
+from ._lease import CellLease, Listener, Termination
 from ._server import Gateway
 
-__all__ = ["Budget", "CellLease", "Gateway", "Prices", "RetryPolicy", "Termination", "Usage"]
+__all__ = [
+    "Budget",
+    "CellLease",
+    "Gateway",
+    "Listener",
+    "Prices",
+    "RetryPolicy",
+    "Termination",
+    "Usage",
+]

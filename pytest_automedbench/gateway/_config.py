@@ -30,11 +30,13 @@ class Prices:
 @dataclass(frozen=True)
 class Budget:
     """What a cell may spend. ``None`` means no limit of that kind. Tokens count input and
-    output together; ``deadline_s`` is wall-clock seconds from when the lease opens."""
+    output together; ``deadline_s`` is wall-clock seconds from when the lease opens;
+    ``max_requests`` counts the model replies served (an agent system's turns)."""
 
     max_tokens: int | None = None
     max_cost: float | None = None
     deadline_s: float | None = None
+    max_requests: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class Usage:
     not be priced (then ``cost`` is a lower bound)."""
 
     requests: int = 0
+    #: Requests answered with a model reply (the others were refused or failed).
+    served: int = 0
     attempts: int = 0
     input_tokens: int = 0
     cached_tokens: int = 0

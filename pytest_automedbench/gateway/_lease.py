@@ -11,9 +11,10 @@ back in an error.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +27,9 @@ from pytest_automedbench.redact import redact
 from ._config import Budget, Prices, Usage
 from ._protocols import ProtocolName, TokenCounts, Upstream
 
-Termination = Literal["token_limit", "cost_limit", "time_limit"]
+Termination = Literal["token_limit", "cost_limit", "time_limit", "turn_limit"]
+#: Called with each log line (a dict) right after it is written, on the gateway's thread.
+Listener = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,10 @@ class CellLease:
     opened_at: float = field(default_factory=time.monotonic)
     termination: Termination | None = None
     closed: bool = False
+    #: Told of every request as it is logged (the live trajectory of an agent system).
+    listener: Listener | None = field(default=None, repr=False)
+    #: The first exception the listener raised (the log line was written all the same).
+    listener_error: str | None = None
     _usage: Usage = field(default_factory=Usage)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -98,6 +105,7 @@ class CellLease:
             f"({usage.total_tokens} used)",
             "cost_limit": f"cost budget of ${budget.max_cost} exhausted (${usage.cost:.6f} used)",
             "time_limit": f"wall-clock deadline of {budget.deadline_s} s passed",
+            "turn_limit": f"limit of {budget.max_requests} model replies reached",
         }[limit]
         return limit, f"AutoMedBench gateway: {detail} [{limit}]; no further model calls"
 
@@ -109,6 +117,8 @@ class CellLease:
             return "token_limit"
         if budget.max_cost is not None and usage.cost >= budget.max_cost:
             return "cost_limit"
+        if budget.max_requests is not None and usage.served >= budget.max_requests:
+            return "turn_limit"
         return None
 
     def price(self, tokens: TokenCounts) -> Priced:
@@ -175,6 +185,7 @@ class CellLease:
             self._usage = replace(
                 u,
                 requests=u.requests + 1,
+                served=u.served + (reply is not None),
                 attempts=u.attempts + len(attempts),
                 input_tokens=u.input_tokens + tokens.input,
                 cached_tokens=u.cached_tokens + tokens.cached,
@@ -188,3 +199,10 @@ class CellLease:
                 self.termination = self._exceeded(self._usage)
             with self.log_path.open("a", encoding="utf-8") as log:
                 log.write(text + "\n")
+                log.flush()
+                os.fsync(log.fileno())
+        if self.listener is not None:
+            try:
+                self.listener(json.loads(text))
+            except Exception as exc:  # the agent's request is served whatever the listener does
+                self.listener_error = self.listener_error or f"{type(exc).__name__}: {exc}"

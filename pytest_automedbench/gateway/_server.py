@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ._config import Budget, Prices, RetryPolicy
-from ._lease import Attempt, CellLease
+from ._lease import Attempt, CellLease, Listener
 from ._protocols import PROTOCOLS, ProtocolName, TokenCounts, Upstream, WireProtocol
 
 #: Statuses worth another try: rate limits, timeouts and provider-side failures.
@@ -78,14 +78,23 @@ class Gateway:
     """
 
     def __init__(
-        self, log_dir: Path, *, retry: RetryPolicy | None = None, host: str = "127.0.0.1"
+        self,
+        log_dir: Path,
+        *,
+        retry: RetryPolicy | None = None,
+        host: str = "127.0.0.1",
+        unix_socket: Path | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.retry = retry or RetryPolicy()
         self.host = host
+        #: Also serve on this unix socket (mode 0666: the sandbox's uid connects to it
+        #: through a bind mount; the cell token still decides what it may do).
+        self.unix_socket = unix_socket
         self._leases: dict[str, CellLease] = {}
         self._lock = threading.Lock()
         self._socket: socket.socket | None = None
+        self._unix: socket.socket | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -111,11 +120,19 @@ class Gateway:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind((self.host, 0))
         self._socket = sock
+        sockets = [sock]
+        if self.unix_socket is not None:
+            self.unix_socket.unlink(missing_ok=True)
+            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            unix.bind(str(self.unix_socket))
+            self.unix_socket.chmod(0o666)
+            self._unix = unix
+            sockets.append(unix)
         config = uvicorn.Config(self._app(), log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
         self._server = server
         self._thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [sock]}, name="amb-gateway", daemon=True
+            target=server.run, kwargs={"sockets": sockets}, name="amb-gateway", daemon=True
         )
         self._thread.start()
         deadline = time.monotonic() + 10
@@ -125,14 +142,29 @@ class Gateway:
             time.sleep(0.01)
         return self
 
+    @property
+    def running(self) -> bool:
+        """Whether the server is still serving (false once stopped or crashed)."""
+        server, thread = self._server, self._thread
+        return (
+            server is not None
+            and thread is not None
+            and thread.is_alive()
+            and server.started
+            and not server.should_exit
+        )
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self._socket is not None:
-            self._socket.close()
-        self._server = self._thread = self._socket = None
+        for sock in (self._socket, self._unix):
+            if sock is not None:
+                sock.close()
+        if self._unix is not None and self.unix_socket is not None:
+            self.unix_socket.unlink(missing_ok=True)
+        self._server = self._thread = self._socket = self._unix = None
 
     def __enter__(self) -> Gateway:
         return self.start()
@@ -155,6 +187,7 @@ class Gateway:
         budget: Budget | None = None,
         *,
         chat_only: bool = False,
+        listener: Listener | None = None,
     ) -> CellLease:
         """A new lease for ``cell_id`` with a fresh random token.
 
@@ -176,6 +209,7 @@ class Gateway:
             log_path=self.log_dir / f"{safe_id}.jsonl",
             budget=budget or Budget(),
             prices=prices,
+            listener=listener,
             upstream=Upstream(
                 model=model,
                 api_key=api_key,

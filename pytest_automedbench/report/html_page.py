@@ -11,12 +11,16 @@ one file that opens offline and can be attached to a release. It holds
   - **error codes**: grouped bars, the share of an agent's scored runs that carry each of
     E1-E5 (a run with two codes counts for both);
 
-* a per-agent table with the numbers behind the plots (their text alternative), and the
-  leaderboard table (agent x track, OVERALL with its 95% interval), its rows whose task
-  or data differ from another record's marked with a dagger and explained below it.
+* a per-agent table with the numbers behind the plots (their text alternative), the
+  leaderboard table (agent x track, OVERALL with its 95% interval, the pooled success
+  rate, the harness, its version and the model, the cost per trial), its rows whose task
+  or data differ from another record's marked with a dagger and explained below it, and,
+  when given, the per-system table (``leaderboard.per_system``: one row per agent over
+  all its tracks, its trials, pooled success rate, cost per trial and mean OVERALL).
 
 A cost that is not known (``GroupStats.cost_known`` False, ``cost_usd_per_run`` None: a
-model without a price) is written "cost unknown", and its agent is left out of the cost
+model without a price; in the leaderboard and per-system tables ``cost_per_trial`` None,
+a trial's cost unknown) is written "cost unknown", and its agent is left out of the cost
 plot (the page says so), never drawn at $0.
 
 Every bar and point has a ``<title>`` (the browser's tooltip) with its exact value, and
@@ -458,6 +462,27 @@ def _codes(row: Mapping[str, Any]) -> str:
     return ", ".join(f"{c}\u00d7{n}" for c, n in codes.items()) or "none"
 
 
+def pooled_text(row: Mapping[str, Any]) -> str:
+    """A row's pooled success rate as a percent with its count, e.g. "66.7% (2/3)" (plain
+    text; "n/a" without a trial)."""
+    rate = row["pooled_success"]
+    if rate is None:
+        return "n/a"
+    return f"{100 * rate:.1f}% ({row['successes']}/{row['trials']})"
+
+
+def trial_cost_text(row: Mapping[str, Any]) -> str:
+    """A row's cost per trial: dollars, or "cost unknown" (never $0 for an unpriced
+    model)."""
+    cost = row["cost_per_trial"]
+    return "cost unknown" if cost is None else f"{cost:.4f}"
+
+
+def _system(row: Mapping[str, Any]) -> list[str]:
+    """The harness, its version and the model of a row, escaped."""
+    return [_e(row[field] or "-") for field in ("harness", "harness_version", "model")]
+
+
 def leaderboard_table(table: Sequence[Mapping[str, Any]]) -> str:
     """Agent x track rows (``leaderboard.rows``), best OVERALL first."""
     body = [
@@ -467,12 +492,14 @@ def leaderboard_table(table: Sequence[Mapping[str, Any]]) -> str:
             str(r["runs"]),
             _e(f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}]"),
             _overall_bar(r),
+            _e(pooled_text(r)),
             _e(f"{r['task']:.1f}"),
             _e(f"{r['agentic']:.1f}"),
             *(_e(f"{r[s]:.0f}") for s in STAGE_IDS),
             _e(f"{100 * r['pass_at_k']:.0f}% (k={r['k']})"),
             _e(_codes(r)),
-            _e("cost unknown" if r["cost_usd_per_run"] is None else f"{r['cost_usd_per_run']:.4f}"),
+            *_system(r),
+            _e(trial_cost_text(r)),
         ]
         for r in table
     ]
@@ -482,14 +509,53 @@ def leaderboard_table(table: Sequence[Mapping[str, Any]]) -> str:
         "runs",
         "OVERALL [95% CI]",
         "OVERALL and interval",
+        "pooled success",
         "TASK",
         "AGENTIC",
         *STAGE_IDS,
         "pass@k",
         "codes",
-        "$/run",
+        "harness",
+        "harness version",
+        "model",
+        "$/trial",
     ]
     return _table(head, body, "Leaderboard: agent x track, scores 0-100, best OVERALL first")
+
+
+def systems_table(systems: Sequence[Mapping[str, Any]]) -> str:
+    """One row per agent over all its tracks (``leaderboard.per_system``)."""
+    body = [
+        [
+            _e(r["agent"]),
+            *_system(r),
+            _e(r["tracks"]),
+            str(r["trials"]),
+            str(r["infra_errors"]),
+            _e(pooled_text(r)),
+            _e(trial_cost_text(r)),
+            _e(f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}]"),
+        ]
+        for r in systems
+    ]
+    head = [
+        "agent",
+        "harness",
+        "harness version",
+        "model",
+        "tracks",
+        "trials",
+        "infra errors",
+        "pooled success",
+        "$/trial",
+        "OVERALL [95% CI]",
+    ]
+    return _table(
+        head,
+        body,
+        "Per system, all tracks: trials are scored cells (infrastructure errors are not "
+        "trials); pooled success = successes / trials",
+    )
 
 
 _STYLE = (
@@ -509,12 +575,15 @@ def page(
     title: str = "AutoMedBench leaderboard",
     note: str = "",
     footnotes: Sequence[str] = (),
+    systems: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The whole page: the three plots, the per-agent table and the leaderboard table.
+    """The whole page: the three plots, the per-agent table, the leaderboard table and,
+    when given, the per-system table.
 
     ``table`` is ``leaderboard.rows``; ``agents`` is ``summarise(..., by=("agent",))``
     over the same records; ``note`` (plain text) says what was counted; ``footnotes``
-    (plain text lines, ``leaderboard.footnotes``) go under the leaderboard table."""
+    (plain text lines, ``leaderboard.footnotes``) go under the leaderboard table;
+    ``systems`` is ``leaderboard.per_system`` over the same records."""
     left_out = [g.key[0] for g in agents if not g.n_runs]
     missing = (
         f"<p class='muted'>Agents with no scored run (infrastructure errors only), left out "
@@ -553,5 +622,6 @@ def page(
         + "<h2>Leaderboard</h2>"
         + leaderboard_table(table)
         + notes
+        + ("<h2>Per system</h2>" + systems_table(systems) if systems else "")
         + "</body></html>\n"
     )

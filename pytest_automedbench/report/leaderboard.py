@@ -19,6 +19,25 @@ be checked; the footnote says so when a table mixes them with hashed ones.
 
 Cost: ``cost_usd_per_run`` is None (Markdown and HTML: "cost unknown") when any run of
 the row has an unknown cost (``stats.cost_known``: a model without a price), never $0.
+
+Systems: a row names the agent system that ran it, ``harness`` (``stats.harness_of``:
+recorded, or derived for older records), ``harness_version`` and ``model``; when the
+row's records disagree, every value is listed, joined by ", " (the row is not split).
+
+Trials (HealthAgentBench): every scored cell is a trial, and succeeds when it is
+``resolved``. ``trials`` is the row's scored cells (the same count as ``runs``),
+``successes`` the resolved ones and ``pooled_success`` = successes / trials, pooled over
+tasks, tiers and repeats (the same number as ``resolved_rate``, kept for older readers).
+Infrastructure errors are the harness's fault, not the system's: they are not trials
+(neither successes nor failures) and are counted in ``infra_errors`` only.
+``cost_per_trial`` is the total cost of the trials / trials (the mean cost per scored
+cell, the value of ``cost_usd_per_run``), None ("cost unknown") when any trial's cost is
+unknown (``stats.cost_known``), never $0; an infrastructure error whose cost is unknown
+makes ``cost_usd_per_run`` None but not ``cost_per_trial``, as it is no trial.
+``per_system`` gives the same figures per agent over all its tracks, with its mean
+OVERALL: Markdown and HTML show it under the leaderboard when given it, and
+``automedbench leaderboard --per-system`` prints it alone (the JSON of the leaderboard
+stays a list of rows).
 """
 
 from __future__ import annotations
@@ -26,15 +45,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pytest_automedbench.report import html_page
+from pytest_automedbench.report.html_page import pooled_text, trial_cost_text
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import (
     GroupStats,
     Versions,
     differing_versions,
+    harness_of,
     has_hashes,
     latest_per_cell,
     summarise,
@@ -58,10 +79,54 @@ def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
         if cell.status == "scored" and not has_hashes(cell):
             key = (cell.agent, cell.track)
             unhashed[key] = unhashed.get(key, 0) + 1
+    systems = _systems(cells, lambda cell: (cell.agent, cell.track))
     return [
-        _row(g, _versions_of(g.key[0], g.key[1], versions), unhashed.get((g.key[0], g.key[1]), 0))
+        _row(
+            g,
+            _versions_of(g.key[0], g.key[1], versions),
+            unhashed.get((g.key[0], g.key[1]), 0),
+            systems[g.key],
+        )
         for g in sorted(groups, key=lambda g: (-g.overall.mean, g.key))
     ]
+
+
+def _joined(values: Iterable[str | None]) -> str | None:
+    """The distinct known values, sorted and joined by ", "; None when none is known."""
+    known = sorted({v for v in values if v is not None})
+    return ", ".join(known) if known else None
+
+
+def _systems(
+    cells: Iterable[CellResult], key: Callable[[CellResult], tuple[str, ...]]
+) -> dict[tuple[str, ...], dict[str, str | None]]:
+    """Per key, the agent system of its records (infra errors too: the same system ran
+    them): ``harness`` (``harness_of``), ``harness_version`` and ``model``, each value
+    they hold joined by ", " (None: no record has a version)."""
+    found: dict[tuple[str, ...], dict[str, set[str | None]]] = {}
+    for cell in cells:
+        held = found.setdefault(
+            key(cell), {"harness": set(), "harness_version": set(), "model": set()}
+        )
+        held["harness"].add(harness_of(cell))
+        held["harness_version"].add(cell.harness_version)
+        held["model"].add(cell.model)
+    return {k: {field: _joined(v) for field, v in held.items()} for k, held in found.items()}
+
+
+def _trials(group: GroupStats) -> dict[str, Any]:
+    """A group's trials (its scored cells), successes (the resolved ones), pooled success
+    rate (successes / trials, None without a trial) and cost per trial (None when any
+    trial's cost is unknown). Infra errors are no trials: see the module docstring."""
+    trials = group.n_runs
+    successes = round(group.resolved_rate * trials) if trials else 0
+    cost = group.cost_usd if group.trial_cost_known and trials else None
+    return {
+        "trials": trials,
+        "successes": successes,
+        "pooled_success": round(successes / trials, 4) if trials else None,
+        "cost_per_trial": None if cost is None else round(cost, 6),
+    }
 
 
 def _versions_of(agent: str, track: str, versions: Versions) -> dict[str, dict[str, list[str]]]:
@@ -86,8 +151,43 @@ def per_agent(records: Iterable[CellResult], seed: int = 0) -> list[GroupStats]:
     return summarise(latest_per_cell(records), by=("agent",), seed=seed)
 
 
+def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
+    """One row per agent (a system: a harness running a model) over ALL its tracks, each
+    cell counted once, best OVERALL first, agents without a trial left out (as in
+    ``rows``): ``harness``, ``harness_version``, ``model``, the tracks, ``trials``,
+    ``successes``, ``infra_errors``, ``pooled_success`` (successes / trials, pooled over
+    every task, tier and repeat; infra errors are no trials), ``cost_per_trial`` (None:
+    cost unknown) and the mean OVERALL (0-100) with its 95% interval."""
+    cells = latest_per_cell(records)
+    groups = [g for g in summarise(cells, by=("agent",), seed=seed) if g.n_runs]
+    systems = _systems(cells, lambda cell: (cell.agent,))
+    tracks: dict[str, set[str]] = {}
+    for cell in cells:
+        if cell.status == "scored":
+            tracks.setdefault(cell.agent, set()).add(cell.track)
+    out = []
+    for g in sorted(groups, key=lambda g: (-g.overall.mean, g.key)):
+        overall = g.overall.scaled()
+        out.append(
+            {
+                "agent": g.key[0],
+                **systems[g.key],
+                "tracks": ", ".join(sorted(tracks[g.key[0]])),
+                **_trials(g),
+                "infra_errors": g.n_infra,
+                "overall": round(overall.mean, 2),
+                "overall_low": round(overall.low, 2),
+                "overall_high": round(overall.high, 2),
+            }
+        )
+    return out
+
+
 def _row(
-    group: GroupStats, versions: dict[str, dict[str, list[str]]], unhashed: int
+    group: GroupStats,
+    versions: dict[str, dict[str, list[str]]],
+    unhashed: int,
+    system: Mapping[str, str | None],
 ) -> dict[str, Any]:
     agent, track = group.key
     overall = group.overall.scaled()
@@ -113,6 +213,9 @@ def _row(
         "tokens_per_run": round(group.tokens_in + group.tokens_out, 1),
         "versions_differ": versions,
         "runs_unhashed": unhashed,
+        # New keys after the old ones, so that CSV columns keep their places.
+        **system,
+        **_trials(group),
     }
 
 
@@ -160,10 +263,13 @@ def render(
     agents: Sequence[GroupStats] = (),
     *,
     note: str = "",
+    systems: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """``table`` (``rows``) as text. The HTML page also plots ``agents`` (``per_agent``
     over the same records; without them the plots say there is no scored run) and shows
-    ``note`` (plain text: what was counted)."""
+    ``note`` (plain text: what was counted). Markdown and HTML show ``systems``
+    (``per_system`` over the same records) in a table after the leaderboard; JSON and CSV
+    are the rows alone (``render_systems`` gives the systems in those)."""
     if fmt == "json":
         return json.dumps(table, indent=1)
     if fmt == "csv":
@@ -182,8 +288,28 @@ def render(
             writer.writerow({**row, "error_codes": codes, "versions_differ": versions})
         return buffer.getvalue()
     if fmt == "html":
-        return html_page.page(table, agents, note=note, footnotes=footnotes(table))
-    return _markdown(table)
+        return html_page.page(table, agents, note=note, footnotes=footnotes(table), systems=systems)
+    text = _markdown(table)
+    if systems:
+        text += "\n" + _markdown_systems(systems)
+    return text
+
+
+def render_systems(systems: Sequence[Mapping[str, Any]], fmt: Format) -> str:
+    """The per-system table (``per_system``) alone: a JSON list, CSV, a Markdown table
+    or the HTML table."""
+    if fmt == "json":
+        return json.dumps(list(systems), indent=1)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        fields = list(systems[0]) if systems else ["agent"]
+        writer = csv.DictWriter(buffer, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(systems)
+        return buffer.getvalue()
+    if fmt == "html":
+        return html_page.systems_table(systems) + "\n"
+    return _markdown_systems(systems)
 
 
 def _codes(row: dict[str, Any]) -> str:
@@ -201,22 +327,50 @@ def _cell_text(value: str) -> str:
     )
 
 
+def _system_cells(row: Mapping[str, Any]) -> str:
+    """The harness, its version and the model of a row, as Markdown cells."""
+    return " | ".join(
+        _cell_text(row[field] or "-") for field in ("harness", "harness_version", "model")
+    )
+
+
 def _markdown(table: list[dict[str, Any]]) -> str:
     header = (
-        "| agent | track | runs | OVERALL [95% CI] | TASK | AGENTIC | S1 | S2 | S3 | S4 | S5 | "
-        "pass@k | codes | $/run |"
+        "| agent | track | runs | OVERALL [95% CI] | pooled success | TASK | AGENTIC | "
+        "S1 | S2 | S3 | S4 | S5 | pass@k | codes | harness | harness version | model | "
+        "$/trial |"
     )
-    lines = [header, "|" + "---|" * 14]
+    lines = [header, "|" + "---|" * 18]
     for r in table:
         stages = " | ".join(f"{r[s]:.0f}" for s in STAGES)
         track = _cell_text(r["track"]) + (f" {MARK}" if r["versions_differ"] else "")
         lines.append(
             f"| {_cell_text(r['agent'])} | {track} | {r['runs']} | {r['overall']:.1f} "
-            f"[{r['overall_low']:.1f}, {r['overall_high']:.1f}] | {r['task']:.1f} | "
-            f"{r['agentic']:.1f} | {stages} | {100 * r['pass_at_k']:.0f}% (k={r['k']}) | "
-            f"{_codes(r)} | {cost_text(r)} |"
+            f"[{r['overall_low']:.1f}, {r['overall_high']:.1f}] | {pooled_text(r)} | "
+            f"{r['task']:.1f} | {r['agentic']:.1f} | {stages} | "
+            f"{100 * r['pass_at_k']:.0f}% (k={r['k']}) | {_codes(r)} | {_system_cells(r)} | "
+            f"{trial_cost_text(r)} |"
         )
     notes = footnotes(table)
     if notes:  # a list under the table: one item per line however it is rendered
         lines += ["", *(f"- {_cell_text(n)}" for n in notes)]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_systems(systems: Sequence[Mapping[str, Any]]) -> str:
+    """The per-system table in Markdown, under a line saying what it counts."""
+    lines = [
+        "Per system, all tracks: trials are scored cells (infrastructure errors are not "
+        "trials); pooled success = successes / trials.",
+        "",
+        "| agent | harness | harness version | model | tracks | trials | infra errors | "
+        "pooled success | $/trial | OVERALL [95% CI] |",
+        "|" + "---|" * 10,
+    ]
+    for r in systems:
+        lines.append(
+            f"| {_cell_text(r['agent'])} | {_system_cells(r)} | {_cell_text(r['tracks'])} | "
+            f"{r['trials']} | {r['infra_errors']} | {pooled_text(r)} | {trial_cost_text(r)} | "
+            f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}] |"
+        )
     return "\n".join(lines) + "\n"
