@@ -87,8 +87,22 @@ Reference labels are not available to you; do not look for them."""
 #: The exit code and message of a relay that could not start (see :mod:`.._relay`).
 RELAY_FAILED_EXIT = 97
 RELAY_FAILED_TEXT = "automedbench: the gateway relay did not start"
-#: Statuses of a failed request that are the provider's fault (after the gateway's retries).
-PROVIDER_FAULTS = frozenset({408, 429, 500, 502, 503, 504, 529})
+#: Statuses of a failed request that are the provider's or the configuration's fault
+#: (after the gateway's retries): bad credentials, an unknown model, rate limits, outages.
+PROVIDER_FAULTS = frozenset({401, 403, 404, 408, 429, 500, 502, 503, 504, 529})
+#: How the gateway's own refusals (budgets, tokens) begin.
+GATEWAY_REFUSAL = "AutoMedBench gateway:"
+
+
+def _provider_fault(line: Mapping[str, Any], *, served: int) -> bool:
+    """Whether a system that stopped after this failed request was stopped by the
+    provider or the configuration, not by anything it did: a provider-side status, or
+    any failure before a single reply was served (the system never got to act). The
+    gateway's budget refusals are limits, never faults."""
+    status, error = line.get("status"), str(line.get("error") or "")
+    if status == 200 or error.startswith(GATEWAY_REFUSAL):
+        return False
+    return status in PROVIDER_FAULTS or served == 0
 
 
 class GatewayRoute:
@@ -213,7 +227,7 @@ class GatewayRoute:
             )
             return limit
         last = self._last_line
-        if last is not None and last.get("status") in PROVIDER_FAULTS:
+        if last is not None and _provider_fault(last, served=turns):
             trajectory.emit(
                 "provider_error",
                 turns=turns,
@@ -237,6 +251,9 @@ class GatewayRoute:
                     "name": item.tool,
                     "content": item.content,
                 }
+                # What the outputs held when the system sent the result back (right
+                # after the call ran): the judges find the pilot and the batch by it.
+                record = {"observed": self.run.toolbox.observe(), **item.record}
                 event = trajectory.emit(
                     "tool_result",
                     turn=item.turn,
@@ -246,7 +263,7 @@ class GatewayRoute:
                     message=message,
                     source="wire",
                     native_tool=item.native_tool,
-                    **item.record,
+                    **record,
                 )
                 self.run.toolbox.watch(event)
             elif isinstance(item, WireTurn):

@@ -402,8 +402,11 @@ _SYSTEM_KEYS = {
 }
 
 
-def _definition(name: str, raw: Any, where: str) -> AgentEntry:
-    """One agents-file entry, validated; errors name the file, the agent and the key."""
+def _definition(
+    name: str, raw: Any, where: str, models: Mapping[str, AgentEntry] | None = None
+) -> AgentEntry:
+    """One agents-file entry, validated; errors name the file, the agent and the key.
+    ``models``: the entries parsed before it, which an agent system's ``model`` may name."""
     here = f"{where}: agent {name!r}"
     if not isinstance(raw, Mapping):
         raise UnknownAgentError(f"{here} must be a table of settings")
@@ -433,7 +436,7 @@ def _definition(name: str, raw: Any, where: str) -> AgentEntry:
         raise UnknownAgentError(f"{here}: give both input_usd_per_mtok and output_usd_per_mtok")
     prices = Prices(raw["input_usd_per_mtok"], raw["output_usd_per_mtok"]) if has_in else None
     if gateway:
-        return _system_definition(name, raw, here, description, prices, limits)
+        return _system_definition(name, raw, here, description, prices, limits, models or {})
     if "command" in raw:
         return CommandAgent(
             name,
@@ -462,9 +465,11 @@ def _system_definition(
     description: str,
     prices: Prices | None,
     limits: LimitSettings,
+    models: Mapping[str, AgentEntry],
 ) -> SystemAgent:
-    """An agent system through the gateway: its model is a litellm string or a named
-    model (whose endpoint, key variable and prices it takes unless the entry sets its own)."""
+    """An agent system through the gateway: its model is a litellm string, a model agent
+    of the same table or a named model (whose endpoint, key variable and prices it takes
+    unless the entry sets its own)."""
     from pytest_automedbench.agents.systems import SYSTEMS
 
     system = raw.get("system")
@@ -474,8 +479,10 @@ def _system_definition(
         )
     if system is not None and "command" in raw:
         raise UnknownAgentError(f"{here}: a built-in system brings its own command")
-    base = NAMED_MODELS.get(str(raw["model"]))
-    upstream = base or ModelAgent(name, f"litellm model {raw['model']}", model=str(raw["model"]))
+    try:
+        upstream = upstream_model(str(raw["model"]), models)
+    except UnknownAgentError as exc:
+        raise UnknownAgentError(f"{here}: {exc}") from None
     overrides: dict[str, Any] = {k: raw[k] for k in ("api_base", "api_key_env") if k in raw}
     if prices is not None:
         overrides["prices"] = prices
@@ -501,13 +508,20 @@ def parse_definitions(raw: Any, where: str) -> dict[str, AgentEntry]:
     if not isinstance(raw, Mapping):
         raise UnknownAgentError(f"{where}: agent definitions must be a table name -> settings")
     out: dict[str, AgentEntry] = {}
-    for name, settings in raw.items():
+    # Model agents first: an agent system's ``model`` may name one of them.
+    systems_last = sorted(
+        raw.items(),
+        key=lambda item: (
+            isinstance(item[1], Mapping) and ("system" in item[1] or "command" in item[1])
+        ),
+    )
+    for name, settings in systems_last:
         if not isinstance(name, str) or not name or ":" in name:
             raise UnknownAgentError(f"{where}: invalid agent name {name!r} (no ':' allowed)")
         if name in SCRIPTED:
             raise UnknownAgentError(f"{where}: {name!r} is a built-in scripted agent")
-        out[name] = _definition(name, settings, where)
-    return out
+        out[name] = _definition(name, settings, where, out)
+    return {name: out[name] for name in raw if name in out}
 
 
 def read_agents_file(path: Path) -> dict[str, AgentEntry]:

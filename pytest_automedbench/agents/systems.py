@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_automedbench.agents.base import LimitSettings
-from pytest_automedbench.agents.registry import ModelAgent, SystemAgent
+from pytest_automedbench.agents.registry import SYSTEM_NAMES, ModelAgent, SystemAgent
+from pytest_automedbench.agents.tools import DEFAULT_EXEC_TIMEOUT_S
 
 __all__ = ["SYSTEMS", "BuiltinSystem", "cli_model_name", "system_version"]
 
@@ -86,13 +87,29 @@ codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandb
     return BuiltinSystem("codex", "Codex CLI", command, transcript)
 
 
+def _mini_swe_agent() -> BuiltinSystem:
+    from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
+
+    transcript = f"{TRANSCRIPT_DIR}/mini-swe-agent.traj.json"
+    # The tool-calling configuration (a `bash` tool; results carry the return code), by
+    # absolute path: mini looks a bare name up in the working directory first. Each of
+    # its commands may run as long as the harness's own execute calls (default 30 s).
+    config = f"{AGENT_TOOLS}/python/minisweagent/config/mini.yaml"
+    command = f"""mkdir -p "$AMB_WORKSPACE/{TRANSCRIPT_DIR}"
+cd "$AMB_WORKSPACE" && mini -y --exit-immediately -m "openai/$AMB_MODEL" \
+    -c {config} -c environment.timeout={int(DEFAULT_EXEC_TIMEOUT_S)} \
+    -t "$(cat "$AMB_BRIEF")" -o "$AMB_WORKSPACE/{transcript}" </dev/null"""
+    return BuiltinSystem("mini-swe-agent", "mini-swe-agent", command, transcript)
+
+
 def _builtin() -> dict[str, BuiltinSystem]:
-    systems = [_claude_code(), _codex()]
+    systems = [_claude_code(), _codex(), _mini_swe_agent()]
     return {system.name: system for system in systems}
 
 
 #: System name -> how it is launched.
 SYSTEMS: dict[str, BuiltinSystem] = _builtin()
+assert tuple(SYSTEMS) == SYSTEM_NAMES, "the registry's prefixes name every built-in system"
 
 
 def system_version(system: str | None) -> str | None:
