@@ -20,10 +20,12 @@ from pathlib import Path
 from pytest_automedbench.agents.registry import (
     NAMED_MODELS,
     SCRIPTED,
+    SYSTEM_NAMES,
     AgentEntry,
     CommandAgent,
     ModelAgent,
     ReplayAgent,
+    SystemAgent,
     UnknownAgentError,
     parse_definitions,
     read_agents_file,
@@ -102,11 +104,14 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def _agent_row(entry: AgentEntry, source: str) -> dict[str, str]:
     prices, key, target = "", "", "offline"
-    if isinstance(entry, ModelAgent):
-        target, key = entry.model, entry.api_key_env or ""
-        if entry.prices:
-            p = entry.prices
+    model = entry.upstream if isinstance(entry, SystemAgent) else entry
+    if isinstance(model, ModelAgent):
+        target, key = model.model, model.api_key_env or ""
+        if model.prices:
+            p = model.prices
             prices = f"${p.input_per_mtok:g} / ${p.output_per_mtok:g} per Mtok"
+    if isinstance(entry, SystemAgent):
+        target = f"{entry.harness} -> {entry.upstream.model}"
     elif isinstance(entry, CommandAgent):
         target = entry.command
     elif isinstance(entry, ReplayAgent):
@@ -142,8 +147,11 @@ def cmd_agents(args: argparse.Namespace) -> int:
     print("  ".join(k.ljust(widths[k]) for k in shown).rstrip())
     for row in rows:
         print("  ".join(row[k].ljust(widths[k]) for k in shown).rstrip())
+    systems = ", ".join(f"{name}:<model>" for name in SYSTEM_NAMES)
     print(
         "also: litellm:<any litellm model>, replay:<trajectory file>, cmd:<defined command agent>"
+        f", {systems} (an agent system through the gateway; <model>: a named or defined model "
+        "agent, or a litellm model)"
     )
     return 0
 

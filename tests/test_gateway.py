@@ -219,6 +219,7 @@ def test_unknown_or_revoked_token_is_401_in_each_protocol(
         (Budget(max_tokens=2000), "token_limit", 2),
         (Budget(max_cost=COST * 1.5), "cost_limit", 2),
         (Budget(deadline_s=0.0), "time_limit", 0),
+        (Budget(max_requests=3), "turn_limit", 3),
     ],
 )
 def test_budget_exhausted_mid_run_is_refused_and_recorded(

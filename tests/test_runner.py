@@ -74,6 +74,7 @@ def events(tmp_path: Path) -> list[dict[str, Any]]:
 def test_reference_cell_is_scored(staged: StagedData, tmp_path: Path) -> None:
     result = run_cell(plan_for("reference", staged, tmp_path))
     assert result.status == "scored" and result.resolved, result
+    assert (result.harness, result.harness_version) == ("scripted", None)
     assert result.data_source.startswith("synthetic:kidney-ct")
     assert result.versions["evaluator"].startswith("segmentation-")
     saved = json.loads((tmp_path / "cell" / "result.json").read_text())

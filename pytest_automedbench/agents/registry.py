@@ -574,7 +574,7 @@ def _defined_command(name: str, target: str, defined: Mapping[str, AgentEntry]) 
 def upstream_model(ref: str, defined: Mapping[str, AgentEntry]) -> ModelAgent:
     """The model an agent system's gateway forwards to: a model agent of the agents
     file, one of the named models, or any litellm model string."""
-    entry = defined.get(ref) or NAMED_MODELS.get(ref)
+    entry = defined.get(ref) or NAMED_MODELS.get(ref) or SCRIPTED.get(ref)
     if entry is None:
         return ModelAgent(ref, "any litellm model", model=ref)
     if not isinstance(entry, ModelAgent):
