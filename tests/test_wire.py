@@ -450,6 +450,8 @@ def test_malformed_arguments_are_kept_as_sent_and_the_call_reads_as_failed() -> 
         ),
         ('{"output": "o", "metadata": {"exit_code": 4, "duration_seconds": 0.1}}', None, (4, "o")),
         ("plain text", None, (None, "plain text")),
+        ("hello\n<shellId: 0 completed with exit code 0>", None, (0, "hello")),  # Copilot CLI
+        ("\n<shellId: 1 completed with exit code 3>", None, (3, "")),
     ],
 )
 def test_shell_outcome_formats(

@@ -1,6 +1,6 @@
 """Which agents exist and how ``--agent NAME`` resolves to one.
 
-An agent is one of four kinds, one class each behind the
+An agent is one of five kinds, one class each behind the
 :class:`~pytest_automedbench.agents.base.Agent` protocol:
 
 * :class:`ScriptedAgent` -- a fixed policy in :mod:`.scripted` (offline; archetypes for
@@ -9,8 +9,12 @@ An agent is one of four kinds, one class each behind the
   named models, ``litellm:<any litellm model string>``, or an entry of the agents file;
 * :class:`ReplayAgent` -- ``replay:<file>`` plays back the tool calls of a recorded or
   hand-written trajectory (:mod:`.replay`);
-* :class:`CommandAgent` -- ``cmd:<name>`` runs a configured command-line agent (Codex,
-  Claude Code, ...) inside the agent sandbox (:mod:`.external`).
+* :class:`CommandAgent` -- ``cmd:<name>`` runs a configured command inside the agent
+  sandbox, opaque: no model route, its spending unknown (:mod:`.external`);
+* :class:`SystemAgent` -- ``claude-code:<model>``, ``codex:<model>``, ``copilot:<model>``,
+  ``mini-swe-agent:<model>`` (:mod:`.systems`), or an agents-file entry with ``system`` or
+  ``command`` and a ``model``: an agent system whose model is reached only through the
+  cell's LLM gateway, metered, budgeted and read from the wire (:mod:`.external`).
 
 Names resolve through :data:`SCRIPTED`, :data:`NAMED_MODELS`, the user's definitions and
 the prefixes of :data:`PREFIXES`. Agents files (YAML, ``--agents-file``) and

@@ -30,8 +30,8 @@ from typing import Any, Final
 EXECUTE_TOOLS: Final = frozenset(
     {"Bash", "bash", "shell", "shell_command", "exec_command", "local_shell", "text_action"}
 )
-WRITE_TOOLS: Final = frozenset({"Write", "Edit", "MultiEdit", "apply_patch"})
-READ_TOOLS: Final = frozenset({"Read"})
+WRITE_TOOLS: Final = frozenset({"Write", "Edit", "MultiEdit", "apply_patch", "create", "edit"})
+READ_TOOLS: Final = frozenset({"Read", "view"})
 TEXT_ACTION: Final = "text_action"
 
 _BASH_BLOCK: Final = re.compile(
@@ -43,6 +43,8 @@ _MINI_EXIT: Final = re.compile(
     r"\A\s*(?:<exception>.*?</exception>\s*)?<returncode>(-?\d+)</returncode>", re.DOTALL
 )
 _MINI_OUTPUT: Final = re.compile(r"<output>\n?(.*?)</output>", re.DOTALL)
+#: Copilot CLI ends a shell result with ``<shellId: N completed with exit code K>``.
+_COPILOT_EXIT: Final = re.compile(r"\n?<shellId: [^>]*?completed with exit code (-?\d+)>\s*\Z")
 _PATCH_PATH: Final = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$", re.M)
 _SHELLS: Final = frozenset({"bash", "sh", "zsh", "/bin/bash", "/bin/sh", "/usr/bin/bash"})
 
@@ -266,6 +268,8 @@ def shell_outcome(content: str, is_error: bool | None) -> tuple[int | None, str]
     if match := _MINI_EXIT.match(content):  # mini-swe-agent's observation
         output_match = _MINI_OUTPUT.search(content)
         return int(match.group(1)), output_match.group(1) if output_match else content
+    if match := _COPILOT_EXIT.search(content):  # Copilot CLI: the output, then a trailer
+        return int(match.group(1)), content[: match.start()]
     head, sep, body = content.partition("Output:\n")
     if sep and (match := _CODEX_EXIT.search(head)):  # Codex: a header, then the output
         return int(match.group(1)), body
