@@ -13,8 +13,8 @@ Schema (version 2): every event has ``v``, ``seq`` (0, 1, ... without gaps), ``t
 ``transcript``, agent systems ``end_command``, ``request_failed`` and ``gateway_error``
 (their turns come from the wire, emitted from the gateway's thread: ``emit`` is locked).
 The events are written as free dicts (so old trajectories stay readable) and read through
-the typed models of :mod:`pytest_automedbench.events`, which list every kind's fields; how a tool call ended is :func:`pytest_automedbench.events.tool_calls`'s
-to say.
+the typed models of :mod:`pytest_automedbench.events`, which list every kind's fields;
+how a tool call ended is :func:`pytest_automedbench.events.tool_calls`'s to say.
 """
 
 from __future__ import annotations
