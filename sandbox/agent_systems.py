@@ -1,9 +1,10 @@
-"""The real agent-system CLIs (Claude Code, Codex CLI, mini-swe-agent), pinned, installed
-offline-ready.
+"""The real agent-system CLIs (Claude Code, Codex CLI, Copilot CLI, mini-swe-agent), pinned,
+installed offline-ready.
 
-Claude Code and Codex come from npm: a small wrapper package and a platform package with
-the native binary (Claude Code's postinstall copies it over its ``bin/claude.exe``;
-Codex's ``bin/codex.js`` is a Node launcher that execs ``vendor/<triple>/bin/codex``).
+Claude Code, Codex and Copilot CLI come from npm: a small wrapper package and a platform
+package with the native binary (Claude Code's postinstall copies it over its
+``bin/claude.exe``; Codex's ``bin/codex.js`` is a Node launcher that execs
+``vendor/<triple>/bin/codex``; Copilot's ``copilot`` picks its platform package).
 mini-swe-agent comes from PyPI: ``pip install --target <tools>/python`` with the harness's
 own interpreter (the same Python minor as ``/venv/bin/python3`` in both sandboxes), and a
 sh launcher ``<tools>/bin/mini`` that runs ``python3 -I -S`` with only that folder on
@@ -114,6 +115,20 @@ AGENT_SYSTEMS: dict[str, AgentSystem] = {
             )
             for arg in ("-c", override)
         ),
+    ),
+    "copilot": AgentSystem(
+        name="copilot",
+        package="@github/copilot",
+        version="1.0.102",
+        command="copilot",
+        version_text="GitHub Copilot CLI 1.0.102",
+        env={
+            # No GitHub sign-in, telemetry, web tools, GitHub MCP server or auto-update
+            # (needs a model provider of its own: the gateway, in BYOK mode).
+            "COPILOT_OFFLINE": "true",
+            "COPILOT_AUTO_UPDATE": "false",
+        },
+        args=("--disable-client-telemetry", "--no-auto-update"),
     ),
     "mini-swe-agent": AgentSystem(
         name="mini-swe-agent",

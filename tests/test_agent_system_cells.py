@@ -42,6 +42,7 @@ PRICE_IN, PRICE_OUT = 3.0, 15.0
 UPSTREAM_MODEL = {
     "claude-code": "anthropic/claude-scripted-1",
     "codex": "openai/gpt-scripted-1",
+    "copilot": "openai/gpt-scripted-1",
     "mini-swe-agent": "openai/gpt-scripted-1",
 }
 
@@ -240,6 +241,8 @@ def assert_graded_from_the_wire(cell: SystemCell, system: str) -> None:
         ("claude-code", "bubblewrap", "on"),
         ("codex", "docker", "on"),
         ("codex", "bubblewrap", "off"),
+        ("copilot", "docker", "off"),
+        ("copilot", "bubblewrap", "on"),
         ("mini-swe-agent", "bubblewrap", "off"),
         ("mini-swe-agent", "docker", "on"),
     ],
@@ -252,11 +255,14 @@ def test_a_real_agent_system_is_graded_through_the_gateway(
 
 
 @pytest.mark.slow
-def test_an_exhausted_token_budget_ends_the_cell_as_a_token_limit(system_cell: Any) -> None:
+@pytest.mark.parametrize("system", ["claude-code", "codex", "copilot", "mini-swe-agent"])
+def test_an_exhausted_token_budget_ends_the_cell_as_a_token_limit(
+    system_cell: Any, system: str
+) -> None:
     """1240 + 1330 tokens are served for the first two steps; the request after them is
-    over the 2000-token budget: refused at the gateway, the system stops, the cell ends
-    as a token limit with what it did kept."""
-    cell = system_cell("claude-code", "bubblewrap", "off", max_total_tokens=2000)
+    over the 2000-token budget: refused at the gateway, each system stops at once, and
+    the cell ends as a token limit with what it did kept."""
+    cell = system_cell(system, "bubblewrap", "off", max_total_tokens=2000)
     result = cell.result
     assert result.status == "scored" and result.termination == "token_limit", result.error
     served = cell.upstream.served_input_tokens + cell.upstream.served_output_tokens

@@ -26,7 +26,7 @@ from tests.fake_openai import FakeOpenAI, Scripted, TextReply
 @pytest.fixture(scope="module")
 def tools_dir() -> Path:
     if shutil.which("npm") is None:
-        pytest.skip("npm is missing (./scripts/system-setup test installs it)")
+        pytest.fail("npm is missing (./scripts/system-setup test installs it)")
     return tools.ensure_agent_tools()
 
 
@@ -47,6 +47,9 @@ def test_quiet_environment_turns_off_updates_and_telemetry() -> None:
     for key in ("DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING"):
         assert env[key] == "1"
     assert "check_for_update_on_startup=false" in tools.AGENT_SYSTEMS["codex"].args
+    # Copilot CLI: offline (no sign-in, telemetry, web tools, auto-update) in BYOK mode.
+    assert env["COPILOT_OFFLINE"] == "true" and env["COPILOT_AUTO_UPDATE"] == "false"
+    assert "--disable-client-telemetry" in tools.AGENT_SYSTEMS["copilot"].args
     # mini-swe-agent: no first-run setup prompt, no banner, no cost-map errors or fetches.
     assert env["MSWEA_CONFIGURED"] == "true" and env["MSWEA_SILENT_STARTUP"] == "1"
     assert env["MSWEA_COST_TRACKING"] == "ignore_errors"
@@ -149,7 +152,7 @@ def box(
 ) -> Iterator[BubblewrapSandbox | DockerSandbox]:
     problem = bubblewrap_problem() if request.param == "bubblewrap" else docker_problem()
     if problem is not None:
-        pytest.skip(f"{request.param}: {problem}")
+        pytest.fail(f"{request.param} cannot run here: {problem} (run scripts/system-setup test)")
     public = tmp_path / "public"
     public.mkdir()
     spec = SandboxSpec(
@@ -171,9 +174,10 @@ def test_agent_systems_run_offline_as_the_sandbox_uid_from_a_read_only_folder(
     quiet = " ".join(f"{key}={value}" for key, value in tools.quiet_environment().items())
     script = f"""
         id -u
-        command -v claude codex mini
+        command -v claude codex copilot mini
         env {quiet} claude --version
         codex --version
+        env {quiet} copilot --version
         env {quiet} mini --version
         if touch {tools.AGENT_TOOLS}/planted 2>/dev/null; then echo WROTE; fi
         if rm -f {tools.AGENT_TOOLS}/node_modules/.bin/claude 2>/dev/null; then echo REMOVED; fi
@@ -182,9 +186,10 @@ def test_agent_systems_run_offline_as_the_sandbox_uid_from_a_read_only_folder(
     assert result.exit_code == 0, result
     lines = result.stdout.splitlines()
     assert int(lines[0]) >= UID_BASE
-    assert lines[1:4] == [
+    assert lines[1:5] == [
         f"{tools.AGENT_TOOLS_BIN}/claude",
         f"{tools.AGENT_TOOLS_BIN}/codex",
+        f"{tools.AGENT_TOOLS_BIN}/copilot",
         f"{tools.AGENT_TOOLS}/bin/mini",
     ]
     for system in tools.AGENT_SYSTEMS.values():

@@ -599,7 +599,7 @@ def _system_on(system: str) -> Callable[[str, str, Mapping[str, AgentEntry]], Ag
 
 #: The built-in agent systems (``--agent <system>:<model>``); their launch commands are
 #: in :mod:`pytest_automedbench.agents.systems`.
-SYSTEM_NAMES = ("claude-code", "codex", "mini-swe-agent")
+SYSTEM_NAMES = ("claude-code", "codex", "copilot", "mini-swe-agent")
 
 #: ``--agent <prefix><rest>``: the agents that are named by what follows a prefix.
 PREFIXES: dict[str, Callable[[str, str, Mapping[str, AgentEntry]], AgentEntry]] = {

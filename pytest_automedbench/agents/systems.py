@@ -1,10 +1,10 @@
 """The built-in agent systems: how each is launched headless inside the sandbox.
 
-``--agent claude-code:<model>``, ``--agent codex:<model>`` and ``--agent
-mini-swe-agent:<model>`` run the pinned CLI (:mod:`pytest_automedbench.sandbox.agent_systems`
-installs them; both sandbox backends bind them read-only on the PATH) with the model
-reached through the cell's LLM gateway. Each launch command is bash run in the sandbox
-after the harness has exported:
+``--agent claude-code:<model>``, ``--agent codex:<model>``, ``--agent copilot:<model>`` and
+``--agent mini-swe-agent:<model>`` run the pinned CLI
+(:mod:`pytest_automedbench.sandbox.agent_systems` installs them; both sandbox backends bind
+them read-only on the PATH) with the model reached through the cell's LLM gateway. Each
+launch command is bash run in the sandbox after the harness has exported:
 
 * ``AMB_BRIEF``, ``AMB_WORKSPACE``, ``AMB_PUBLIC``, ``AMB_OUTPUTS`` (as for every command
   agent);
@@ -87,6 +87,24 @@ codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandb
     return BuiltinSystem("codex", "Codex CLI", command, transcript)
 
 
+def _copilot() -> BuiltinSystem:
+    from pytest_automedbench.sandbox.agent_systems import AGENT_SYSTEMS
+
+    transcript = f"{TRANSCRIPT_DIR}/copilot.jsonl"
+    quiet = " ".join(AGENT_SYSTEMS["copilot"].args)
+    # BYOK mode: the gateway as an OpenAI chat-completions provider (no GitHub sign-in);
+    # its JSON-lines output is the native transcript. --allow-all: no permission prompts,
+    # the sandbox is the boundary.
+    command = f"""export COPILOT_PROVIDER_TYPE=openai COPILOT_PROVIDER_WIRE_API=completions
+export COPILOT_PROVIDER_BASE_URL="$AMB_GATEWAY_URL/v1" COPILOT_MODEL="$AMB_MODEL"
+export COPILOT_PROVIDER_API_KEY="$AMB_GATEWAY_TOKEN"
+mkdir -p "$AMB_WORKSPACE/{TRANSCRIPT_DIR}"
+copilot -p "$(cat "$AMB_BRIEF")" --allow-all {quiet} --output-format json \
+    -C "$AMB_WORKSPACE" > "$AMB_WORKSPACE/{transcript}"
+"""
+    return BuiltinSystem("copilot", "GitHub Copilot CLI", command, transcript)
+
+
 def _mini_swe_agent() -> BuiltinSystem:
     from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
 
@@ -95,7 +113,10 @@ def _mini_swe_agent() -> BuiltinSystem:
     # absolute path: mini looks a bare name up in the working directory first. Each of
     # its commands may run as long as the harness's own execute calls (default 30 s).
     config = f"{AGENT_TOOLS}/python/minisweagent/config/mini.yaml"
-    command = f"""mkdir -p "$AMB_WORKSPACE/{TRANSCRIPT_DIR}"
+    # No retries of its own (4-60 s apart, 10 times): the gateway already retries what a
+    # retry can fix, and a budget refusal is final.
+    command = f"""export MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT=1
+mkdir -p "$AMB_WORKSPACE/{TRANSCRIPT_DIR}"
 cd "$AMB_WORKSPACE" && mini -y --exit-immediately -m "openai/$AMB_MODEL" \
     -c {config} -c environment.timeout={int(DEFAULT_EXEC_TIMEOUT_S)} \
     -t "$(cat "$AMB_BRIEF")" -o "$AMB_WORKSPACE/{transcript}" </dev/null"""
@@ -103,7 +124,7 @@ cd "$AMB_WORKSPACE" && mini -y --exit-immediately -m "openai/$AMB_MODEL" \
 
 
 def _builtin() -> dict[str, BuiltinSystem]:
-    systems = [_claude_code(), _codex(), _mini_swe_agent()]
+    systems = [_claude_code(), _codex(), _copilot(), _mini_swe_agent()]
     return {system.name: system for system in systems}
 
 
