@@ -22,7 +22,7 @@ from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
-from pytest_automedbench.tasks import TaskSpec
+from pytest_automedbench.tasks import TaskSpec, load_task
 
 pytest_plugins = ["pytester"]
 
@@ -97,6 +97,23 @@ def stage_kidney_cases(cache_root: Path) -> StagedData:
         n_cases=3,
         seed=5,
         generator_version="t",
+    )
+
+
+def stage_vqa_cases(cache_root: Path) -> StagedData:
+    """Three synthetic VQA-RAD questions (the vqa-rad task, its own generator at its small
+    size) under ``cache_root``: what the command-agent and agent-system cells answer."""
+    task = load_task(SUITES / "vqa" / "vqa-rad")
+    generator = get_generator(task.data.synthetic.generator)
+    return stage_synthetic(
+        task_id=task.id,
+        generator_name=generator.name,
+        generator=generator.for_size("small"),
+        cache_root=cache_root,
+        n_cases=3,
+        seed=0,
+        generator_version=generator.version,
+        layout=task.case_layout,
     )
 
 

@@ -23,8 +23,7 @@ import pytest
 
 from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.sandbox import bubblewrap_problem, docker_problem
@@ -32,7 +31,7 @@ from pytest_automedbench.sandbox.agent_systems import AGENT_SYSTEMS
 from pytest_automedbench.tasks import load_task
 from tests.scripted_upstream import ScriptedUpstream, Shell, Step, StepUsage, Text
 
-from .conftest import SUITES
+from .conftest import SUITES, stage_vqa_cases
 
 TASK = load_task(SUITES / "vqa" / "vqa-rad")
 CANARY_ENV = "AMB_TEST_CANARY_PROVIDER_KEY"
@@ -84,17 +83,7 @@ def the_script(system: str = "") -> list[Step]:
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    generator = get_generator(TASK.data.synthetic.generator)
-    return stage_synthetic(
-        task_id=TASK.id,
-        generator_name=generator.name,
-        generator=generator.for_size("small"),
-        cache_root=tmp_path_factory.mktemp("data"),
-        n_cases=3,
-        seed=0,
-        generator_version=generator.version,
-        layout=TASK.case_layout,
-    )
+    return stage_vqa_cases(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture

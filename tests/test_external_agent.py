@@ -21,13 +21,12 @@ from pytest_automedbench.agents.registry import SCRIPTED, CommandAgent
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
 from pytest_automedbench.evaluation import check_format
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.observe import observe_outputs
 from pytest_automedbench.sandbox import LocalSandbox, Sandbox, SandboxSpec
 from pytest_automedbench.tasks import load_task
 
-from .conftest import SUITES
+from .conftest import SUITES, stage_vqa_cases
 
 TASK = load_task(SUITES / "vqa" / "vqa-rad")
 
@@ -52,17 +51,7 @@ echo done
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    generator = get_generator(TASK.data.synthetic.generator)
-    return stage_synthetic(
-        task_id=TASK.id,
-        generator_name=generator.name,
-        generator=generator.for_size("small"),
-        cache_root=tmp_path_factory.mktemp("data"),
-        n_cases=3,
-        seed=0,
-        generator_version=generator.version,
-        layout=TASK.case_layout,
-    )
+    return stage_vqa_cases(tmp_path_factory.mktemp("data"))
 
 
 @dataclass

@@ -24,7 +24,11 @@ from pytest_automedbench.agents.base import AgentOutcome, AgentRun, Message, Ter
 from pytest_automedbench.agents.registry import CommandAgent, SystemAgent
 from pytest_automedbench.agents.systems import cli_model_name
 from pytest_automedbench.agents.tools import exec_content, exec_record, truncate_middle
-from pytest_automedbench.agents.trajectory import TrajectoryWriter, conversation_from_events
+from pytest_automedbench.agents.trajectory import (
+    TrajectoryWriter,
+    conversation_from_events,
+    end_episode,
+)
 from pytest_automedbench.sandbox import ExecResult, Sandbox, SandboxError
 from pytest_automedbench.sandbox.agent_systems import quiet_environment
 
@@ -391,7 +395,7 @@ def run_command_agent(entry: CommandAgent | SystemAgent, run: AgentRun) -> Agent
             route.close()
     if route is None:
         return _opaque_episode(entry, run, result, timeout, kickoff)
-    return _system_episode(route.entry, run, route, result, kickoff)
+    return _system_episode(run, route, result)
 
 
 def _opaque_episode(
@@ -422,33 +426,20 @@ def _opaque_episode(
     else:
         termination = "finished"
         _submit_for(run, messages, turn=1, index=1)
-    trajectory.emit(
-        "end",
-        termination=termination,
-        turns=1,
-        tokens_in=0,
-        tokens_out=0,
-        cost_usd=0.0,
+    unmetered = Usage(price_known=False)  # the command's own spending is not metered
+    return end_episode(
+        trajectory,
+        termination,
+        1,
+        unmetered,
+        toolbox.submitted,
+        messages,
         usage_known=False,
         exit_code=result.exit_code,
     )
-    return AgentOutcome(
-        termination=termination,
-        turns=1,
-        usage=Usage(price_known=False),  # the command's own spending is not metered
-        wall_s=round(trajectory.elapsed(), 3),
-        submitted=toolbox.submitted,
-        messages=messages,
-    )
 
 
-def _system_episode(
-    entry: SystemAgent,
-    run: AgentRun,
-    route: GatewayRoute,
-    result: ExecResult,
-    kickoff: Message,
-) -> AgentOutcome:
+def _system_episode(run: AgentRun, route: GatewayRoute, result: ExecResult) -> AgentOutcome:
     """An agent system's episode: its turns are already in the trajectory (from the
     wire); here the command's end, the transcript, how the cell ended, the submission."""
     trajectory, toolbox = run.trajectory, run.toolbox
@@ -461,7 +452,7 @@ def _system_episode(
         stderr=truncate_middle(result.stderr),
         observed=toolbox.observe(),
     )
-    _record_transcript(entry, run.sandbox, trajectory)
+    _record_transcript(route.entry, run.sandbox, trajectory)
     if route.listener_error is not None:
         raise RuntimeError(f"reading the agent system's traffic failed: {route.listener_error}")
     usage = route.usage()
@@ -470,24 +461,16 @@ def _system_episode(
     messages = conversation_from_events(trajectory.events)
     if termination == "finished":
         _submit_for(run, messages, turn=max(turns, 1), index=0)
-    trajectory.emit(
-        "end",
-        termination=termination,
-        turns=turns,
-        tokens_in=usage.tokens_in,
-        tokens_out=usage.tokens_out,
-        cost_usd=usage.cost_usd,
+    return end_episode(
+        trajectory,
+        termination,
+        turns,
+        usage,
+        toolbox.submitted,
+        messages,  # the kickoff first: it is the trajectory's first message
         usage_known=True,
         price_known=usage.price_known,
         exit_code=result.exit_code,
-    )
-    return AgentOutcome(
-        termination=termination,
-        turns=turns,
-        usage=usage,
-        wall_s=round(trajectory.elapsed(), 3),
-        submitted=toolbox.submitted,
-        messages=[kickoff, *messages[1:]] if messages else [kickoff],
     )
 
 

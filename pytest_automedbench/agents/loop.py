@@ -26,7 +26,7 @@ from pytest_automedbench.agents.base import (
     Usage,
 )
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
-from pytest_automedbench.agents.trajectory import TrajectoryWriter
+from pytest_automedbench.agents.trajectory import TrajectoryWriter, end_episode
 from pytest_automedbench.evaluators.safe_io import valid_text
 
 NUDGE = (
@@ -242,19 +242,4 @@ def run_agent(
             for attachment in attachments:
                 messages.append(attachment)
                 trajectory.emit("message", turn=turns, message=for_record(attachment))
-    trajectory.emit(
-        "end",
-        termination=termination,
-        turns=turns,
-        tokens_in=usage.tokens_in,
-        tokens_out=usage.tokens_out,
-        cost_usd=usage.cost_usd,
-    )
-    return AgentOutcome(
-        termination=termination,
-        turns=turns,
-        usage=usage,
-        wall_s=round(trajectory.elapsed(), 3),
-        submitted=toolbox.submitted,
-        messages=messages,
-    )
+    return end_episode(trajectory, termination, turns, usage, toolbox.submitted, messages)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_automedbench.agents.base import AgentOutcome, Message, Termination, Usage
 from pytest_automedbench.events import SCHEMA_VERSION
 from pytest_automedbench.redact import redact, secret_values
 
@@ -67,6 +68,36 @@ class TrajectoryWriter:
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+def end_episode(
+    trajectory: TrajectoryWriter,
+    termination: Termination,
+    turns: int,
+    usage: Usage,
+    submitted: bool,
+    messages: list[Message],
+    **extra: Any,
+) -> AgentOutcome:
+    """The ``end`` event of an agent's episode and the outcome it records: the same for
+    the tool loop, command agents and agent systems (``extra``: what a kind adds)."""
+    trajectory.emit(
+        "end",
+        termination=termination,
+        turns=turns,
+        tokens_in=usage.tokens_in,
+        tokens_out=usage.tokens_out,
+        cost_usd=usage.cost_usd,
+        **extra,
+    )
+    return AgentOutcome(
+        termination=termination,
+        turns=turns,
+        usage=usage,
+        wall_s=round(trajectory.elapsed(), 3),
+        submitted=submitted,
+        messages=messages,
+    )
 
 
 def read_trajectory(path: Path) -> list[dict[str, Any]]:
