@@ -15,9 +15,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.local_http import JSONHandler, LocalServer
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 
@@ -93,7 +94,7 @@ class RecordedRequest:
     body: dict[str, Any]
 
 
-class FakeOpenAI:
+class FakeOpenAI(LocalServer):
     """``with FakeOpenAI([...]) as server:`` -- ``server.url`` is the ``api_base``."""
 
     def __init__(
@@ -103,16 +104,11 @@ class FakeOpenAI:
         self.requests: list[RecordedRequest] = []
         self._script: deque[Scripted] = deque(script or [])
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        # A short poll interval: shutdown() waits up to one interval, once per test.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        super().__init__(_handler_for(self))
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self.origin}/v1"
 
     def push(self, *items: Scripted) -> None:
         with self._lock:
@@ -124,26 +120,6 @@ class FakeOpenAI:
         with self._lock:
             self.requests.append(request)
             return self._script.popleft() if self._script else self.default
-
-    def start(self) -> FakeOpenAI:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _completion(item: ToolCallReply | TextReply, model: str, n: int) -> dict[str, Any]:
@@ -175,36 +151,13 @@ def _completion(item: ToolCallReply | TextReply, model: str, n: int) -> dict[str
 
 
 def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: the tests assert on ``server.requests``, not on a log."""
-
-        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
-            data = json.dumps(payload).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a timeout test): nothing to answer
-
+    class Handler(JSONHandler):
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            raw = self.rfile.read(length)
-            path = self.path.split("?", 1)[0]
-            if path not in CHAT_PATHS:
-                self._send(404, {"error": {"message": f"no route {path}"}}, {})
+            request = self.read_json(CHAT_PATHS)
+            if request is None:
                 return
-            try:
-                body = json.loads(raw)
-            except json.JSONDecodeError:
-                self._send(400, {"error": {"message": "request body is not JSON"}}, {})
-                return
-            recorded = RecordedRequest(path, {k.lower(): v for k, v in self.headers.items()}, body)
+            path, body = request
+            recorded = RecordedRequest(path, self.lower_headers(), body)
             item = server.next_item(recorded)
             if item.delay_s:
                 time.sleep(item.delay_s)
@@ -214,9 +167,9 @@ def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     message += f" (received {recorded.headers.get('authorization', '')})"
                 error = {"message": message, "type": item.type, "param": None, "code": item.code}
                 extra = {"Retry-After": item.retry_after} if item.retry_after is not None else {}
-                self._send(item.status, {"error": error}, extra)
+                self.send_json(item.status, {"error": error}, extra)
                 return
             n = len(server.requests)
-            self._send(200, _completion(item, str(body.get("model", "")), n), {})
+            self.send_json(200, _completion(item, str(body.get("model", "")), n), {})
 
     return Handler

@@ -25,9 +25,10 @@ import uuid
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
+
+from tests.local_http import JSONHandler, LocalServer
 
 Protocol = Literal["messages", "responses", "chat"]
 PATHS: dict[str, Protocol] = {
@@ -257,7 +258,7 @@ def _error(protocol: Protocol, item: Error) -> dict[str, Any]:
     return {"error": {"message": item.message, "type": "server_error", "param": None, "code": None}}
 
 
-class ScriptedUpstream:
+class ScriptedUpstream(LocalServer):
     """``with ScriptedUpstream([Shell("ls"), Text("done")]) as up:`` -- ``up.url`` is the
     ``api_base`` for ``anthropic/`` models, ``up.openai_url`` (``/v1``) for ``openai/``."""
 
@@ -275,15 +276,11 @@ class ScriptedUpstream:
         self.served_output_tokens = 0
         self._script: deque[Step] = deque(script)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        super().__init__(_handler_for(self))
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.origin
 
     @property
     def openai_url(self) -> str:
@@ -321,58 +318,16 @@ class ScriptedUpstream:
             self.requests.append(RecordedRequest(path, protocol, headers, body, step, status))
         return status, payload, extra
 
-    def start(self) -> ScriptedUpstream:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> ScriptedUpstream:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 def _handler_for(server: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: tests assert on ``server.requests``."""
-
-        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
-            data = json.dumps(payload).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
+    class Handler(JSONHandler):
         def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            path = self.path.split("?", 1)[0]
-            protocol = PATHS.get(path)
-            if protocol is None:
-                self._send(404, {"error": {"message": f"no route {path}"}}, {})
+            request = self.read_json(PATHS)
+            if request is None:
                 return
-            try:
-                body = json.loads(raw)
-            except json.JSONDecodeError:
-                self._send(400, {"error": {"message": "request body is not JSON"}}, {})
-                return
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            self._send(*server.answer(path, protocol, headers, body))
+            path, body = request
+            protocol = PATHS[path]
+            headers = self.lower_headers()
+            self.send_json(*server.answer(path, protocol, headers, body))
 
     return Handler

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from pytest_automedbench.config import build_config
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
+from .local_http import LocalServer
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -38,7 +39,7 @@ Mode = str
 TRICKLE_S = 10.0
 
 
-class HangingServer:
+class HangingServer(LocalServer):
     """An OpenAI-compatible server whose requests take the next mode of a script."""
 
     def __init__(self, script: list[Mode], default: Mode = "hang") -> None:
@@ -47,25 +48,15 @@ class HangingServer:
         self.requests = 0
         self.released = threading.Event()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        super().__init__(self._handler())
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self.origin}/v1"
 
-    def __enter__(self) -> HangingServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self.released.set()  # the hung handlers end
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().stop()
 
     def next_mode(self) -> Mode:
         with self._lock:
