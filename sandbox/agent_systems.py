@@ -268,15 +268,21 @@ def _npm_install(npm: str, prefix: Path) -> None:
     (prefix / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
     command = [npm, "install", "--prefix", str(prefix), "--omit=dev", "--no-audit", "--no-fund"]
     command += ["--no-update-notifier", "--loglevel=error"]
+    _install(command, "npm install of the agent systems")
+
+
+def _install(command: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    """Run an installer; its time-out or failure is a :class:`SandboxError` naming ``what``
+    with the end of its output."""
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
+            command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False, env=env
         )
     except subprocess.TimeoutExpired as exc:
-        raise SandboxError(f"npm install of the agent systems ran past {exc.timeout} s") from exc
+        raise SandboxError(f"{what} ran past {exc.timeout} s") from exc
     if done.returncode != 0:
         tail = (done.stdout + done.stderr)[-3000:]
-        raise SandboxError(f"npm install of the agent systems failed ({done.returncode}):\n{tail}")
+        raise SandboxError(f"{what} failed ({done.returncode}):\n{tail}")
 
 
 def _pip_install(prefix: Path) -> None:
@@ -306,15 +312,7 @@ def _pip(target: Path, requirements: list[str], system: AgentSystem) -> None:
     command += ["--no-input", "--no-warn-script-location", "--prefer-binary", "--upgrade"]
     command += ["--target", str(target), *requirements]
     env = {**os.environ, "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"}
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False, env=env
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise SandboxError(f"pip install of {system.package} ran past {exc.timeout} s") from exc
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr)[-3000:]
-        raise SandboxError(f"pip install of {system.package} failed ({done.returncode}):\n{tail}")
+    _install(command, f"pip install of {system.package}", env)
 
 
 def _write_launchers(prefix: Path) -> None:
