@@ -28,7 +28,6 @@ from pytest_automedbench.agents.base import (
     AgentRun,
     Limits,
 )
-from pytest_automedbench.agents.registry import SystemAgent
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
@@ -260,8 +259,7 @@ def open_gateway(plan: CellPlan) -> Iterator[Gateway | None]:
     """The cell's LLM gateway, for an agent system (None for every other agent): served
     on a unix socket in a folder of its own, which the sandbox binds, and logging each
     request to ``gateway/`` in the cell's folder. Stopped when the cell's agent is done."""
-    agent = plan.config.agent(plan.key.agent)
-    if not isinstance(agent, SystemAgent):
+    if not plan.config.agent(plan.key.agent).uses_gateway:
         yield None
         return
     from pytest_automedbench.gateway import Gateway, RetryPolicy

@@ -218,6 +218,11 @@ class Agent(Protocol):
     def harness_version(self) -> str | None: ...
 
     @property
+    def uses_gateway(self) -> bool:
+        """The cell opens an LLM gateway for it (an agent system)."""
+        ...
+
+    @property
     def deterministic(self) -> bool:
         """The same every time: one run per cell is enough."""
         ...

@@ -91,6 +91,10 @@ class _Kind:
     def harness_version(self) -> str | None:
         return None
 
+    #: Whether the cell opens an LLM gateway for the agent (and binds it and the agent
+    #: systems' tools into the sandbox).
+    uses_gateway: ClassVar[bool] = False
+
 
 #: Agent kind -> its class.
 KINDS: dict[str, type[_Kind]] = {}
@@ -243,6 +247,8 @@ class SystemAgent(_Kind, kind="system", cost=Limits().max_cost_usd):
     ``system`` names a built-in system of :data:`pytest_automedbench.agents.systems.SYSTEMS`
     (its launch command, transcript and pinned version), or is None for a user-defined
     ``command``; ``upstream`` is the model the gateway forwards every request to."""
+
+    uses_gateway: ClassVar[bool] = True
 
     name: str
     description: str
