@@ -393,7 +393,6 @@ def sandbox_lifecycle(backend: Backend, workspace: Path) -> tuple[float, float]:
     spec = SandboxSpec(
         public_dir=backend.public,
         workspace_dir=workspace,
-        network=True,  # the cell's default (--sandbox-network on)
         run_id=f"amb-bench-harness-{os.getpid()}",
     )
     box = create_sandbox(backend.api, spec)

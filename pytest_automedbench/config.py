@@ -8,6 +8,7 @@ can still override them on the command line.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import re
 import tomllib
@@ -36,6 +37,7 @@ from pytest_automedbench.settings import (
     BY_FIELD,
     BY_PYPROJECT_KEY,
     CHOICE_FIELDS,
+    REPEATABLE_FIELDS,
     SANDBOX_ALIASES,
     SCORING_FIELDS,
     flag,
@@ -104,6 +106,19 @@ class RunConfig(BaseModel):
     runs: int | None = Field(default=None, ge=1, description=BY_FIELD["runs"].help)
     sandbox: str = _setting("sandbox")
     sandbox_network: str = _setting("sandbox_network")
+    sandbox_allow_hosts: tuple[str, ...] = _setting("sandbox_allow_hosts")
+    sandbox_allow_networks: tuple[str, ...] = _setting("sandbox_allow_networks")
+    sandbox_hosts: tuple[str, ...] = _setting("sandbox_hosts")
+    sandbox_disk_mb: int = Field(
+        default=BY_FIELD["sandbox_disk_mb"].default,
+        ge=16,
+        description=BY_FIELD["sandbox_disk_mb"].help,
+    )
+    sandbox_inodes: int = Field(
+        default=BY_FIELD["sandbox_inodes"].default,
+        ge=1000,
+        description=BY_FIELD["sandbox_inodes"].help,
+    )
     docker_base: str = _setting("docker_base")
     gpus: str | None = _setting("gpus")
     judge: str = _setting("judge")
@@ -211,6 +226,43 @@ class RunConfig(BaseModel):
                 raise ValueError(f"audit judge {judge!r} is not 'llm:<litellm model>'")
         return tuple(dict.fromkeys(value))
 
+    @field_validator("sandbox_allow_hosts")
+    @classmethod
+    def _host_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from pytest_automedbench.egress import normalise_pattern
+
+        return tuple(dict.fromkeys(normalise_pattern(host) for host in value))
+
+    @field_validator("sandbox_allow_networks")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        networks = []
+        for item in value:
+            try:
+                networks.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"{item!r} is not a network (CIDR, e.g. 10.1.2.0/24)") from None
+        return tuple(dict.fromkeys(networks))
+
+    @field_validator("sandbox_hosts")
+    @classmethod
+    def _host_map(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        entries = []
+        for item in value:
+            name, sep, address = item.partition("=")
+            try:
+                if not sep or not name.strip():
+                    raise ValueError
+                entries.append(f"{name.strip().lower()}={ipaddress.ip_address(address.strip())}")
+            except ValueError:
+                raise ValueError(f"{item!r} is not NAME=IP (e.g. mirror.lab=10.1.2.3)") from None
+        return tuple(dict.fromkeys(entries))
+
+    @property
+    def host_map(self) -> dict[str, str]:
+        """``sandbox_hosts`` as the egress proxy reads it (name -> address)."""
+        return dict(item.split("=", 1) for item in self.sandbox_hosts)
+
     @field_validator("gpus")
     @classmethod
     def _gpus_syntax(cls, value: str | None) -> str | None:
@@ -265,9 +317,17 @@ class RunConfig(BaseModel):
         payload: dict[str, Any] = {
             field: getattr(self, field)
             for field in SCORING_FIELDS
-            if field not in LIMIT_KEYS or getattr(self, field) != BY_FIELD[field].default
+            if field not in _HASHED_WHEN_CHANGED or getattr(self, field) != BY_FIELD[field].default
         }
         payload["data_root"] = str(self.data_root)
+        if self.sandbox_network != "off":
+            # "on" meant the host's network before every route out went through the
+            # egress proxy: such records are not comparable with these.
+            payload["sandbox_egress"] = "proxy"
+        if self.sandbox_network == "allowlist":  # the built-in list may change in a release
+            from pytest_automedbench.egress import DEFAULT_ALLOWLIST
+
+            payload["sandbox_default_allowlist"] = list(DEFAULT_ALLOWLIST)
         # Records made before the bubblewrap backend had its own name keep their hash.
         payload["sandbox"] = _LEGACY_HASH_NAMES.get(self.sandbox, self.sandbox)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
@@ -277,7 +337,8 @@ class RunConfig(BaseModel):
         return [
             f"agents: {', '.join(self.agents)}",
             f"tier: {self.tier}  runs: {runs}  sandbox: {self.sandbox} "
-            f"(network {self.sandbox_network})  judge: {self.judge}",
+            f"(network {self.sandbox_network}, workspace {self.sandbox_disk_mb} MiB / "
+            f"{self.sandbox_inodes} files)  judge: {self.judge}",
             f"data-root: {self.data_root or f'(synthetic data, {self.data_size})'}  "
             f"results: {self.amb_out}  executor: {self.executor}",
             f"limits per cell: {self.max_turns} turns, {self.time_factor:g}x the task's time, "
@@ -286,6 +347,15 @@ class RunConfig(BaseModel):
         ]
 
 
+#: Settings that enter the configuration hash only when they differ from their default,
+#: so records made before they existed keep their hash.
+_HASHED_WHEN_CHANGED = frozenset(LIMIT_KEYS) | {
+    "sandbox_allow_hosts",
+    "sandbox_allow_networks",
+    "sandbox_hosts",
+    "sandbox_disk_mb",
+    "sandbox_inodes",
+}
 #: Backend names as the configuration hash knows them.
 _LEGACY_HASH_NAMES = {"bubblewrap": "local"}
 
@@ -355,7 +425,7 @@ def build_config(
         if value is not None:
             merged[field] = value
             from_file.pop(field, None)
-    for field in ("audit_judges", "agents"):
+    for field in REPEATABLE_FIELDS:
         if isinstance(merged.get(field), str):
             merged[field] = [merged[field]]
     if "agents" in merged:

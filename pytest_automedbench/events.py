@@ -414,6 +414,25 @@ class GatewayErrorEvent(Event):
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EgressEvent(Event):
+    """One connection the agent made through the cell's egress proxy (recorded when it
+    ended, or was denied): evidence of what the agent fetched or tried to reach."""
+
+    KIND = "egress"
+    method: str | None = None
+    host: str | None = None
+    port: int | None = None
+    address: str | None = None
+    allowed: bool = False
+    reason: str | None = None
+    answer_seeking: bool = False
+    bytes_up: int | None = None
+    bytes_down: int | None = None
+    started: float | None = None
+    duration_s: float | None = None
+
+
 _BASE_FIELDS = frozenset(f.name for f in dataclasses.fields(Event))
 #: The event class of each kind.
 EVENT_TYPES: dict[str, type[Event]] = {}
@@ -435,6 +454,7 @@ for _cls in (
     EndCommandEvent,
     RequestFailedEvent,
     GatewayErrorEvent,
+    EgressEvent,
 ):
     _cls._SPEC = {
         f.name: _FIELD_READERS.get(f.name) or _READERS[str(f.type)]

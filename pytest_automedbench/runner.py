@@ -59,6 +59,7 @@ from pytest_automedbench.violations import Policy as ViolationPolicy
 from pytest_automedbench.violations import Violation, find_violations
 
 if TYPE_CHECKING:
+    from pytest_automedbench.egress import ConnectionRecord, EgressPolicy
     from pytest_automedbench.gateway import Gateway
 
 __all__ = [
@@ -197,7 +198,11 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     """The steps of a cell: open the sandbox and run the agent in it; evaluate the
     submission; score the cell from its evidence; build the record."""
     cell = CellFiles.of(plan)
-    with open_gateway(plan) as gateway, open_sandbox(plan, cell, gateway) as sandbox:
+    with (
+        open_gateway(plan) as gateway,
+        open_egress(plan, trajectory) as egress,
+        open_sandbox(plan, cell, gateway, egress) as sandbox,
+    ):
         ctx = agent_context(plan, sandbox)
         outcome = run_agent_in(plan, cell, sandbox, ctx, trajectory, gateway)
     if outcome.termination in INFRA_TERMINATIONS:
@@ -279,16 +284,68 @@ def open_gateway(plan: CellPlan) -> Iterator[Gateway | None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def open_sandbox(plan: CellPlan, cell: CellFiles, gateway: Gateway | None = None) -> Sandbox:
+def egress_policy(plan: CellPlan) -> EgressPolicy:
+    """What the cell's agent may reach through the egress proxy: the run's mode, the
+    default allow-list with the run's and the task's additions, the run's address
+    exceptions, and the task's data and label hosts (denied in every mode)."""
+    from pytest_automedbench.egress import DEFAULT_ALLOWLIST, EgressPolicy
+
+    config, network = plan.config, plan.task.network
+    allow = (*DEFAULT_ALLOWLIST, *config.sandbox_allow_hosts, *network.allow_hosts)
+    return EgressPolicy(
+        mode=config.sandbox_network,  # type: ignore[arg-type]  # checked against the choices
+        allow_hosts=tuple(dict.fromkeys(allow)),
+        label_hosts=network.label_hosts,
+        allow_networks=config.sandbox_allow_networks,
+    )
+
+
+@contextmanager
+def open_egress(plan: CellPlan, trajectory: TrajectoryWriter) -> Iterator[Path | None]:
+    """The cell's route out (None with the network off): a unix socket of this process's
+    egress proxy in a folder of its own, which the sandbox binds. Every connection the
+    agent makes through it is an ``egress`` event in the trajectory and a line of
+    ``egress.jsonl`` in the cell's folder. Closed (open tunnels cut) when the agent is done."""
+    if plan.config.sandbox_network == "off":
+        yield None
+        return
+    from pytest_automedbench.egress import shared_proxy
+    from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
+
+    folder = Path(tempfile.mkdtemp(prefix="amb-eg-"))  # short: a socket's name has 107 bytes
+    folder.chmod(0o755)
+
+    def record(connection: ConnectionRecord) -> None:
+        fields = connection.as_dict()
+        fields.pop("cell_id", None)
+        trajectory.emit("egress", **fields)
+
+    try:
+        with shared_proxy(plan.config.host_map).open_cell(
+            plan.key.cell_id,
+            egress_policy(plan),
+            folder / EGRESS_SOCKET_NAME,
+            on_record=record,
+            log_path=plan.cell_dir / "egress.jsonl",
+        ):
+            yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def open_sandbox(
+    plan: CellPlan, cell: CellFiles, gateway: Gateway | None = None, egress: Path | None = None
+) -> Sandbox:
     """The cell's agent sandbox (a context manager: started on entry, stopped on exit);
-    with a gateway, its socket's folder is bound in and the agent systems' tools too."""
+    with a gateway, its socket's folder is bound in and the agent systems' tools too;
+    with an egress folder, the proxy's socket is the sandbox's route out."""
     socket = gateway.unix_socket if gateway is not None else None
     return create_sandbox(
         cell.backend,
         SandboxSpec(
             public_dir=plan.staged.public_dir,
             workspace_dir=cell.workspace,
-            network=plan.config.sandbox_network == "on",
+            egress_dir=egress,
             gpus=plan.config.gpus,
             run_id=plan.run_id,
             docker_base=plan.config.docker_base,

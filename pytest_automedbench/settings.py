@@ -130,9 +130,61 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "sandbox_network",
         "--sandbox-network",
-        "network inside the agent sandbox (default: on; agents download models)",
-        default="on",
-        choices=("on", "off"),
+        "the agent sandbox's route out, always through the egress proxy: allowlist "
+        "(default: package registries, model hubs, GitHub, OS mirrors), on (any public "
+        "host; never the host, its LAN, link-local/metadata addresses or other cells) or "
+        "off (nothing; an agent system still reaches its LLM gateway)",
+        default="allowlist",
+        choices=("allowlist", "on", "off"),
+        scoring=True,
+    ),
+    Setting(
+        "sandbox_allow_hosts",
+        "--sandbox-allow-host",
+        "network allowlist: also allow this host (repeatable; '*.example.org' allows its "
+        "subdomains); added to the default list and the task's own",
+        default=(),
+        metavar="HOST",
+        repeatable=True,
+        scoring=True,
+    ),
+    Setting(
+        "sandbox_allow_networks",
+        "--sandbox-allow-network",
+        "let the egress proxy connect to addresses in this network although they are "
+        "private, loopback or link-local (a LAN mirror; repeatable)",
+        default=(),
+        metavar="CIDR",
+        repeatable=True,
+        scoring=True,
+    ),
+    Setting(
+        "sandbox_hosts",
+        "--sandbox-host",
+        "a fixed address for a host name, looked up by the egress proxy before DNS "
+        "(like /etc/hosts; repeatable)",
+        default=(),
+        metavar="NAME=IP",
+        repeatable=True,
+        scoring=True,
+    ),
+    Setting(
+        "sandbox_disk_mb",
+        "--sandbox-disk",
+        "disk quota of each cell's workspace, in MiB (default: 20480); the agent gets "
+        "'no space left on device' beyond it",
+        default=20480,
+        type=int,
+        metavar="MIB",
+        scoring=True,
+    ),
+    Setting(
+        "sandbox_inodes",
+        "--sandbox-inodes",
+        "files and folders each cell's workspace may hold (default: 1000000)",
+        default=1_000_000,
+        type=int,
+        metavar="N",
         scoring=True,
     ),
     Setting(
@@ -315,6 +367,10 @@ BY_FIELD: Mapping[str, Setting] = {s.field: s for s in SETTINGS}
 BY_PYPROJECT_KEY: Mapping[str, Setting] = {s.pyproject_key: s for s in SETTINGS}
 #: The fields whose values enter the configuration hash.
 SCORING_FIELDS: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.scoring)
+#: The fields given as a list (a single string in pyproject is a list of one).
+REPEATABLE_FIELDS: tuple[str, ...] = tuple(
+    s.field for s in SETTINGS if s.repeatable and not s.comma_list
+)
 #: The fields whose values must be one of the setting's choices (comma lists of choices
 #: are checked by their own validator).
 CHOICE_FIELDS: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.choices and not s.comma_list)

@@ -13,7 +13,14 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pytest_automedbench.evaluators.schema import (
     DetectionSpec,
@@ -83,6 +90,29 @@ class ReferenceDecl(BaseModel):
     libraries: list[str] = Field(default_factory=list)
 
 
+class NetworkDecl(BaseModel):
+    """What the task says about the agent's route out (``network:`` in task.yaml).
+
+    ``label_hosts`` serve the task's dataset or its labels (PhysioNet for MIMIC-CXR, a
+    challenge's site): a request to one is refused in every network mode and flagged as
+    answer-seeking. Only hosts that serve little else belong here: the egress proxy sees a
+    host name, not a path, so a label set on a shared host (a Hugging Face dataset, a
+    GitHub repository) cannot be told apart from a model download there.
+    ``allow_hosts`` join the run's allow-list for this task's cells."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label_hosts: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
+
+    @field_validator("label_hosts", "allow_hosts")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from pytest_automedbench.egress import normalise_pattern
+
+        return tuple(dict.fromkeys(normalise_pattern(host) for host in value))
+
+
 class RatingBands(BaseModel):
     """TASK thresholds for ratings A and B (task-specific: a hard task gets lower bars)."""
 
@@ -135,6 +165,7 @@ class TaskSpec(BaseModel):
     default_runs: int = Field(ge=1)
     method_keywords: list[str] = Field(min_length=1)
     data: DataSpec
+    network: NetworkDecl = Field(default_factory=NetworkDecl)
     evaluation: EvaluationDecl
     rating: RatingBands
     reference: ReferenceDecl

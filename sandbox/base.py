@@ -24,7 +24,6 @@ class SandboxSpec(BaseModel):
 
     public_dir: Path
     workspace_dir: Path
-    network: bool = True
     memory_mb: int = 8192
     #: Processes per sandbox (RLIMIT_NPROC of its uid), largest file, private /tmp size.
     max_processes: int = 512
@@ -44,6 +43,16 @@ class SandboxSpec(BaseModel):
     #: bound read-only at ``/run/amb-gateway``: the agent's one route to a model, in every
     #: network mode (a unix socket needs no network); None: none.
     gateway_dir: Path | None = None
+    #: A host folder holding the cell's egress proxy socket (``egress.EGRESS_SOCKET_NAME``),
+    #: bound read-only at ``egress.EGRESS_DIR``: the sandbox's only route out, since it has
+    #: no network interface of its own in any mode; None: no route out at all (network
+    #: ``off``). The isolating backends start every command behind the egress relay then.
+    egress_dir: Path | None = None
+
+    @property
+    def network(self) -> bool:
+        """Whether the agent can reach anything outside (through the egress proxy)."""
+        return self.egress_dir is not None
 
 
 #: The gateway socket's file name in ``SandboxSpec.gateway_dir``.

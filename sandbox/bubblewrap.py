@@ -27,9 +27,11 @@ Limits (from :class:`SandboxSpec`): RLIMIT_NPROC (per sandbox uid, so a fork bom
 starves only its own cell), RLIMIT_FSIZE (largest file), RLIMIT_AS (address space = the
 memory limit), and a private /tmp that is a size-capped tmpfs mounted on the host for the
 sandbox's lifetime (it persists across calls, like a container's; a harness that dies
-leaves it mounted until the next sandbox sweeps it). Network: the host's network when
-``network`` is on (the paper's agents download models; host loopback services are then
-reachable), none at all when off.
+leaves it mounted until the next sandbox sweeps it). Network: none, in every mode (each
+call gets a fresh network namespace with its loopback only); with a route out, the cell's
+egress proxy socket is bound at ``/run/amb-egress`` and each command starts behind the
+egress relay (:mod:`egress`), so host loopback services, the host's addresses, its
+abstract unix sockets, the LAN and the metadata service are out of reach.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Literal
 
 from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
 from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.egress import EGRESS_DIR
 from pytest_automedbench.sandbox.local import run_process_group
 from pytest_automedbench.sandbox.mounted import (
     GATEWAY_DIR,
@@ -57,12 +60,18 @@ from pytest_automedbench.sandbox.mounted import (
     agent_environment,
     chown_tree,
     passwd_files,
+    relayed,
 )
 from pytest_automedbench.sandbox.owner import is_gone, process_identity
+from pytest_automedbench.sandbox.seccomp import bubblewrap_filter
 
 #: Staging folders live here, named with this prefix; a file inside names the owner.
 STAGE_PREFIX = "amb-bwrap-"
 OWNER_FILE = "owner"
+#: The cells' seccomp program (:mod:`seccomp`), in the staging folder; bwrap reads it
+#: from this descriptor, which _MOUNT_AND_DROP opens.
+SECCOMP_FILE = "seccomp.bpf"
+SECCOMP_FD = 9
 #: Host files the sandbox may read (when they exist).
 ETC_FILES = (
     "/etc/hosts",  # "localhost" must resolve with the network off too (torch.distributed, dask)
@@ -73,22 +82,24 @@ ETC_FILES = (
     "/etc/localtime",
     "/etc/mime.types",
 )
-NETWORK_ETC_FILES = ("/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/gai.conf")
 REQUIRED_TOOLS = ("bwrap", "setpriv", "prlimit", "unshare", "mount")
 
 #: Runs as root inside the private mount namespace: join the sandbox's memory cgroup
 #: (first argument, "-" for none), bind each source onto its staging folder, then replace
 #: itself with the unprivileged command. Arguments: a marker it prints when it fails (a
 #: secret of the sandbox: the agent's own command can exit 125 and print "mount" too,
-#: and must not pass for a broken sandbox), the cgroup.procs file, pairs of
-#: (source, target) ended by "--", then the command.
+#: and must not pass for a broken sandbox), the seccomp program (opened as fd 9, i.e.
+#: SECCOMP_FD, for bwrap's --seccomp), the cgroup.procs file, pairs of (source, target)
+#: ended by "--", then the command.
 _MOUNT_AND_DROP = """
-mark=$1; shift
+mark=$1; filter=$2; shift 2
 fail() { echo "$mark" >&2; exit 125; }
 if [ "$1" != "-" ]; then echo $$ > "$1" || fail; fi
 shift
 while [ "$1" != "--" ]; do mount --bind -- "$1" "$2" || fail; shift 2; done
 shift
+[ -r "$filter" ] || fail
+exec 9< "$filter"
 exec "$@"
 """
 #: Where this host keeps cgroup v1 memory and v2 controllers.
@@ -123,6 +134,7 @@ class BubblewrapSandbox(MountedFiles):
         problem = bubblewrap_problem()
         if problem is not None:
             raise SandboxError(f"bubblewrap backend unavailable: {problem}")
+        program = bubblewrap_filter()  # a SandboxError on an unknown arch, before any mount
         if not self.spec.public_dir.is_dir():
             raise SandboxError(f"public inputs not found: {self.spec.public_dir}")
         sweep_stale_stages()
@@ -133,7 +145,10 @@ class BubblewrapSandbox(MountedFiles):
         stage = Path(tempfile.mkdtemp(prefix=STAGE_PREFIX))
         stage.chmod(0o755)
         (stage / OWNER_FILE).write_text(process_identity())
-        for name in ("public", "workspace", "venv", "python", "agent-tools", "gateway", "tmp"):
+        (stage / SECCOMP_FILE).write_bytes(program)
+        for name in (
+            "public", "workspace", "venv", "python", "agent-tools", "gateway", "egress", "tmp"
+        ):
             (stage / name).mkdir()
         tmp = stage / "tmp"
         mounted = subprocess.run(
@@ -185,6 +200,9 @@ class BubblewrapSandbox(MountedFiles):
         gateway = self.spec.gateway_dir
         if gateway is not None:
             mounts.append((gateway, stage / "gateway"))
+        egress = self.spec.egress_dir
+        if egress is not None:
+            mounts.append((egress, stage / "egress"))
         bwrap = [
             "bwrap",
             "--die-with-parent",
@@ -207,8 +225,7 @@ class BubblewrapSandbox(MountedFiles):
                 bwrap += ["--symlink", os.readlink(target), f"/{link}"]
             elif target.is_dir():
                 bwrap += ["--ro-bind", f"/{link}", f"/{link}"]
-        etc = list(ETC_FILES) + (list(NETWORK_ETC_FILES) if self.spec.network else [])
-        for path in etc:
+        for path in ETC_FILES:
             bwrap += ["--ro-bind-try", path, path]
         bwrap += [
             "--ro-bind", str(stage / "passwd"), "/etc/passwd",
@@ -223,13 +240,16 @@ class BubblewrapSandbox(MountedFiles):
             bwrap += ["--ro-bind", str(stage / "agent-tools"), AGENT_TOOLS]
         if gateway is not None:
             bwrap += ["--ro-bind", str(stage / "gateway"), GATEWAY_DIR]
+        if egress is not None:
+            bwrap += ["--ro-bind", str(stage / "egress"), EGRESS_DIR]
         bwrap += ["--bind", str(stage / "tmp"), "/tmp", "--proc", "/proc", "--dev", "/dev"]
         # /dev/shm and the root itself would otherwise be unbounded tmpfs the agent can fill.
         bwrap += ["--size", str(self.spec.tmp_mb * 1024**2), "--tmpfs", "/dev/shm"]
-        if not self.spec.network:
-            bwrap.append("--unshare-net")
-        bwrap += ["--remount-ro", "/", "--clearenv", "--chdir", WORKSPACE]
-        for key, value in agent_environment(agent_tools=tools is not None).items():
+        # The kernel state no namespace separates (keyrings, io_uring, ...): see seccomp.py.
+        bwrap += ["--seccomp", str(SECCOMP_FD)]
+        bwrap += ["--unshare-net", "--remount-ro", "/", "--clearenv", "--chdir", WORKSPACE]
+        environment = agent_environment(agent_tools=tools is not None, egress=egress is not None)
+        for key, value in environment.items():
             bwrap += ["--setenv", key, value]
         memory = self.spec.memory_mb * 1024**2
         drop = [
@@ -259,6 +279,7 @@ class BubblewrapSandbox(MountedFiles):
             _MOUNT_AND_DROP,
             "amb-sandbox",
             self._setup_failed,
+            str(stage / SECCOMP_FILE),
             str(self.cgroup / "cgroup.procs") if self.cgroup is not None else "-",
             *pairs,
             "--",
@@ -269,8 +290,9 @@ class BubblewrapSandbox(MountedFiles):
         ]
 
     def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
-        argv = (
-            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code]
+        argv = relayed(
+            self.spec,
+            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code],
         )
         result = run_process_group(
             self.command(argv),

@@ -6,14 +6,17 @@ The agent container (image from :mod:`images`)::
     /workspace   the cell's fresh workspace, writable (owned by the sandbox uid)
     /venv        the scientific Python stack (in the image)
     /opt/agent-tools   the agent-system CLIs (``spec.agent_tools``), read-only bind mount
+    /run/amb-gateway, /run/amb-egress   the LLM gateway's and the egress proxy's sockets
     /tmp         a size-capped tmpfs;  root file system read-only
 
 It runs a tiny reaper as pid 1 under ``nobody``; every command is a ``docker exec`` as
 the sandbox's own unprivileged uid (one per sandbox, as in the bubblewrap backend), with
 all capabilities dropped, no new privileges, pids/memory(/CPU) limits and, optionally,
-GPUs. Private references are never mounted into it. Network: a dedicated bridge network
-whose traffic to the host itself is rejected (host services such as a judge or the
-evaluator are unreachable; the internet is not), or none.
+GPUs. Private references are never mounted into it. Network: none, in every mode
+(``network_mode=none``: its own loopback only); with a route out, the cell's egress proxy
+socket is bound at ``/run/amb-egress`` and every exec starts behind the egress relay
+(:mod:`egress`), so the host, its LAN, the metadata service and the other cells are out of
+reach by construction, not by firewall rules.
 
 As in the bubblewrap backend, nothing outlives a call: when an exec ends (or times
 out) every process left in the container but its pid 1 is killed from the host, through
@@ -40,6 +43,7 @@ from typing import Any, Literal
 
 from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
 from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.egress import EGRESS_DIR
 from pytest_automedbench.sandbox.images import LABEL, ImageSet, ensure_images
 from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
 from pytest_automedbench.sandbox.mounted import (
@@ -52,6 +56,7 @@ from pytest_automedbench.sandbox.mounted import (
     agent_environment,
     chown_tree,
     passwd_files,
+    relayed,
 )
 from pytest_automedbench.sandbox.owner import is_gone, process_identity
 
@@ -59,9 +64,6 @@ NOBODY = 65534
 #: Seconds any single Docker API call may take; teardown never waits longer.
 API_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 15
-#: The agents' bridge network and its host-side interface name.
-AGENT_NETWORK = "automedbench-agents"
-AGENT_BRIDGE = "amb-agents0"
 #: pid 1 of the agent container: reaps orphans (a killed command's children), nothing else.
 REAPER = (
     "import os, signal, time\n"
@@ -78,8 +80,6 @@ OWNER_FILE = "owner"
 
 _clients: dict[int, Any] = {}
 _swept = False
-_network_lock = threading.Lock()
-_network_ready = False
 #: A daemon answered this process once (later sandboxes skip the ping).
 _daemon_answered = False
 
@@ -150,48 +150,6 @@ def _sweep_once(client: Any) -> None:
         sweep_stale_containers(client)
 
 
-def ensure_agent_network(client: Any) -> str:
-    """The agents' bridge network: no traffic between containers, none to the host."""
-    global _network_ready
-    with _network_lock:
-        if _network_ready:
-            return AGENT_NETWORK
-        import docker.errors
-
-        try:
-            client.networks.get(AGENT_NETWORK)
-        except docker.errors.NotFound:
-            with contextlib.suppress(docker.errors.APIError):  # a concurrent worker made it
-                client.networks.create(
-                    AGENT_NETWORK,
-                    driver="bridge",
-                    options={
-                        "com.docker.network.bridge.name": AGENT_BRIDGE,
-                        "com.docker.network.bridge.enable_icc": "false",
-                    },
-                    labels={f"{LABEL}.role": "agents"},
-                )
-        reject_host_traffic(AGENT_BRIDGE)
-        _network_ready = True
-        return AGENT_NETWORK
-
-
-def reject_host_traffic(bridge: str) -> None:
-    """Reject packets from the agents' bridge to the host itself (its loopback-bound or
-    all-interface services: a judge, a proxy, the Docker API over TCP). Forwarded traffic
-    to the internet is not affected."""
-    import subprocess
-
-    if shutil.which("iptables") is None:
-        raise SandboxError("iptables is missing: the agents' network cannot be kept off the host")
-    rule = ["INPUT", "-i", bridge, "-j", "REJECT"]
-    present = subprocess.run(["iptables", "-C", *rule], capture_output=True, check=False)
-    if present.returncode != 0:
-        added = subprocess.run(["iptables", "-I", *rule], capture_output=True, text=True)
-        if added.returncode != 0:
-            raise SandboxError(f"cannot keep the agents' network off the host: {added.stderr}")
-
-
 def cgroup_procs(pid: int, container_id: str) -> list[Path]:
     """The ``cgroup.procs`` files of the container's cgroups (v1 ``pids`` and v2), read
     through ``/proc/<pid>/cgroup``; empty when that pid is not the container's here (the
@@ -255,18 +213,17 @@ class DockerSandbox(MountedFiles):
             mounts.append(bind(self.spec.agent_tools, AGENT_TOOLS, read_only=True))
         if self.spec.gateway_dir is not None:
             mounts.append(bind(self.spec.gateway_dir, GATEWAY_DIR, read_only=True))
+        if self.spec.egress_dir is not None:
+            mounts.append(bind(self.spec.egress_dir, EGRESS_DIR, read_only=True))
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
             mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
         options = container_options(self.spec)
-        if self.spec.network:
-            options["network"] = ensure_agent_network(client)
-        else:
-            options["network_mode"] = "none"
         try:
             container = client.containers.run(
                 self.images.agent,
                 ["python3", "-I", "-S", "-c", REAPER],
                 detach=True,
+                network_mode="none",
                 mounts=mounts,
                 labels=self._labels("agent"),
                 **options,
@@ -304,8 +261,9 @@ class DockerSandbox(MountedFiles):
     def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
         if self.container_id is None:
             raise SandboxError("exec() before start()")
-        argv = (
-            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code]
+        argv = relayed(
+            self.spec,
+            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code],
         )
         api = docker_client().api
         start = time.monotonic()
@@ -315,7 +273,9 @@ class DockerSandbox(MountedFiles):
                 argv,
                 user=f"{self.uid}:{self.uid}",
                 workdir=WORKSPACE,
-                environment=agent_environment(agent_tools=self.spec.agent_tools is not None),
+                environment=agent_environment(
+                    agent_tools=self.spec.agent_tools is not None, egress=self.spec.network
+                ),
             )["Id"]
             stream = api.exec_start(exec_id, stream=True, demux=True)
         except Exception as exc:
@@ -477,7 +437,6 @@ def run_evaluator_container(
     spec = SandboxSpec(
         public_dir=out_dir,
         workspace_dir=out_dir,
-        network=False,
         memory_mb=EVALUATOR_MEMORY_MB,
         max_processes=256,
     )

@@ -16,6 +16,12 @@ from pathlib import Path
 
 from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS_PATHS
 from pytest_automedbench.sandbox.base import GATEWAY_SOCKET_NAME, Sandbox, SandboxSpec
+from pytest_automedbench.sandbox.egress import (
+    EGRESS_DIR,
+    EGRESS_SOCKET_NAME,
+    proxy_environment,
+    with_relay,
+)
 from pytest_automedbench.sandbox.local import copy_tree_no_links
 
 PUBLIC = "/public"
@@ -128,11 +134,12 @@ def passwd_files(uid: int) -> dict[str, str]:
     }
 
 
-def agent_environment(agent_tools: bool = False) -> dict[str, str]:
+def agent_environment(agent_tools: bool = False, egress: bool = False) -> dict[str, str]:
     """The agent's whole environment (an allow-list: no provider or judge key exists
     in it), the same in every isolating backend; ``agent_tools``: the agent systems'
     programs (bound at ``AGENT_TOOLS``) come first on the PATH (the pins win over any
-    ``claude`` or ``codex`` in the host's /usr)."""
+    ``claude`` or ``codex`` in the host's /usr); ``egress``: the proxy variables that
+    send HTTP(S) clients to the egress relay."""
     path = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
     env = {
         "PATH": ":".join((*AGENT_TOOLS_PATHS, path)) if agent_tools else path,
@@ -148,4 +155,14 @@ def agent_environment(agent_tools: bool = False) -> dict[str, str]:
     }
     if Path(CA_BUNDLE).is_file():
         env.update(SSL_CERT_FILE=CA_BUNDLE, REQUESTS_CA_BUNDLE=CA_BUNDLE, PIP_CERT=CA_BUNDLE)
+    if egress:
+        env.update(proxy_environment())
     return env
+
+
+def relayed(spec: SandboxSpec, argv: list[str]) -> list[str]:
+    """``argv`` as an isolating backend runs it: behind the egress relay when the cell
+    has a route out, as it is otherwise."""
+    if spec.egress_dir is None:
+        return argv
+    return with_relay(argv, f"{VENV}/bin/python", f"{EGRESS_DIR}/{EGRESS_SOCKET_NAME}")

@@ -158,7 +158,6 @@ def box(
     spec = SandboxSpec(
         public_dir=public,
         workspace_dir=tmp_path / "ws",
-        network=False,
         agent_tools=tools_dir,
         run_id="test-agent-systems",
     )

@@ -122,7 +122,7 @@ def test_report_header_echoes_resolved_configuration(
         [
             "automedbench: run *",
             "automedbench: agents: reference",
-            "automedbench: tier: lite  runs: task default*sandbox: auto (network on)  judge: rules",
+            "automedbench: tier: lite  runs: task default*sandbox: auto (network allowlist, workspace 20480 MiB / 1000000 files)  judge: rules",
             "automedbench: data-root: (synthetic data, small)  "
             f"results: {tmp_path}/res  executor: local",
         ]
@@ -139,9 +139,41 @@ def test_data_size_is_validated_and_part_of_the_scoring_hash(tmp_path: Path) -> 
 
 
 def test_sandbox_network_is_validated_and_part_of_the_scoring_hash(tmp_path: Path) -> None:
-    on = build_config({}, {}, None, tmp_path)
-    off = build_config({"sandbox_network": "off"}, {}, None, tmp_path)
-    assert on.sandbox_network == "on" and off.sandbox_network == "off"
-    assert on.scoring_hash() != off.scoring_hash()
-    with pytest.raises(ConfigError, match="valid values: on, off"):
+    default = build_config({}, {}, None, tmp_path)
+    modes = {mode: build_config({"sandbox_network": mode}, {}, None, tmp_path) for mode in
+             ("allowlist", "on", "off")}  # fmt: skip
+    assert default.sandbox_network == "allowlist"
+    assert default.scoring_hash() == modes["allowlist"].scoring_hash()
+    assert len({config.scoring_hash() for config in modes.values()}) == 3
+    with pytest.raises(ConfigError, match="valid values: allowlist, on, off"):
         build_config({}, {"sandbox_network": "maybe"}, tmp_path / "pyproject.toml", tmp_path)
+
+
+def test_the_allow_list_and_its_exceptions_enter_the_hash_and_are_checked(
+    tmp_path: Path,
+) -> None:
+    default = build_config({}, {}, None, tmp_path)
+    more = build_config({}, {"sandbox_allow_hosts": "Mirror.Lab."}, None, tmp_path)
+    assert more.sandbox_allow_hosts == ("mirror.lab",)  # one string is a list of one
+    assert more.scoring_hash() != default.scoring_hash()
+    networks = build_config({"sandbox_allow_networks": ["10.1.2.3/24"]}, {}, None, tmp_path)
+    assert networks.sandbox_allow_networks == ("10.1.2.0/24",)
+    hosts = build_config({"sandbox_hosts": ["Mirror.lab=10.1.2.3"]}, {}, None, tmp_path)
+    assert hosts.host_map == {"mirror.lab": "10.1.2.3"}
+    assert len({c.scoring_hash() for c in (default, more, networks, hosts)}) == 4
+    where = tmp_path / "pyproject.toml"
+    with pytest.raises(ConfigError, match=r"sandbox_allow_networks: .*'10\.1\.2' is not a network"):
+        build_config({}, {"sandbox_allow_networks": ["10.1.2"]}, where, tmp_path)
+    with pytest.raises(ConfigError, match=r"--sandbox-host: .*'mirror' is not NAME=IP"):
+        build_config({"sandbox_hosts": ["mirror"]}, {}, None, tmp_path)
+    with pytest.raises(ConfigError, match="--sandbox-allow-host"):
+        build_config({"sandbox_allow_hosts": ["bad host!"]}, {}, None, tmp_path)
+    # The workspace quota: bounded below, and part of the hash only when changed.
+    assert build_config({"sandbox_disk_mb": 20480}, {}, None, tmp_path).scoring_hash() == (
+        default.scoring_hash()
+    )
+    assert build_config({"sandbox_disk_mb": 512}, {}, None, tmp_path).scoring_hash() != (
+        default.scoring_hash()
+    )
+    with pytest.raises(ConfigError, match="--sandbox-disk"):
+        build_config({"sandbox_disk_mb": 1}, {}, None, tmp_path)

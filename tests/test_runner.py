@@ -103,25 +103,56 @@ def test_an_interrupt_is_written_down_and_re_raised(
     assert events(tmp_path)[-1]["kind"] == "interrupted"
 
 
-@pytest.mark.parametrize("network", ["on", "off"])
+@pytest.mark.parametrize("network", ["allowlist", "on", "off"])
 def test_sandbox_network_setting_reaches_the_agent(
     staged: StagedData, tmp_path: Path, network: str
 ) -> None:
+    """Every mode gives the sandbox its own loopback and nothing else; with a route out
+    the proxy variables name the egress relay, and each request through it is an
+    ``egress`` event (allowlist: a host not on the list is refused, the refusal recorded;
+    no name here is ever resolved: the allow-list refuses it first, or the test's address
+    map gives it a loopback address that the address rules refuse)."""
     from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
 
     if (problem := bubblewrap_problem()) is not None:
-        pytest.skip(problem)
+        pytest.fail(problem)
+    code = (
+        "cat /proc/net/dev; echo proxy=${HTTPS_PROXY:-none}; "
+        "curl -s -m 10 -o /dev/null -w 'status=%{http_code}' http://mapped.test/"
+    )
     steps = tmp_path / "steps.yaml"
-    steps.write_text("- {tool: execute, arguments: {language: bash, code: 'cat /proc/net/dev'}}\n")
+    steps.write_text(
+        "- {tool: execute, arguments: {language: bash, code: " + json.dumps(code) + "}}\n"
+    )
+    config = RunConfig(
+        amb_out=tmp_path,
+        sandbox="bubblewrap",
+        sandbox_network=network,
+        sandbox_hosts=("mapped.test=127.0.0.1",),
+    )
     plan = CellPlan(
         key=CellKey(agent=f"replay:{steps}", task=TASK.id, tier="lite", run=0),
         task=TASK,
         staged=staged,
-        config=RunConfig(amb_out=tmp_path, sandbox="bubblewrap", sandbox_network=network),
+        config=config,
         run_id="test",
         cell_dir=tmp_path / "cell",
     )
     run_cell(plan)
     (call,) = [e for e in events(tmp_path) if e["kind"] == "tool_result"]
-    interfaces = {line.split(":")[0].strip() for line in call["stdout"].splitlines()[2:]}
-    assert interfaces == {"lo"} if network == "off" else len(interfaces) > 1, interfaces
+    lines = call["stdout"].splitlines()
+    interfaces = {line.split(":")[0].strip() for line in lines[2:] if ":" in line}
+    assert interfaces == {"lo"}, interfaces
+    egress = [e for e in events(tmp_path) if e["kind"] == "egress"]
+    if network == "off":
+        assert "proxy=none" in call["stdout"] and egress == []
+        assert not (tmp_path / "cell" / "egress.jsonl").exists()
+        return
+    assert "proxy=http://127.0.0.1:3128" in call["stdout"]
+    assert "status=403" in call["stdout"], call
+    (connection,) = egress
+    reason = "not_allowlisted" if network == "allowlist" else "loopback"
+    assert connection["host"] == "mapped.test" and connection["allowed"] is False
+    assert connection["reason"] == reason, connection
+    logged = (tmp_path / "cell" / "egress.jsonl").read_text().splitlines()
+    assert [json.loads(line)["reason"] for line in logged] == [reason]

@@ -11,7 +11,6 @@ of :func:`container_options` only need the Docker SDK.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import importlib.util
 import json
 import os
@@ -24,7 +23,6 @@ import tempfile
 import textwrap
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -143,7 +141,6 @@ def _spec(public: Path, workspace: Path, **overrides: Any) -> SandboxSpec:
     fields: dict[str, Any] = {
         "public_dir": public,
         "workspace_dir": workspace,
-        "network": False,
         "memory_mb": 1024,
         "max_processes": 128,
         "tmp_mb": 32,
@@ -181,32 +178,6 @@ def make_box(
         return sandbox
 
     return make
-
-
-@pytest.fixture
-def host_server() -> Iterator[int]:
-    """An HTTP server on all of the host's interfaces answering a token: stands in for
-    the judge, a proxy or any other host service. Yields its port."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"host-token"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # --------------------------------------------------------------------------- identity
@@ -459,7 +430,7 @@ from pytest_automedbench.sandbox import docker as dk
 # containers would go, see the test of the sweep below).
 dk._swept = True
 spec = SandboxSpec(public_dir=Path(sys.argv[1]), workspace_dir=Path(sys.argv[2]),
-                   network=False, run_id=sys.argv[3])
+                   run_id=sys.argv[3])
 box = DockerSandbox(spec)
 box.start()
 try:
@@ -606,91 +577,6 @@ def test_network_off_has_only_loopback(client: Any, box: DockerSandbox) -> None:
     assert net["connect"] != "connected"
     attrs = client.containers.get(box.container_id).attrs
     assert attrs["HostConfig"]["NetworkMode"] == "none"
-
-
-_PROBE_HOST = """
-import errno, json, socket, struct
-gateway = None
-for line in open("/proc/net/route").read().splitlines()[1:]:
-    fields = line.split()
-    if fields[1] == "00000000":
-        gateway = socket.inet_ntoa(struct.pack("<L", int(fields[2], 16)))
-outcomes = {{}}
-for address in [gateway, *{others!r}]:
-    try:
-        socket.create_connection((address, {port}), timeout=5).close()
-        outcomes[address] = "connected"
-    except OSError as exc:
-        outcomes[address] = errno.errorcode.get(exc.errno, repr(exc)) if exc.errno else repr(exc)
-print(json.dumps({{"gateway": gateway, "connect": outcomes}}))
-"""
-
-
-def host_addresses() -> list[str]:
-    """This host's own IPv4 addresses but loopback (empty without ``ip``)."""
-    if shutil.which("ip") is None:
-        return []
-    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
-    addresses = [line.split()[3].split("/")[0] for line in out.splitlines()]
-    return [a for a in addresses if not a.startswith("127.")]
-
-
-def test_network_on_cannot_reach_the_host(client: Any, make_box: MakeBox, host_server: int) -> None:
-    sandbox = make_box(network=True)
-    attrs = client.containers.get(sandbox.container_id).attrs
-    assert list(attrs["NetworkSettings"]["Networks"]) == [dk.AGENT_NETWORK]
-    gateway = attrs["NetworkSettings"]["Networks"][dk.AGENT_NETWORK]["Gateway"]
-    others = [a for a in host_addresses() if a != gateway]
-    probe = run_json(sandbox, _PROBE_HOST.format(port=host_server, others=others))
-    assert probe["gateway"] == gateway
-    # The server does answer on those addresses (from the host itself) ...
-    for address in [gateway, *others]:
-        with urllib.request.urlopen(f"http://{address}:{host_server}/", timeout=5) as reply:
-            assert reply.read() == b"host-token", address
-    # ... but not to the container: the INPUT rule rejects the agents' bridge.
-    assert set(probe["connect"]) == {gateway, *others}
-    for address, outcome in probe["connect"].items():
-        assert outcome in ("ECONNREFUSED", "EHOSTUNREACH"), (address, outcome)
-    rule = ["iptables", "-C", "INPUT", "-i", dk.AGENT_BRIDGE, "-j", "REJECT"]
-    assert subprocess.run(rule, capture_output=True).returncode == 0
-
-
-_LISTEN = """
-import json, socket
-server = socket.create_server(("0.0.0.0", 8765))
-server.settimeout(4)
-print("listening", flush=True)
-try:
-    server.accept()
-    print(json.dumps("accepted"))
-except TimeoutError:
-    print(json.dumps("nothing came"))
-"""
-
-
-def test_agent_containers_cannot_reach_each_other(client: Any, make_box: MakeBox) -> None:
-    listener, prober = make_box("ws_a", network=True), make_box("ws_b", network=True)
-    networks = client.containers.get(listener.container_id).attrs["NetworkSettings"]["Networks"]
-    address = networks[dk.AGENT_NETWORK]["IPAddress"]
-    results: list[Any] = []
-    listening = threading.Thread(
-        target=lambda: results.append(listener.exec("python", _LISTEN, timeout_s=20))
-    )
-    listening.start()
-    try:
-        time.sleep(1.5)  # the listener's python is up well before this
-        probe = prober.exec(
-            "python",
-            f"import socket\ntry:\n    socket.create_connection(({address!r}, 8765), timeout=2)"
-            "\n    print('connected')\nexcept OSError as exc:\n    print('failed', exc)",
-            timeout_s=20,
-        )
-    finally:
-        listening.join()
-    (listened,) = results
-    assert "listening" in listened.stdout, listened
-    assert probe.stdout.startswith("failed"), probe
-    assert json.loads(listened.stdout.splitlines()[-1]) == "nothing came"
 
 
 # --------------------------------------------------------------------------- lifecycle

@@ -35,6 +35,11 @@ def test_the_configuration_hash_covers_exactly_the_scoring_settings(tmp_path: Pa
     changed = {
         "sandbox": "process",
         "sandbox_network": "off",
+        "sandbox_allow_hosts": ["mirror.lab"],
+        "sandbox_allow_networks": ["10.0.0.0/8"],
+        "sandbox_hosts": ["mirror.lab=10.1.2.3"],
+        "sandbox_disk_mb": 1024,
+        "sandbox_inodes": 5000,
         "judge": "llm:x/y",
         "judge_votes": 3,
         "data_root": str(tmp_path),
@@ -57,17 +62,26 @@ def test_the_configuration_hash_covers_exactly_the_scoring_settings(tmp_path: Pa
 
 
 def test_the_hash_of_earlier_records_is_kept() -> None:
-    """The hash payload is the one the ledgers of earlier releases were written with:
-    --sandbox local (now bubblewrap) and the defaults hash as they did."""
-    # Measured with the release before the settings table.
-    assert RunConfig().scoring_hash() == "0ea39169c148"
-    assert RunConfig(sandbox="local").scoring_hash() == "2cad87c191a1"
-    assert RunConfig(sandbox="docker", judge="llm:x/y").scoring_hash() == "c08f31785d7e"
+    """The hash payload is the one the ledgers of earlier releases were written with,
+    where the settings mean what they meant: with the network off (unchanged since), the
+    agent limits at their defaults and several tiers hash as they did; the old name of
+    the bubblewrap backend hashes as the new one. (Measured with the release before the
+    egress proxy.) With a route out, "on" meant the host's network then and means the
+    egress proxy now, so those records are kept apart."""
+    assert RunConfig(sandbox_network="off").scoring_hash() == "0225c57aa390"
+    assert RunConfig(sandbox_network="off", sandbox="local").scoring_hash() == "aa15142b7197"
+    assert RunConfig(sandbox_network="off", sandbox="bubblewrap").scoring_hash() == "aa15142b7197"
     assert RunConfig(sandbox="local").sandbox == "bubblewrap"
-    assert RunConfig(sandbox="bubblewrap").scoring_hash() == "2cad87c191a1"
-    # Several tiers, and the agent limits at their defaults, hash as before too.
-    assert RunConfig(tier="lite,pro").scoring_hash() == "0ea39169c148"
-    assert RunConfig(tier=["lite"], max_turns=200, time_factor=1).scoring_hash() == "0ea39169c148"
+    off = {"sandbox_network": "off"}
+    assert RunConfig(tier="lite,pro", **off).scoring_hash() == "0225c57aa390"
+    assert (
+        RunConfig(tier=["lite"], max_turns=200, time_factor=1, **off).scoring_hash()
+        == "0225c57aa390"
+    )
+    # Before the egress proxy, the default ("on", the host's network) hashed to this.
+    earlier_on = "0ea39169c148"
+    assert RunConfig(sandbox_network="on").scoring_hash() != earlier_on
+    assert RunConfig().scoring_hash() != earlier_on
 
 
 @pytest.mark.parametrize(

@@ -183,6 +183,9 @@ def _attachments(
     evaluation = cell / "evaluator" / "evaluation.json"
     if evaluation.is_file():
         allure.attach(_metric_table(evaluation), name="per-case metrics", attachment_type=kinds.CSV)
+    egress = cell / "egress.jsonl"
+    if egress.is_file() and egress.stat().st_size <= MAX_ATTACHMENT_BYTES:
+        allure.attach(_egress_table(egress), name="network (egress)", attachment_type=kinds.CSV)
     if result.stages is not None:
         verdict = {
             "judge": result.stages.judge,
@@ -205,6 +208,30 @@ def _attachments(
 def _csv_value(value: Any) -> Any:
     """A cell of the metric table: numbers as they are, text escaped to one line."""
     return value if value is None or isinstance(value, float | int) else printable(str(value))
+
+
+#: The columns of the egress table, as the proxy records each connection.
+EGRESS_COLUMNS = (
+    "started", "method", "host", "port", "address", "allowed", "reason", "answer_seeking",
+    "bytes_up", "bytes_down", "duration_s",
+)  # fmt: skip
+
+
+def _egress_table(log: Path) -> str:
+    """Every connection the agent made through the egress proxy, one row each (a line
+    that does not parse is shown as such, not dropped)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(EGRESS_COLUMNS)
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            writer.writerow([printable(f"unreadable line: {line[:200]}")])
+            continue
+        if isinstance(record, dict):
+            writer.writerow([_csv_value(record.get(column)) for column in EGRESS_COLUMNS])
+    return buffer.getvalue()
 
 
 def _metric_table(evaluation: Path) -> str:

@@ -29,6 +29,7 @@ import http.server
 import json
 import os
 import secrets
+import shutil
 import site
 import socket
 import socketserver
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -49,6 +51,12 @@ import pytest
 
 import pytest_automedbench
 from pytest_automedbench.agents.tools import Toolbox
+from pytest_automedbench.egress import (
+    DEFAULT_ALLOWLIST,
+    EgressLease,
+    EgressPolicy,
+    EgressProxy,
+)
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.sandbox import (
     ExecResult,
@@ -59,11 +67,13 @@ from pytest_automedbench.sandbox import (
 )
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
 from pytest_automedbench.sandbox.docker import docker_problem
+from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
 from pytest_automedbench.violations import Policy, find_violations
 from tests.redteam.attempts import (
     ALLOWED,
     ATTACKS,
     CORPUS,
+    EGRESS_OK,
     ESCAPED,
     LATE_S,
     MEMORY_A_MB,
@@ -83,7 +93,7 @@ from tests.redteam.attempts import (
 pytestmark = pytest.mark.redteam
 
 BACKEND_NAMES = ("bubblewrap", "docker")
-CellKey = Literal["A", "B"]
+CellKey = Literal["A", "B", "C"]
 #: Programs some attempts need; probed once inside each sandbox.
 PROBED_TOOLS = (
     "perl",
@@ -129,6 +139,13 @@ class Layout:
     abstract: str
     port: int
     host_ip: str
+    #: The test's stand-ins for the internet (127.0.0.2, answers EGRESS_OK), for a host
+    #: that serves the task's labels (127.0.0.3, answers a canary) and for a LAN host (a
+    #: server in a network namespace made by the test, answering a canary).
+    egress_port: int
+    label_port: int
+    lan_ip: str
+    lan_port: int
     #: A host process started with the provider key in its environment, as the harness is
     #: (``/proc/<pid>/environ`` shows a process's environment at start, so the test's own
     #: late ``setenv`` would not be there).
@@ -184,7 +201,8 @@ def _host_ip() -> str:
 
 
 def build_layout(root: Path, cell_names: list[str]) -> Layout:
-    canaries = {name: _canary(name) for name in ("ref", "ledger", "creds", "key", "http")}
+    names = ("ref", "ledger", "creds", "key", "http", "labels", "lan")
+    canaries = {name: _canary(name) for name in names}
     canaries |= {"sock": _canary("sock"), "abstract": _canary("abstract")}
     task = root / "data" / TASK
     public, private = task / "public", task / "private"
@@ -226,6 +244,10 @@ def build_layout(root: Path, cell_names: list[str]) -> Layout:
         abstract=f"amb-redteam-{secrets.token_hex(6)}",
         port=0,
         host_ip=_host_ip(),
+        egress_port=0,
+        label_port=0,
+        lan_ip="",
+        lan_port=LAN_PORT,
         key_pid=0,
         canaries=canaries,
         cells=cells,
@@ -274,20 +296,87 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
 
+#: The LAN host's port inside its network namespace.
+LAN_PORT = 8080
+#: Serves the LAN canary (argv[1]) on 0.0.0.0:LAN_PORT, inside the test's namespace.
+_LAN_SERVER = f"""
+import http.server, sys
+answer = sys.argv[1].encode()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("0.0.0.0", {LAN_PORT}), Handler).serve_forever()
+"""
+
+
+@contextlib.contextmanager
+def lan_host(layout: Layout) -> Iterator[None]:
+    """A LAN host the test makes itself: a network namespace joined to the host by a veth
+    pair on a random 10.231.x.0/30, with an HTTP server answering the LAN canary. The host
+    reaches it (checked: the sandboxes' failure to is then theirs); nothing else does."""
+    tag = secrets.token_hex(3)
+    namespace, host_end, lan_end = f"amb-rt-{tag}", f"amb-h{tag}", f"amb-n{tag}"
+    subnet = secrets.randbelow(250) + 1
+    layout.lan_ip = f"10.231.{subnet}.2"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("netns", "add", namespace)
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        ip("link", "add", host_end, "type", "veth", "peer", "name", lan_end, "netns", namespace)
+        ip("addr", "add", f"10.231.{subnet}.1/30", "dev", host_end)
+        ip("link", "set", host_end, "up")
+        ip("-n", namespace, "addr", "add", f"{layout.lan_ip}/30", "dev", lan_end)
+        ip("-n", namespace, "link", "set", lan_end, "up")
+        ip("-n", namespace, "link", "set", "lo", "up")
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", namespace, sys.executable, "-I", "-c", _LAN_SERVER,
+             layout.canaries["lan"]]
+        )  # fmt: skip
+        url = f"http://{layout.lan_ip}:{LAN_PORT}/"
+        for _ in range(100):
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
+                assert reply.read().decode() == layout.canaries["lan"]
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the test's LAN host at {url} does not answer the host")
+        yield
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", host_end], capture_output=True)
+
+
 @contextlib.contextmanager
 def serving(layout: Layout) -> Iterator[None]:
-    """The host services an attacker would love to reach, each answering with a canary."""
+    """The host services an attacker would love to reach, each answering with a canary,
+    and the egress proxy's destinations (the test's internet, label host and LAN host)."""
     servers: list[socketserver.BaseServer] = [
         _HTTPServer(("0.0.0.0", 0), _http_handler(layout.canaries["http"])),
         _UnixServer(str(layout.sock), _socket_handler(layout.canaries["sock"])),
         _UnixServer("\0" + layout.abstract, _socket_handler(layout.canaries["abstract"])),
+        _HTTPServer(("127.0.0.2", 0), _http_handler(EGRESS_OK)),
+        _HTTPServer(("127.0.0.3", 0), _http_handler(layout.canaries["labels"])),
     ]
     layout.port = int(servers[0].server_address[1])  # type: ignore[index]
+    layout.egress_port = int(servers[3].server_address[1])  # type: ignore[index]
+    layout.label_port = int(servers[4].server_address[1])  # type: ignore[index]
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for thread in threads:
         thread.start()
     try:
-        yield
+        with lan_host(layout):
+            yield
     finally:
         for server in servers:
             server.shutdown()
@@ -318,7 +407,7 @@ def _sensitive_files() -> list[str]:
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
     root = tmp_path_factory.mktemp("redteam")
-    cells = [f"{backend}-{cell}" for backend in BACKEND_NAMES for cell in ("a", "b")]
+    cells = [f"{backend}-{cell}" for backend in BACKEND_NAMES for cell in ("a", "b", "c")]
     built = build_layout(root, [*cells, "control"])
     built.watch_dirs = _watch_dirs(built)
     built.sensitive = _sensitive_files()
@@ -579,6 +668,10 @@ def placeholder_values(
         "MEM": str(sandbox.spec.memory_mb * 1024**2),
         "LATE": str(LATE_S),
         "KEY_PID": str(layout.key_pid),
+        "EGRESS_PORT": str(layout.egress_port),
+        "LABEL_PORT": str(layout.label_port),
+        "LAN_IP": layout.lan_ip,
+        "LAN_PORT": str(layout.lan_port),
     }
     values |= _encodings(str(layout.private))
     assert set(values) == PLACEHOLDERS, set(values) ^ PLACEHOLDERS
@@ -631,8 +724,33 @@ def _unblock_fifos(workspace: Path) -> None:
                         os.close(os.open(path, flags))
 
 
+#: What the egress proxy's static map resolves (see ``attempts.EGRESS_OK``).
+def egress_hosts(layout: Layout) -> dict[str, str]:
+    return {
+        "allowed.test": "127.0.0.2",
+        "elsewhere.test": "127.0.0.2",
+        "labels.test": "127.0.0.3",
+        "unlisted.test": "127.0.0.3",
+        "loop.test": "127.0.0.1",
+        "metadata.test": "169.254.169.254",
+    }
+
+
+def arena_policy(mode: str) -> EgressPolicy:
+    """The cells' policy: the test's internet and label servers stand on loopback
+    addresses, so those two (only) are listed as public; every other rule is the real one."""
+    return EgressPolicy(
+        mode=mode,  # type: ignore[arg-type]
+        allow_hosts=(*DEFAULT_ALLOWLIST, "allowed.test"),
+        label_hosts=("labels.test",),
+        allow_networks=("127.0.0.2/32", "127.0.0.3/32"),
+        ports=(),
+    )
+
+
 class Arena:
-    """Two live sandboxes of one backend over the shared host layout."""
+    """Three live sandboxes of one backend over the shared host layout (network off,
+    allowlist and on), the last two behind one egress proxy."""
 
     def __init__(self, backend: str, layout: Layout) -> None:
         self.backend = backend
@@ -640,17 +758,31 @@ class Arena:
         self.cells: dict[CellKey, CellDirs] = {
             "A": layout.cells[f"{backend}-a"],
             "B": layout.cells[f"{backend}-b"],
+            "C": layout.cells[f"{backend}-c"],
         }
+        # One egress proxy for the arena (as for a harness process), a socket per cell.
+        self.proxy = EgressProxy(hosts=egress_hosts(layout))
+        self.egress: dict[CellKey, Path] = {
+            key: Path(tempfile.mkdtemp(prefix="amb-rt-eg-")) for key in ("B", "C")
+        }
+        self.leases: dict[CellKey, EgressLease] = {}
+        self.records_seen: dict[CellKey, int] = {"B": 0, "C": 0}
         specs: dict[CellKey, SandboxSpec] = {
             "A": SandboxSpec(
                 public_dir=layout.public,
                 workspace_dir=self.cells["A"].workspace,
-                network=False,
                 memory_mb=MEMORY_A_MB,
                 tmp_mb=TMP_A_MB,
             ),
             "B": SandboxSpec(
-                public_dir=layout.public, workspace_dir=self.cells["B"].workspace, network=True
+                public_dir=layout.public,
+                workspace_dir=self.cells["B"].workspace,
+                egress_dir=self.egress["B"],
+            ),
+            "C": SandboxSpec(
+                public_dir=layout.public,
+                workspace_dir=self.cells["C"].workspace,
+                egress_dir=self.egress["C"],
             ),
         }
         self.sandboxes: dict[CellKey, RecordingSandbox] = {
@@ -661,6 +793,15 @@ class Arena:
         self.token = secrets.token_hex(4)
 
     def start(self) -> None:
+        self.proxy.start()
+        for key, mode in (("B", "allowlist"), ("C", "on")):
+            folder = self.egress[key]
+            folder.chmod(0o755)
+            self.leases[key] = self.proxy.open_cell(
+                f"{self.backend}-{key}",
+                arena_policy(mode),
+                folder / EGRESS_SOCKET_NAME,
+            )
         for key, sandbox in self.sandboxes.items():
             sandbox.start()
             probe = " ".join(PROBED_TOOLS)
@@ -672,6 +813,26 @@ class Arena:
     def stop(self) -> None:
         for sandbox in self.sandboxes.values():
             sandbox.stop()
+        for lease in self.leases.values():
+            lease.close()
+        self.proxy.stop()
+        for folder in self.egress.values():
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def egress_events(self, key: CellKey, first_seq: int) -> list[dict[str, Any]]:
+        """The cell's connections through the proxy since the last look, as the runner
+        writes them into a trajectory."""
+        lease = self.leases.get(key)
+        if lease is None:
+            return []
+        records = lease.records()[self.records_seen[key] :]
+        self.records_seen[key] += len(records)
+        events = []
+        for offset, record in enumerate(records):
+            fields = record.as_dict()
+            fields.pop("cell_id", None)
+            events.append({"v": 2, "seq": first_seq + offset, "kind": "egress", **fields})
+        return events
 
     @staticmethod
     def other(key: CellKey) -> CellKey:
@@ -717,6 +878,7 @@ class Arena:
             result = toolbox.call("execute", json.dumps(arguments))
             event = _tool_event(len(out.events), "execute", result.content, result.record)
             out.events.append(event)
+            out.events += self.egress_events(key, len(out.events))
             if (last := sandbox.take_last()) is not None:
                 out.stdout, out.stderr, out.exit_code = last.stdout, last.stderr, last.exit_code
 
@@ -1054,5 +1216,5 @@ def test_corpus_covers_the_issue() -> None:
             assert attempt.language in ("bash", "python"), attempt.id
         if attempt.check == "allowed":
             assert attempt.expect, attempt.id
-    for key in ("A", "B"):
+    for key in ("A", "B", "C"):
         assert any(a.cell == key for a in ATTACKS), f"no attack runs in cell {key}"
