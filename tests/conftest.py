@@ -12,6 +12,13 @@ from typing import Any
 
 import pytest
 
+from pytest_automedbench.egress import STATIC_ONLY_ENV
+
+# The egress proxies the tests start resolve names through their static maps only: no
+# lookup, and so no connection, ever leaves this machine (every test name is mapped to
+# a server the test starts). Inherited by pytester's subprocesses and Slurm jobs.
+os.environ[STATIC_ONLY_ENV] = "1"
+
 # In-process pytester runs (``pytester.runpytest``) forget the modules they imported, and
 # numpy, which the plugin's controller imports, cannot be loaded twice in one process:
 # loaded here, it stays loaded in every test process whatever order the tests run in.

@@ -200,8 +200,10 @@ def address_class(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | No
         return "multicast"
     if ip in host_addresses():
         return "host_address"
+    if ip.is_reserved:
+        return "reserved"
     if ip.is_private or (ip.version == 4 and ip in _SHARED_ADDRESS_SPACE):
         return "private"
-    if ip.is_reserved or not ip.is_global:
+    if not ip.is_global:
         return "reserved"
     return None
