@@ -18,7 +18,11 @@ a measurement.
     <= 1.5x), and the container lifecycle of one cell, both containers: the agent
     container's start + one exec + stop, plus one evaluator container run (the
     evaluator's ``--help``), vs the same two commands as bare host processes (target:
-    overhead <= 2 s median).
+    overhead <= 2 s median);
+(d) the egress proxy: a 10 MB download from a local server through the proxy's CONNECT
+    tunnel vs the same download directly (median; target <= 1.2x), and the same download
+    with curl inside a bubblewrap sandbox (relay on 127.0.0.1:3128, then the proxy) vs
+    curl on the host (reported).
 
     .venv/bin/python benchmarks/sandbox.py            # best of 30, lifecycle median of 15
     .venv/bin/python benchmarks/sandbox.py --quick    # fewer rounds for a busy machine
@@ -27,12 +31,15 @@ a measurement.
 from __future__ import annotations
 
 import argparse
+import http.server
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,9 +113,8 @@ def sandboxed(box: Sandbox, language: Language, code: str) -> Callable[[], None]
 
 
 def new_spec(root: Path, public: Path, name: str) -> SandboxSpec:
-    # Network off: the per-cell default for honest work is on, but off is the stricter
-    # (slightly slower: one more namespace) configuration.
-    return SandboxSpec(public_dir=public, workspace_dir=root / name, network=False)
+    # Network off: no egress relay in front of each command (section (d) measures it).
+    return SandboxSpec(public_dir=public, workspace_dir=root / name)
 
 
 # --------------------------------------------------------------------------- (a), (b)
@@ -235,6 +241,125 @@ def docker_lifecycle(root: Path, public: Path, repeats: int, check: str) -> Row:
 # --------------------------------------------------------------------------- main
 
 
+# --------------------------------------------------------------------------- (d)
+
+DOWNLOAD_BYTES = 10 * 1024**2
+
+
+class _Download(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    body = os.urandom(DOWNLOAD_BYTES)
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _read_all(sock: socket.socket) -> int:
+    total = 0
+    while chunk := sock.recv(1 << 20):
+        total += len(chunk)
+    return total
+
+
+def direct_download(port: int) -> Callable[[], None]:
+    def run() -> None:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET / HTTP/1.0\r\nHost: download.test\r\n\r\n")
+            if _read_all(sock) < DOWNLOAD_BYTES:
+                raise SystemExit("the direct download came back short")
+
+    return run
+
+
+def proxied_download(socket_path: Path, port: int) -> Callable[[], None]:
+    """The same GET through a CONNECT tunnel of the proxy's unix socket."""
+
+    def run() -> None:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(socket_path))
+            sock.sendall(f"CONNECT download.test:{port} HTTP/1.1\r\n\r\n".encode())
+            head = sock.recv(4096)
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise SystemExit(f"the proxy refused the download: {head[:200]!r}")
+            sock.sendall(b"GET / HTTP/1.0\r\nHost: download.test\r\n\r\n")
+            if _read_all(sock) < DOWNLOAD_BYTES:
+                raise SystemExit("the proxied download came back short")
+
+    return run
+
+
+def bench_egress(root: Path, public: Path, repeats: int, bubblewrap: bool) -> list[Row]:
+    """A 10 MB download from a local server: through the egress proxy's tunnel vs
+    directly (median, interleaved), and from inside a bubblewrap sandbox (relay + proxy,
+    curl) vs the same curl on the host."""
+    from pytest_automedbench.egress import EgressPolicy, EgressProxy
+    from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Download)
+    port = int(server.server_address[1])
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    folder = Path(tempfile.mkdtemp(prefix="amb-bench-eg-"))
+    folder.chmod(0o755)
+    policy = EgressPolicy(mode="on", allow_networks=("127.0.0.1/32",))
+    rows = []
+    try:
+        with (
+            EgressProxy(hosts={"download.test": "127.0.0.1"}) as proxy,
+            proxy.open_cell("bench", policy, folder / EGRESS_SOCKET_NAME) as lease,
+        ):
+            direct, proxied = direct_download(port), proxied_download(lease.socket_path, port)
+            times = _interleaved_medians(repeats, proxied, direct)
+            rows.append(_ratio_row("(d) 10 MB download through the proxy", *times, "<= 1.2x"))
+            if bubblewrap and shutil.which("curl"):
+                spec = SandboxSpec(
+                    public_dir=public, workspace_dir=root / "ws-egress", egress_dir=folder
+                )
+                box = BACKENDS["bubblewrap"](spec)
+                box.start()
+                try:
+                    url = f"http://download.test:{port}/"
+                    inside = sandboxed(box, "bash", f"curl -sf -o /dev/null {url}")
+                    host = bare(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{port}/"])
+                    times = _interleaved_medians(repeats, inside, host)
+                    label = "(d) 10 MB curl in bubblewrap (relay+proxy) vs on the host"
+                    rows.append(_ratio_row(label, *times, "report"))
+                finally:
+                    box.stop()
+    finally:
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+def _interleaved_medians(repeats: int, *fns: Callable[[], None]) -> list[float]:
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+def _ratio_row(check: str, ours: float, reference: float, target: str) -> Row:
+    return Row(
+        check,
+        ms(ours),
+        f"direct {ms(reference)}",
+        f"{ours / reference:.2f}x (+{ms(ours - reference)})",
+        target,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a busy machine)")
@@ -255,8 +380,8 @@ def main() -> None:
         public = root / "public"
         public.mkdir()
         (public / "input.txt").write_text("public input\n")
-        for backend in ("local", "process"):
-            if backend == "local" and problem is not None:
+        for backend in ("bubblewrap", "process"):
+            if backend == "bubblewrap" and problem is not None:
                 why = f"n/a: {problem}"
                 rows.append(Row("(a) local exec", why, "", "", "report"))
                 rows.append(Row("(b) local start+exec+stop", why, "", "", "report"))
@@ -267,6 +392,8 @@ def main() -> None:
             rows.append(bench_lifecycle(backend, root, public, cells))
         print("  (c) docker ...", flush=True)
         rows += bench_docker(root, public, repeats)
+        print("  (d) egress proxy ...", flush=True)
+        rows += bench_egress(root, public, max(5, repeats // 2), problem is None)
 
     headers = Row("check", "ours", "reference (same run)", "ratio", "target")
     fields = ("check", "ours", "reference", "ratio", "target")
