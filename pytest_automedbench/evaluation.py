@@ -12,9 +12,9 @@ FIFO, not as a missing file; neither is followed or opened.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -38,13 +38,16 @@ class EvaluatorError(RuntimeError):
 
 
 def _copy_regular(src: Path, dest: Path) -> bool:
-    """Copy a regular file's bytes; False when it is not one anymore (swapped since)."""
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+    """Copy a regular file, holes kept (a sparse file stays sparse on the host); False
+    when it is not one anymore (swapped since)."""
+    from pytest_automedbench.sandbox.local import copy_sparse
+
+    try:
+        copy_sparse(src, dest)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ELOOP):  # a FIFO or a link swapped in
             return False
-        with open(dest, "wb") as out:
-            shutil.copyfileobj(fh, out)
+        raise
     return True
 
 

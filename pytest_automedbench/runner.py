@@ -61,6 +61,7 @@ from pytest_automedbench.violations import Violation, find_violations
 if TYPE_CHECKING:
     from pytest_automedbench.egress import ConnectionRecord, EgressPolicy
     from pytest_automedbench.gateway import Gateway
+    from pytest_automedbench.sandbox.quota import WorkspaceQuota
 
 __all__ = [
     "OUTPUTS_DIRNAME",
@@ -195,9 +196,15 @@ def run_cell(plan: CellPlan) -> CellResult:
 
 
 def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
-    """The steps of a cell: open the sandbox and run the agent in it; evaluate the
-    submission; score the cell from its evidence; build the record."""
+    """The steps of a cell: give it a workspace under its quota; open the sandbox and run
+    the agent in it; evaluate the submission; score the cell from its evidence; build the
+    record."""
     cell = CellFiles.of(plan)
+    with open_workspace(plan, cell, trajectory):
+        return _in_workspace(plan, cell, trajectory)
+
+
+def _in_workspace(plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter) -> CellResult:
     with (
         open_gateway(plan) as gateway,
         open_egress(plan, trajectory) as egress,
@@ -229,6 +236,79 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     result.backend = cell.backend  # with Slurm and ``auto``: what the node resolved
     (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
     return result
+
+
+#: What of a workspace stays a plain folder after its cell (reports read them); the rest
+#: is in the image, which is kept (``mount -o loop,ro <cell>/workspace.ext4 DIR``).
+KEPT_FOLDERS = (OUTPUTS_DIRNAME, "plan")
+_quotas_swept = False
+WORKSPACE_IMAGE = "workspace.ext4"
+
+
+@contextmanager
+def open_workspace(plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter) -> Iterator[None]:
+    """The cell's workspace under its disk and inode quota (``--sandbox-disk``,
+    ``--sandbox-inodes``): a sparse ext4 image of its own, loop-mounted on the workspace
+    folder from before the sandbox starts until the cell is scored. Filling it gives the
+    agent "no space left on device"; the host and the other cells lose nothing more. At
+    the end the outputs and the plan are copied back out as plain folders (sparse files
+    stay sparse) and the image is kept beside them. The unisolated ``process`` backend, or
+    a host that cannot loop-mount, gets no quota: the trajectory says so."""
+    from pytest_automedbench.sandbox.quota import (
+        QuotaSpec,
+        WorkspaceQuota,
+        quota_problem,
+        sweep_stale_quotas,
+    )
+
+    problem = "the process backend is unisolated" if cell.backend == "process" else None
+    problem = problem or quota_problem()
+    spec = QuotaSpec(size_mb=plan.config.sandbox_disk_mb, inodes=plan.config.sandbox_inodes)
+    if problem is not None:
+        trajectory.emit("workspace_quota", applied=False, reason=problem)
+        yield
+        return
+    global _quotas_swept
+    if not _quotas_swept:  # once per process: what harnesses that died left mounted
+        _quotas_swept = True
+        sweep_stale_quotas()
+    image = plan.cell_dir / WORKSPACE_IMAGE
+    set_aside_earlier_attempt(cell.workspace, image)
+    quota = WorkspaceQuota(cell.workspace, image, spec)
+    quota.mount()
+    trajectory.emit(
+        "workspace_quota", applied=True, size_mb=spec.size_mb, inodes=spec.inodes,
+        image=str(image),
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        keep_out_of_image(quota, cell.workspace)
+
+
+def set_aside_earlier_attempt(workspace: Path, image: Path) -> None:
+    """A cell run again in the same folder (a Slurm job resubmitted) starts afresh: what
+    an earlier attempt left is renamed, not mixed in or deleted."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    for path in (workspace, image):
+        if path.exists() and (path.is_file() or any(path.iterdir())):
+            path.rename(path.with_name(f"{path.name}.earlier-{stamp}"))
+
+
+def keep_out_of_image(quota: WorkspaceQuota, workspace: Path) -> None:
+    """Copy the kept folders out of the mounted image, unmount it, put them in place."""
+    from pytest_automedbench.sandbox.local import copy_tree_no_links
+
+    staging = Path(tempfile.mkdtemp(prefix=".kept-", dir=workspace.parent))
+    try:
+        for name in KEPT_FOLDERS:
+            if (workspace / name).is_dir():
+                copy_tree_no_links(workspace / name, staging / name)
+    finally:
+        quota.unmount()
+        for kept in staging.iterdir():
+            kept.rename(workspace / kept.name)
+        staging.rmdir()
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,9 @@ def test_sandbox_network_setting_reaches_the_agent(
     run_cell(plan)
     (call,) = [e for e in events(tmp_path) if e["kind"] == "tool_result"]
     lines = call["stdout"].splitlines()
-    interfaces = {line.split(":")[0].strip() for line in lines[2:] if ":" in line}
+    interfaces = {
+        line.split(":")[0].strip() for line in lines[2:] if ":" in line and "=" not in line
+    }
     assert interfaces == {"lo"}, interfaces
     egress = [e for e in events(tmp_path) if e["kind"] == "egress"]
     if network == "off":
@@ -156,3 +158,65 @@ def test_sandbox_network_setting_reaches_the_agent(
     assert connection["reason"] == reason, connection
     logged = (tmp_path / "cell" / "egress.jsonl").read_text().splitlines()
     assert [json.loads(line)["reason"] for line in logged] == [reason]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["bubblewrap", "docker"])
+def test_a_workspace_filled_to_its_quota_leaves_the_host_alone_and_the_cell_is_scored(
+    staged: StagedData, tmp_path: Path, backend: str
+) -> None:
+    """A 10 GB write and a million empty files stop at the cell's quota inside the sandbox
+    (the agent reads "No space left on device"); the host's disk and inodes lose no more
+    than the quota; the cell goes on, is scored, and keeps its outputs as a plain folder
+    (a sparse file stays sparse) with the image beside it."""
+    import os
+
+    from pytest_automedbench.sandbox.quota import quota_problem
+
+    if (problem := quota_problem()) is not None:
+        pytest.fail(problem)
+    fill = (
+        "dd if=/dev/zero of=big bs=1M count=10240 2>&1 | grep -v records; "
+        "python -c \"import os\nos.makedirs('many')\nn = 0\ntry:\n"
+        "    for n in range(1000000): open(f'many/{n}', 'w').close()\n"
+        "except OSError as e: print('files', n, e.strerror)\"; "
+        "rm -rf big many; mkdir -p outputs; "
+        "python -c \"f = open('outputs/sparse.bin', 'wb'); f.truncate(1 << 30); f.write(b'x')\""
+    )
+    steps = tmp_path / "steps.yaml"
+    steps.write_text(
+        "- {tool: execute, arguments: {language: bash, timeout_s: 600, code: "
+        + json.dumps(fill)
+        + "}}\n"
+    )
+    host = os.statvfs(tmp_path)
+    plan = CellPlan(
+        key=CellKey(agent=f"replay:{steps}", task=TASK.id, tier="lite", run=0),
+        task=TASK,
+        staged=staged,
+        config=RunConfig(
+            amb_out=tmp_path,
+            sandbox=backend,
+            sandbox_network="off",
+            sandbox_disk_mb=128,
+            sandbox_inodes=4000,
+        ),  # fmt: skip
+        run_id="test",
+        cell_dir=tmp_path / "cell",
+    )
+    result = run_cell(plan)
+    after = os.statvfs(tmp_path)
+    assert result.status == "scored", result.error
+    (call,) = [e for e in events(tmp_path) if e["kind"] == "tool_result"]
+    assert call["stdout"].count("No space left on device") == 2, call["stdout"]
+    assert "files " in call["stdout"]
+    quota = [e for e in events(tmp_path) if e["kind"] == "workspace_quota"]
+    assert quota == [quota[0]] and quota[0]["applied"] is True, quota
+    lost_bytes = (host.f_bavail - after.f_bavail) * host.f_frsize
+    assert lost_bytes < 128 * 1024**2 + 64 * 1024**2, lost_bytes  # the image, at most
+    assert host.f_favail - after.f_favail < 200  # the image, the kept folders, the records
+    workspace = tmp_path / "cell" / "workspace"
+    assert not os.path.ismount(workspace)
+    kept = workspace / "outputs" / "sparse.bin"
+    assert kept.stat().st_size == 1 << 30 and kept.stat().st_blocks * 512 < 1024**2
+    assert (tmp_path / "cell" / "workspace.ext4").is_file()
