@@ -122,7 +122,8 @@ def test_report_header_echoes_resolved_configuration(
         [
             "automedbench: run *",
             "automedbench: agents: reference",
-            "automedbench: tier: lite  runs: task default*sandbox: auto (network allowlist, workspace 20480 MiB / 1000000 files)  judge: rules",
+            "automedbench: tier: lite  runs: task default*sandbox: auto (network allowlist, "
+            "workspace 20480 MiB / 1000000 files)  judge: rules",
             "automedbench: data-root: (synthetic data, small)  "
             f"results: {tmp_path}/res  executor: local",
         ]

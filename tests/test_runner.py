@@ -200,7 +200,7 @@ def test_a_workspace_filled_to_its_quota_leaves_the_host_alone_and_the_cell_is_s
             sandbox_network="off",
             sandbox_disk_mb=128,
             sandbox_inodes=4000,
-        ),  # fmt: skip
+        ),
         run_id="test",
         cell_dir=tmp_path / "cell",
     )
