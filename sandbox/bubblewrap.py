@@ -147,7 +147,14 @@ class BubblewrapSandbox(MountedFiles):
         (stage / OWNER_FILE).write_text(process_identity())
         (stage / SECCOMP_FILE).write_bytes(program)
         for name in (
-            "public", "workspace", "venv", "python", "agent-tools", "gateway", "egress", "tmp"
+            "public",
+            "workspace",
+            "venv",
+            "python",
+            "agent-tools",
+            "gateway",
+            "egress",
+            "tmp",
         ):
             (stage / name).mkdir()
         tmp = stage / "tmp"
