@@ -139,7 +139,10 @@ def test_each_limit_enters_the_configuration_hash(tmp_path: Path) -> None:
         hashes.add(build_config({field: value}, {}, None, tmp_path).scoring_hash())
     assert len(hashes) == 1 + len(OTHER)
     same = build_config({f: BY_FIELD[f].default for f in OTHER}, {}, None, tmp_path)
-    assert same.scoring_hash() == base == "0ea39169c148"  # the defaults hash as before
+    assert same.scoring_hash() == base
+    # The defaults hash as before with the network off (its meaning unchanged since).
+    off = build_config({"sandbox_network": "off"}, {}, None, tmp_path)
+    assert off.scoring_hash() == "0225c57aa390"
 
 
 def test_the_effective_limits_are_what_a_record_holds(tmp_path: Path, task: TaskSpec) -> None:
