@@ -13,6 +13,7 @@ FIFO, not as a missing file; neither is followed or opened.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import stat
@@ -51,35 +52,66 @@ def _copy_regular(src: Path, dest: Path) -> bool:
     return True
 
 
-def copy_submission(src: Path, dest: Path) -> list[str]:
-    """Copy an agent's outputs into the new folder ``dest`` for the evaluator, following
-    nothing: folders and regular files as they are, a symbolic link as a link to
-    :data:`LINK_PLACEHOLDER`, a FIFO as an empty FIFO; sockets and devices are left out.
+@dataclass(frozen=True)
+class CopyBounds:
+    """What a host copy of a submission may hold: entries (files and folders) and bytes
+    (apparent sizes). A task's deliverables fit with room to spare
+    (:meth:`~pytest_automedbench.tasks.TaskSpec.output_bounds`); 300 000 empty files or a
+    disk's worth of junk do not, and stop costing the host there."""
 
-    Returns the entries not copied as they are, e.g. ``"answers.json (a symbolic link)"``.
+    max_entries: int
+    max_bytes: int
+
+    def describe(self) -> str:
+        return f"{self.max_entries} files and folders, {self.max_bytes / 1024**2:.0f} MiB"
+
+
+def copy_submission(src: Path, dest: Path, bounds: CopyBounds | None = None) -> list[str]:
+    """Copy an agent's outputs into the new folder ``dest`` for the evaluator, following
+    nothing: folders and regular files as they are (holes kept), a symbolic link as a link
+    to :data:`LINK_PLACEHOLDER`, a FIFO as an empty FIFO; sockets and devices are left out.
+
+    Returns the entries not copied as they are, e.g. ``"answers.json (a symbolic link)"``,
+    and, when ``bounds`` stopped the copy, a last line saying so (see :func:`over_bounds`).
     A missing ``src`` gives an empty folder, and so does one that is not a folder (listed).
     """
+    skipped, excess = _copy_bounded(src, dest, bounds)
+    return sorted(skipped) + ([excess] if excess else [])
+
+
+def _copy_bounded(
+    src: Path, dest: Path, bounds: CopyBounds | None
+) -> tuple[list[str], str | None]:
     dest.mkdir(parents=True)
     try:
         top = os.lstat(src).st_mode
     except FileNotFoundError:
-        return []
+        return [], None
     if not stat.S_ISDIR(top):
-        return [f". ({file_kind(top)}, not a folder)"]
+        return [f". ({file_kind(top)}, not a folder)"], None
     skipped: list[str] = []
+    entries_seen, bytes_seen = 0, 0
     folders = [Path()]
     while folders:  # iterative: a hostile submission may nest folders deeper than recursion
         folder = folders.pop()
         try:
             with os.scandir(src / folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
+                limit = None if bounds is None else bounds.max_entries - entries_seen + 1
+                entries = sorted(itertools.islice(it, limit), key=lambda e: e.name)
         except OSError as exc:
             skipped.append(f"{folder.as_posix()}/ (unreadable: {exc.strerror})")
             continue
         for entry in entries:
             rel, target = folder / entry.name, dest / folder / entry.name
             try:
-                mode = entry.stat(follow_symlinks=False).st_mode
+                st = entry.stat(follow_symlinks=False)
+                entries_seen += 1
+                bytes_seen += st.st_size if stat.S_ISREG(st.st_mode) else 0
+                if bounds is not None and (
+                    entries_seen > bounds.max_entries or bytes_seen > bounds.max_bytes
+                ):
+                    return skipped, over_bounds(bounds, rel.as_posix())
+                mode = st.st_mode
                 if stat.S_ISDIR(mode):
                     target.mkdir()
                     folders.append(rel)
@@ -95,7 +127,15 @@ def copy_submission(src: Path, dest: Path) -> list[str]:
                 skipped.append(f"{rel.as_posix()} ({file_kind(mode)})")
             except OSError as exc:
                 skipped.append(f"{rel.as_posix()} (not copied: {exc.strerror})")
-    return sorted(skipped)
+    return skipped, None
+
+
+def over_bounds(bounds: CopyBounds, at: str) -> str:
+    """The format problem an oversized submission gets (the agent reads it in its check)."""
+    return encodable(
+        f"outputs/ holds more than this task's submissions may ({bounds.describe()}): the "
+        f"copy for the evaluator stopped at {at}, and nothing after it was evaluated"
+    )
 
 
 @dataclass(frozen=True)
@@ -117,12 +157,13 @@ def _run(
     workdir: Path,
     format_only: bool,
     placement: Placement,
-) -> str:
+    bounds: CopyBounds | None,
+) -> tuple[str, str | None]:
     workdir.mkdir(parents=True, exist_ok=True)
     copied = workdir / "submission"
     if copied.exists():
         remove_tree(copied)  # the agent's shapes: maybe deeper than the recursion limit
-    skipped = copy_submission(submission, copied)
+    skipped, excess = _copy_bounded(submission, copied, bounds)
     spec_path = workdir / "spec.json"
     spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
     out = workdir / ("format.json" if format_only else "evaluation.json")
@@ -137,7 +178,7 @@ def _run(
     if skipped:
         listed = encodable("\n".join(skipped))  # names that are not UTF-8
         (workdir / "skipped_links.txt").write_text(listed, encoding="utf-8")
-    return text
+    return text, excess
 
 
 def _in_container(
@@ -228,9 +269,18 @@ def _verdict(
     references: Path,
     workdir: Path,
     placement: Placement,
+    bounds: CopyBounds | None = None,
 ) -> _Verdict:
     format_only = model is FormatReport
-    text = _run(spec, submission, references, workdir, format_only, placement)
+    text, excess = _run(spec, submission, references, workdir, format_only, placement, bounds)
+    verdict = _parse(model, text, format_only)
+    if excess is not None:
+        report = verdict if isinstance(verdict, FormatReport) else verdict.format
+        report.problems.insert(0, excess)
+    return verdict
+
+
+def _parse(model: type[_Verdict], text: str, format_only: bool) -> _Verdict:
     try:
         return model.model_validate_json(text)
     except ValidationError as exc:
@@ -248,9 +298,10 @@ def check_format(
     references: Path,
     workdir: Path,
     placement: Placement = HOST_PROCESS,
+    bounds: CopyBounds | None = None,
 ) -> FormatReport:
     """The pre-submission check shown to the agent: format only, no scores."""
-    return _verdict(FormatReport, spec, submission, references, workdir, placement)
+    return _verdict(FormatReport, spec, submission, references, workdir, placement, bounds)
 
 
 def evaluate(
@@ -259,6 +310,7 @@ def evaluate(
     references: Path,
     workdir: Path,
     placement: Placement = HOST_PROCESS,
+    bounds: CopyBounds | None = None,
 ) -> EvaluationResult:
-    """The final evaluation: every metric, every case."""
-    return _verdict(EvaluationResult, spec, submission, references, workdir, placement)
+    """The final evaluation: every metric, every case (of what the bounds let through)."""
+    return _verdict(EvaluationResult, spec, submission, references, workdir, placement, bounds)

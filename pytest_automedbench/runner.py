@@ -36,7 +36,7 @@ from pytest_automedbench.agents.trajectory import (
     write_conversation,
 )
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.evaluation import Placement, check_format, evaluate
+from pytest_automedbench.evaluation import CopyBounds, Placement, check_format, evaluate
 from pytest_automedbench.evaluators.safe_io import encodable
 from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult
 from pytest_automedbench.events import read_events, spent_so_far
@@ -221,6 +221,7 @@ def _in_workspace(plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter)
         plan.staged.private_dir,
         plan.cell_dir / "evaluator",
         cell.placement,
+        cell.bounds,
     )
     trajectory.emit(
         "evaluation",
@@ -320,6 +321,8 @@ class CellFiles:
     spec: EvalSpec
     backend: str
     placement: Placement
+    #: What the host's copies of the submission may hold (the task's bounds).
+    bounds: CopyBounds
 
     @classmethod
     def of(cls, plan: CellPlan) -> CellFiles:
@@ -336,6 +339,7 @@ class CellFiles:
                 run_id=plan.run_id,
                 docker_base=plan.config.docker_base,
             ),
+            bounds=plan.task.output_bounds(plan.staged.case_ids),
         )
 
 
@@ -501,6 +505,7 @@ def run_agent_in(
             plan.staged.private_dir,
             plan.cell_dir / "precheck",
             cell.placement,
+            cell.bounds,
         ),
         observe=lambda: observe_outputs(
             cell.workspace, cell.outputs, deliverables, single_file_kind

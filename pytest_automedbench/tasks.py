@@ -11,6 +11,7 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import (
@@ -33,6 +34,9 @@ from pytest_automedbench.evaluators.schema import (
 from pytest_automedbench.fixtures.registry import RegistryError, check_declared
 from pytest_automedbench.fixtures.staging import CaseLayout
 from pytest_automedbench.terms import MODALITIES, TIERS, Tier, Track
+
+if TYPE_CHECKING:
+    from pytest_automedbench.evaluation import CopyBounds
 
 #: How each track's public/private split names its cases (see fixtures.staging).
 CASE_LAYOUTS: dict[str, CaseLayout] = {
@@ -113,6 +117,25 @@ class NetworkDecl(BaseModel):
         return tuple(dict.fromkeys(normalise_pattern(host) for host in value))
 
 
+class OutputBounds(BaseModel):
+    """What a submission may hold (``outputs:`` in task.yaml), for the host's copies of it:
+    beyond it the copy stops and the agent is told in its format check. Each bound left
+    out is derived from the deliverables (see :meth:`TaskSpec.output_bounds`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_files: int | None = Field(default=None, ge=1)
+    max_mb: int | None = Field(default=None, ge=1)
+
+
+#: Per deliverable: room for side files (a log, a JSON next to a mask) and its size at
+#: most (a float32 512x512x160 volume, uncompressed, is 160 MiB); plus a flat allowance.
+FILES_PER_DELIVERABLE = 4
+MB_PER_DELIVERABLE = 256
+FILES_ALLOWANCE = 1000
+MB_ALLOWANCE = 1024
+
+
 class RatingBands(BaseModel):
     """TASK thresholds for ratings A and B (task-specific: a hard task gets lower bars)."""
 
@@ -166,6 +189,7 @@ class TaskSpec(BaseModel):
     method_keywords: list[str] = Field(min_length=1)
     data: DataSpec
     network: NetworkDecl = Field(default_factory=NetworkDecl)
+    outputs: OutputBounds = Field(default_factory=OutputBounds)
     evaluation: EvaluationDecl
     rating: RatingBands
     reference: ReferenceDecl
@@ -236,6 +260,17 @@ class TaskSpec(BaseModel):
         if not self.per_case_outputs:
             return [self.output_pattern]
         return [self.output_path(c) for c in case_ids]
+
+    def output_bounds(self, case_ids: list[str]) -> CopyBounds:
+        """The files and bytes a submission of these cases may hold (``outputs:`` in
+        task.yaml, else derived from the deliverables, generously: an honest submission is
+        never cut, 300 000 files or gigabytes of junk are)."""
+        from pytest_automedbench.evaluation import CopyBounds
+
+        count = len(self.deliverables(case_ids))
+        files = self.outputs.max_files or FILES_ALLOWANCE + FILES_PER_DELIVERABLE * count
+        mb = self.outputs.max_mb or MB_ALLOWANCE + MB_PER_DELIVERABLE * count
+        return CopyBounds(max_entries=files, max_bytes=mb * 1024**2)
 
     def eval_spec(self, case_ids: list[str]) -> EvalSpec:
         """What the evaluator is told about this task: the case list and the track's section."""
