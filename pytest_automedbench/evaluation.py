@@ -66,7 +66,9 @@ class CopyBounds:
         return f"{self.max_entries} files and folders, {self.max_bytes / 1024**2:.0f} MiB"
 
 
-def copy_submission(src: Path, dest: Path, bounds: CopyBounds | None = None) -> list[str]:
+def copy_submission(
+    src: Path, dest: Path, bounds: CopyBounds | None = None, skip: frozenset[str] = frozenset()
+) -> list[str]:
     """Copy an agent's outputs into the new folder ``dest`` for the evaluator, following
     nothing: folders and regular files as they are (holes kept), a symbolic link as a link
     to :data:`LINK_PLACEHOLDER`, a FIFO as an empty FIFO; sockets and devices are left out.
@@ -74,13 +76,14 @@ def copy_submission(src: Path, dest: Path, bounds: CopyBounds | None = None) -> 
     Returns the entries not copied as they are, e.g. ``"answers.json (a symbolic link)"``,
     and, when ``bounds`` stopped the copy, a last line saying so (see :func:`over_bounds`).
     A missing ``src`` gives an empty folder, and so does one that is not a folder (listed).
+    ``skip``: names at the top of ``src`` not to copy (nor count).
     """
-    skipped, excess = _copy_bounded(src, dest, bounds)
+    skipped, excess = _copy_bounded(src, dest, bounds, skip)
     return sorted(skipped) + ([excess] if excess else [])
 
 
 def _copy_bounded(
-    src: Path, dest: Path, bounds: CopyBounds | None
+    src: Path, dest: Path, bounds: CopyBounds | None, skip: frozenset[str] = frozenset()
 ) -> tuple[list[str], str | None]:
     dest.mkdir(parents=True)
     try:
@@ -103,6 +106,8 @@ def _copy_bounded(
             continue
         for entry in entries:
             rel, target = folder / entry.name, dest / folder / entry.name
+            if folder == Path() and entry.name in skip:
+                continue
             try:
                 st = entry.stat(follow_symlinks=False)
                 entries_seen += 1

@@ -200,18 +200,20 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     the agent in it; evaluate the submission; score the cell from its evidence; build the
     record."""
     cell = CellFiles.of(plan)
-    with open_workspace(plan, cell, trajectory):
-        return _in_workspace(plan, cell, trajectory)
+    with open_workspace(plan, cell) as quota:
+        return _in_workspace(plan, cell, trajectory, quota)
 
 
-def _in_workspace(plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter) -> CellResult:
+def _in_workspace(
+    plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter, quota: dict[str, Any]
+) -> CellResult:
     with (
         open_gateway(plan) as gateway,
         open_egress(plan, trajectory) as egress,
         open_sandbox(plan, cell, gateway, egress) as sandbox,
     ):
         ctx = agent_context(plan, sandbox)
-        outcome = run_agent_in(plan, cell, sandbox, ctx, trajectory, gateway)
+        outcome = run_agent_in(plan, cell, sandbox, ctx, trajectory, gateway, quota)
     if outcome.termination in INFRA_TERMINATIONS:
         detail = infra_detail(outcome, trajectory)
         return _failed(plan, trajectory, detail, outcome.termination)
@@ -239,22 +241,25 @@ def _in_workspace(plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter)
     return result
 
 
-#: What of a workspace stays a plain folder after its cell (reports read them); the rest
-#: is in the image, which is kept (``mount -o loop,ro <cell>/workspace.ext4 DIR``).
+#: What of a workspace stays a plain folder after its cell: the outputs and the plan
+#: whole (reports read them), the rest up to this bound; everything is in the image,
+#: which is kept (``mount -o loop,ro <cell>/workspace.ext4 DIR`` shows it).
 KEPT_FOLDERS = (OUTPUTS_DIRNAME, "plan")
-_quotas_swept = False
+KEEP_REST = CopyBounds(max_entries=20_000, max_bytes=1024**3)
 WORKSPACE_IMAGE = "workspace.ext4"
+_quotas_swept = False
 
 
 @contextmanager
-def open_workspace(plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter) -> Iterator[None]:
+def open_workspace(plan: CellPlan, cell: CellFiles) -> Iterator[dict[str, Any]]:
     """The cell's workspace under its disk and inode quota (``--sandbox-disk``,
     ``--sandbox-inodes``): a sparse ext4 image of its own, loop-mounted on the workspace
     folder from before the sandbox starts until the cell is scored. Filling it gives the
     agent "no space left on device"; the host and the other cells lose nothing more. At
-    the end the outputs and the plan are copied back out as plain folders (sparse files
-    stay sparse) and the image is kept beside them. The unisolated ``process`` backend, or
-    a host that cannot loop-mount, gets no quota: the trajectory says so."""
+    the end the workspace is copied back out as a plain folder (see :data:`KEEP_REST`;
+    sparse files stay sparse) and the image is kept beside it. The unisolated ``process``
+    backend, or a host that cannot loop-mount, gets no quota. Yields what the start event
+    records of it."""
     from pytest_automedbench.sandbox.quota import (
         QuotaSpec,
         WorkspaceQuota,
@@ -266,8 +271,7 @@ def open_workspace(plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter
     problem = problem or quota_problem()
     spec = QuotaSpec(size_mb=plan.config.sandbox_disk_mb, inodes=plan.config.sandbox_inodes)
     if problem is not None:
-        trajectory.emit("workspace_quota", applied=False, reason=problem)
-        yield
+        yield {"applied": False, "reason": problem}
         return
     global _quotas_swept
     if not _quotas_swept:  # once per process: what harnesses that died left mounted
@@ -277,12 +281,8 @@ def open_workspace(plan: CellPlan, cell: CellFiles, trajectory: TrajectoryWriter
     set_aside_earlier_attempt(cell.workspace, image)
     quota = WorkspaceQuota(cell.workspace, image, spec)
     quota.mount()
-    trajectory.emit(
-        "workspace_quota", applied=True, size_mb=spec.size_mb, inodes=spec.inodes,
-        image=str(image),
-    )  # fmt: skip
     try:
-        yield
+        yield {"applied": True, "size_mb": spec.size_mb, "inodes": spec.inodes, "image": str(image)}
     finally:
         keep_out_of_image(quota, cell.workspace)
 
@@ -297,7 +297,10 @@ def set_aside_earlier_attempt(workspace: Path, image: Path) -> None:
 
 
 def keep_out_of_image(quota: WorkspaceQuota, workspace: Path) -> None:
-    """Copy the kept folders out of the mounted image, unmount it, put them in place."""
+    """Copy the workspace out of the mounted image (the kept folders whole, the rest up
+    to :data:`KEEP_REST`, a note in ``workspace.kept.txt`` when it stopped there),
+    unmount the image, and put the copy in place."""
+    from pytest_automedbench.evaluation import copy_submission
     from pytest_automedbench.sandbox.local import copy_tree_no_links
 
     staging = Path(tempfile.mkdtemp(prefix=".kept-", dir=workspace.parent))
@@ -305,6 +308,14 @@ def keep_out_of_image(quota: WorkspaceQuota, workspace: Path) -> None:
         for name in KEPT_FOLDERS:
             if (workspace / name).is_dir():
                 copy_tree_no_links(workspace / name, staging / name)
+        rest = staging / ".rest"
+        left = copy_submission(workspace, rest, KEEP_REST, skip=frozenset(KEPT_FOLDERS))
+        if left:
+            note = "\n".join([*left, f"the whole workspace is in {quota.image_path}", ""])
+            (workspace.parent / "workspace.kept.txt").write_text(note, encoding="utf-8")
+        for item in rest.iterdir():
+            item.rename(staging / item.name)
+        rest.rmdir()
     finally:
         quota.unmount()
         for kept in staging.iterdir():
@@ -473,6 +484,7 @@ def run_agent_in(
     ctx: AgentContext,
     trajectory: TrajectoryWriter,
     gateway: Gateway | None = None,
+    workspace_quota: dict[str, Any] | None = None,
 ) -> AgentOutcome:
     """Run the agent in its sandbox to its end; the conversation is written whatever
     happens."""
@@ -493,6 +505,7 @@ def run_agent_in(
         public_dir=ctx.public_dir,
         outputs_dir=ctx.outputs_dir,
         plan_dir=ctx.plan_dir,
+        workspace_quota=workspace_quota,
     )
     limits = plan.limits()
     deliverables = plan.task.deliverables(plan.staged.case_ids)

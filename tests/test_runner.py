@@ -210,8 +210,9 @@ def test_a_workspace_filled_to_its_quota_leaves_the_host_alone_and_the_cell_is_s
     (call,) = [e for e in events(tmp_path) if e["kind"] == "tool_result"]
     assert call["stdout"].count("No space left on device") == 2, call["stdout"]
     assert "files " in call["stdout"]
-    quota = [e for e in events(tmp_path) if e["kind"] == "workspace_quota"]
-    assert quota == [quota[0]] and quota[0]["applied"] is True, quota
+    (start,) = [e for e in events(tmp_path) if e["kind"] == "start"]
+    assert start["workspace_quota"]["applied"] is True, start
+    assert start["workspace_quota"]["size_mb"] == 128
     lost_bytes = (host.f_bavail - after.f_bavail) * host.f_frsize
     assert lost_bytes < 128 * 1024**2 + 64 * 1024**2, lost_bytes  # the image, at most
     assert host.f_favail - after.f_favail < 200  # the image, the kept folders, the records
