@@ -39,6 +39,7 @@ MAX_HEAD_BYTES = 16 * 1024
 HEAD_TIMEOUT_S = 10.0
 #: Open connections per cell; more are refused (503).
 MAX_CONNECTIONS_PER_CELL = 64
+CROWDED_HEAD_TIMEOUT_S = 1.0
 #: Linux's fcntl to size a pipe (not named in Python's fcntl module before 3.10 on
 #: every platform).
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -363,9 +364,9 @@ class _Connection:
             )
         self.record(decision or Decision(False, reason), reason)
 
-    def read_head(self) -> tuple[bytes, bytes] | None:
+    def read_head(self, timeout_s: float = HEAD_TIMEOUT_S) -> tuple[bytes, bytes] | None:
         """The request head and whatever followed it, or None (too long, too slow, cut)."""
-        self.client.settimeout(HEAD_TIMEOUT_S)
+        self.client.settimeout(timeout_s)
         data = b""
         try:
             while b"\r\n\r\n" not in data:
@@ -384,10 +385,12 @@ class _Connection:
     def serve(self) -> None:
         with self.cell.lock:
             crowded = self.cell.connections > MAX_CONNECTIONS_PER_CELL
+        # The request is read first, also to refuse it (closing on unread bytes resets the
+        # connection and the client never reads why); a crowded cell waits only a moment.
+        read = self.read_head(CROWDED_HEAD_TIMEOUT_S if crowded else HEAD_TIMEOUT_S)
         if crowded:
             self.refuse("503 Service Unavailable", "too_many_connections")
             return
-        read = self.read_head()
         head = _parse_head(read[0]) if read is not None else None
         if read is None or head is None:
             self.refuse("400 Bad Request", "bad_request")
