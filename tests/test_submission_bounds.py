@@ -113,9 +113,7 @@ def test_an_honest_submission_is_copied_whole(
         spec, outputs, refs, tmp_path / "precheck", bounds=task.output_bounds(spec.case_ids)
     )
     assert report.valid and report.problems == []
-    assert [p.name for p in (tmp_path / "precheck" / "submission").iterdir()] == [
-        "answers.json"
-    ]
+    assert [p.name for p in (tmp_path / "precheck" / "submission").iterdir()] == ["answers.json"]
 
 
 def test_every_task_bounds_room_for_its_deliverables() -> None:
