@@ -374,3 +374,25 @@ def test_cells_on_one_proxy_are_told_apart_and_a_bad_callback_is_harmless(
     assert [(r.cell_id, r.allowed) for r in settled(second, 1)] == [("second", True)]
     first.close()
     second.close()
+
+
+def test_plain_http_names_the_allowed_host_whatever_the_client_wrote(
+    proxy: EgressProxy, servers: dict[str, _Server], tmp_path: Path
+) -> None:
+    """A Host header naming another site behind the same address (domain fronting)
+    would reach what the policy refused: the proxy writes the allowed host instead."""
+    port = servers["internet"].port
+    fronted = f"GET http://allowed.test:{port}/ HTTP/1.1\r\nHost: labels.test\r\n\r\n".encode()
+    with proxy.open_cell("c1", policy(), tmp_path / "c1.sock") as lease:
+        answer = ask(lease.socket_path, fronted)
+        settled(lease, 1)
+    assert answer.endswith(b"internet-body")
+    assert servers["internet"].seen[-1] == f"allowed.test:{port}"
+
+
+def test_wildcards_match_names_only_and_brackets_hold_addresses_only() -> None:
+    policy = EgressPolicy(mode="allowlist", allow_hosts=("*.4",))
+    assert policy.host_decision("1.2.3.4", 443).reason == "not_allowlisted"
+    assert EgressPolicy(mode="on").host_decision("[pypi.org]", 443).reason == "bad_host"
+    assert EgressPolicy(mode="on").host_decision("[2001:db8::1]", 443).allowed
+    assert EgressPolicy(mode="on").address_decision("fec0::1").reason == "private"

@@ -62,12 +62,14 @@ def normalise_host(host: str) -> str:
     """A host as the proxy compares it: lower case, no trailing dot, IDNA-encoded (an IP
     literal in its canonical form, brackets removed); raises EgressPolicyError."""
     text = host.strip()
-    if text.startswith("[") and text.endswith("]"):
+    bracketed = text.startswith("[") and text.endswith("]")
+    if bracketed:
         text = text[1:-1]
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
-        pass
+        if bracketed:  # brackets hold an IPv6 address, never a name
+            raise EgressPolicyError(f"{host!r} is not a host name") from None
     text = text.rstrip(".").lower()
     try:
         encoded = text.encode("idna").decode("ascii")
@@ -89,10 +91,19 @@ def normalise_pattern(pattern: str) -> str:
 
 
 def matches(host: str, pattern: str) -> bool:
-    """Whether a normalised host matches a normalised pattern."""
+    """Whether a normalised host matches a normalised pattern (a wildcard matches names
+    only: ``*.4`` is no pattern for ``1.2.3.4``)."""
     if pattern.startswith("*."):
-        return host.endswith(pattern[1:])
+        return host.endswith(pattern[1:]) and not _is_address(host)
     return host == pattern
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 @functools.cache
@@ -196,6 +207,8 @@ def address_class(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | No
         return "loopback"
     if ip.is_link_local:
         return "link_local"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:
+        return "private"  # fec0::/10, the obsolete IPv6 site-local range
     if ip.is_multicast:
         return "multicast"
     if ip in host_addresses():

@@ -350,6 +350,12 @@ class _Connection:
             )
         )
 
+    def authority(self) -> str:
+        """``host[:port]`` as a Host header names the target (the port only when not 80)."""
+        name = normalise_host(self.host)  # allowed, so a name or an address
+        host = f"[{name}]" if ":" in name else name
+        return host if self.port == 80 else f"{host}:{self.port}"
+
     def refuse(self, status: str, reason: str, decision: Decision | None = None) -> None:
         what = f"{self.host}:{self.port}" if self.host else "the request"
         body = (
@@ -440,7 +446,7 @@ class _Connection:
             if tunnel:
                 self.client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
-                upstream.sendall(_origin_request(head, path or "/"))
+                upstream.sendall(_origin_request(head, path or "/", self.authority()))
             if early:
                 upstream.sendall(early)
                 self.up += len(early)
@@ -497,14 +503,17 @@ class _Connection:
             self._count(direction, count)
 
 
-def _origin_request(head: _Head, path: str) -> bytes:
+def _origin_request(head: _Head, path: str, authority: str) -> bytes:
     """The request as the origin server expects it: origin-form target, no proxy headers,
     one request per connection."""
     lines = [f"{head.method} {path} {head.version}".encode("latin-1")]
     for header in head.headers:
         name = header.split(b":", 1)[0].strip().lower()
-        if name.startswith(b"proxy-") or name in (b"connection", b"keep-alive"):
+        if name.startswith(b"proxy-") or name in (b"connection", b"keep-alive", b"host"):
             continue
         lines.append(header)
+    # The host the policy allowed, whatever the client wrote: a Host header naming another
+    # site on the same servers (domain fronting) would reach what the policy refused.
+    lines.append(f"Host: {authority}".encode("ascii"))
     lines.append(b"Connection: close")
     return b"\r\n".join(lines) + b"\r\n\r\n"
