@@ -371,7 +371,7 @@ def test_the_host_reads_a_report_with_lone_surrogate_escapes(
     it): the host reads it all the same, the name escaped."""
     report = {"valid": False, "n_expected": 1, "n_present": 0, "n_valid": 0}
     text = json.dumps({**report, "problems": ["\udcff.nii.gz: stray file"]})
-    monkeypatch.setattr("pytest_automedbench.evaluation._run", lambda *args: text)
+    monkeypatch.setattr("pytest_automedbench.evaluation._run", lambda *args: (text, None))
     spec = TASK.eval_spec(["case_0001"])
     parsed = check_format(spec, tmp_path, tmp_path, tmp_path, HOST_PROCESS)
     assert parsed.problems == ["\\udcff.nii.gz: stray file"]

@@ -373,8 +373,9 @@ def toy_cell(
 
 class StopsTheGateway(ScriptedUpstream):
     """Stops the cell's gateway (from another thread, as a crash would) while it serves
-    the agent's second request; the reply waits until the gateway has stopped listening,
-    so that reply is the last one the agent gets."""
+    the agent's second request; the reply waits until the gateway's listeners are closed
+    (not merely told to close: a loaded machine served a third request in between), so
+    that reply is the last one the agent gets."""
 
     gateways: ClassVar[list[Any]] = []
 
@@ -384,9 +385,13 @@ class StopsTheGateway(ScriptedUpstream):
         reply = super().answer(path, protocol, headers, body)
         if len(self.agent_requests()) == 2:
             gateway = self.gateways[-1]
+            server = gateway._server  # uvicorn's: its listeners close first on shutdown
             threading.Thread(target=gateway.stop, daemon=True).start()
             deadline = time.monotonic() + 30  # a loaded CI machine stops it slowly
-            while gateway.running and time.monotonic() < deadline:
+            while time.monotonic() < deadline and (
+                not getattr(server, "servers", None)
+                or any(listener.is_serving() for listener in server.servers)
+            ):
                 time.sleep(0.01)
         return reply
 
