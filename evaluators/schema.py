@@ -227,23 +227,6 @@ class DetectionSpec(BaseModel):
         return self
 
 
-class CopyBounds(BaseModel):
-    """What the host's copy of a submission may hold: entries (files, folders, links,
-    FIFOs: each costs the host an inode) and bytes (apparent sizes). A task's deliverables
-    fit with room to spare (``TaskSpec.output_bounds``); 300 000 empty files or gigabytes of
-    junk do not, and stop costing the host disk, inodes and copy time at the bound.
-
-    Bytes are counted in apparent size, not allocated blocks: it is what the evaluator
-    reads, it does not depend on which file system holds the workspace or the copy (one
-    without holes would allocate a sparse file whole), and a copy never allocates much
-    more than it (a block per file, and the files are bounded too)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_entries: int = Field(ge=1)
-    max_bytes: int = Field(ge=0)
-
-
 class EvalSpec(BaseModel):
     """Everything the evaluator needs to know about one task; written by the host."""
 
@@ -258,9 +241,6 @@ class EvalSpec(BaseModel):
     vqa: VqaSpec | None = None
     report: ReportSpec | None = None
     detection: DetectionSpec | None = None
-    #: The bound the host's copy of the submission stopped at (None: copied unbounded, as
-    #: in specs written before bounds); the evaluator only sees what the copy holds.
-    bounds: CopyBounds | None = None
 
     @model_validator(mode="after")
     def _safe_case_ids(self) -> EvalSpec:

@@ -8,22 +8,17 @@ and only parses the evaluator's JSON.
 The copy keeps what each entry is without anything it points to: a symbolic link becomes
 a link to nowhere and a FIFO an empty FIFO, so the evaluator reports them as a link and a
 FIFO, not as a missing file; neither is followed or opened.
-
-The copy is bounded, as each submission is copied twice (pre-check, final evaluation):
-holes in a file stay holes, and the copy stops at the task's bound on entries and bytes
-(``EvalSpec.bounds``, from ``TaskSpec.output_bounds``) without listing past it, the
-deliverables first. What was left out is a format problem the agent reads in its check.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -31,7 +26,6 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from pytest_automedbench.evaluators.safe_io import encodable, encodable_tree, file_kind
-from pytest_automedbench.evaluators.schema import CopyBounds as CopyBounds  # re-exported
 from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport
 from pytest_automedbench.sandbox.local import remove_tree
 
@@ -44,171 +38,36 @@ class EvaluatorError(RuntimeError):
     """The evaluator could not produce a verdict: an infrastructure fault."""
 
 
-#: Read and written at most this much at a time when copying a file's data.
-_CHUNK = 1 << 20
-_ZEROS = memoryview(bytes(_CHUNK))
+def _copy_regular(src: Path, dest: Path) -> bool:
+    """Copy a regular file, holes kept (a sparse file stays sparse on the host); False
+    when it is not one anymore (swapped since)."""
+    from pytest_automedbench.sandbox.local import copy_sparse
 
-
-def _data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
-    """The ``[start, end)`` ranges of the first ``size`` bytes the file system holds data
-    for (``SEEK_DATA``/``SEEK_HOLE``); the whole range where it cannot tell holes apart."""
-    offset = 0
-    while offset < size:
-        try:
-            start = os.lseek(fd, offset, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # only a hole is left
-                return
-            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):  # no hole support here
-                yield offset, size
-                return
-            raise
-        if start >= size:
-            return
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
-        yield start, end
-        offset = end
-
-
-def _copy_regular(src: Path, dest: Path, size: int) -> bool:
-    """Copy at most the first ``size`` bytes of a regular file (the size it was counted
-    at: a file still growing cannot take the copy past the bound), holes kept: only data
-    extents are read, and a chunk of zeros is left a hole too, so a 2 GiB sparse file
-    with 4 KiB of data costs the host 4 KiB. Never through a link; False when ``src`` is
-    not a regular file anymore (swapped since it was listed)."""
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        copy_sparse(src, dest)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:  # a link swapped in
+        if exc.errno in (errno.EINVAL, errno.ELOOP):  # a FIFO or a link swapped in
             return False
         raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or a folder swapped in
-            return False
-        size = min(size, st.st_size)  # shrunk since: as it is now
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            for start, end in _data_extents(fd, size):
-                position = start
-                while position < end:
-                    chunk = os.pread(fd, min(_CHUNK, end - position), position)
-                    if not chunk:  # truncated meanwhile
-                        break
-                    if chunk != _ZEROS[: len(chunk)]:
-                        os.pwrite(out, chunk, position)
-                    position += len(chunk)
-            os.ftruncate(out, size)
-        finally:
-            os.close(out)
-    finally:
-        os.close(fd)
     return True
 
 
-class _OverBounds(Exception):
-    """Raised inside the copy at the first entry past the bound; carries the problem."""
+@dataclass(frozen=True)
+class CopyBounds:
+    """What a host copy of a submission may hold: entries (files and folders) and bytes
+    (apparent sizes). A task's deliverables fit with room to spare
+    (:meth:`~pytest_automedbench.tasks.TaskSpec.output_bounds`); 300 000 empty files or a
+    disk's worth of junk do not, and stop costing the host there."""
 
+    max_entries: int
+    max_bytes: int
 
-class _BoundedCopy:
-    """One bounded copy: counts entries and bytes as it goes and stops at the first entry
-    past the bound, so neither the listing nor the copying costs more than the bound
-    (a folder of 300 000 files is read only as far as the bound, never listed whole)."""
-
-    def __init__(self, src: Path, dest: Path, bounds: CopyBounds | None) -> None:
-        self.src, self.dest, self.bounds = src, dest, bounds
-        self.skipped: list[str] = []
-        self.entries = 0
-        self.bytes = 0
-        self.folders: list[Path] = []
-
-    def name(self, rel: Path, exclude: frozenset[str]) -> None:
-        """Copy the top-level entry ``rel`` (a deliverable) if it is there, and what it
-        holds; a missing one is left to the evaluator to report."""
-        if rel.name in exclude:
-            return
-        try:
-            st = os.lstat(self.src / rel)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            self.count(rel, 0)
-            self.skipped.append(f"{rel.as_posix()} (not copied: {exc.strerror})")
-            return
-        self.entry(rel, st)
-        self.drain()
-
-    def folder(self, rel: Path, exclude: frozenset[str] = frozenset()) -> None:
-        """Copy everything under ``rel`` (depth first, by an explicit stack: a hostile
-        submission may nest folders deeper than the recursion limit)."""
-        self.listing(rel, exclude)
-        self.drain()
-
-    def drain(self) -> None:
-        while self.folders:
-            self.listing(self.folders.pop())
-
-    def listing(self, folder: Path, exclude: frozenset[str] = frozenset()) -> None:
-        room = None if self.bounds is None else self.bounds.max_entries - self.entries + 1
-        listed: list[os.DirEntry[str]] = []
-        try:
-            with os.scandir(self.src / folder) as it:
-                for entry in it:
-                    if entry.name in exclude:
-                        continue
-                    listed.append(entry)
-                    if room is not None and len(listed) >= room:
-                        break  # one past the bound is enough to know the copy stops here
-        except OSError as exc:
-            self.skipped.append(f"{folder.as_posix()}/ (unreadable: {exc.strerror})")
-            return
-        for entry in sorted(listed, key=lambda e: e.name):
-            rel = folder / entry.name
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                self.count(rel, 0)
-                self.skipped.append(f"{rel.as_posix()} (not copied: {exc.strerror})")
-                continue
-            self.entry(rel, st)
-
-    def count(self, rel: Path, size: int) -> None:
-        self.entries += 1
-        self.bytes += size
-        bounds = self.bounds
-        if bounds is not None and self.entries > bounds.max_entries:
-            raise _OverBounds(over_bounds(bounds, rel.as_posix()))
-        if bounds is not None and self.bytes > bounds.max_bytes:
-            raise _OverBounds(over_bounds(bounds, rel.as_posix(), self.bytes))
-
-    def entry(self, rel: Path, st: os.stat_result) -> None:
-        mode = st.st_mode
-        self.count(rel, st.st_size if stat.S_ISREG(mode) else 0)
-        target = self.dest / rel
-        try:
-            if stat.S_ISDIR(mode):
-                target.mkdir()
-                self.folders.append(rel)
-                return
-            if stat.S_ISREG(mode):
-                if not _copy_regular(self.src / rel, target, st.st_size):
-                    self.skipped.append(f"{rel.as_posix()} (replaced while it was copied)")
-                return
-            if stat.S_ISLNK(mode):
-                os.symlink(LINK_PLACEHOLDER, target)
-            elif stat.S_ISFIFO(mode):
-                os.mkfifo(target, 0o600)
-            self.skipped.append(f"{rel.as_posix()} ({file_kind(mode)})")
-        except OSError as exc:
-            self.skipped.append(f"{rel.as_posix()} (not copied: {exc.strerror})")
+    def describe(self) -> str:
+        return f"{self.max_entries} files and folders, {self.max_bytes / 1024**2:.0f} MiB"
 
 
 def copy_submission(
-    src: Path,
-    dest: Path,
-    bounds: CopyBounds | None = None,
-    skip: frozenset[str] = frozenset(),
-    first: Sequence[str] = (),
+    src: Path, dest: Path, bounds: CopyBounds | None = None, skip: frozenset[str] = frozenset()
 ) -> list[str]:
     """Copy an agent's outputs into the new folder ``dest`` for the evaluator, following
     nothing: folders and regular files as they are (holes kept), a symbolic link as a link
@@ -217,20 +76,14 @@ def copy_submission(
     Returns the entries not copied as they are, e.g. ``"answers.json (a symbolic link)"``,
     and, when ``bounds`` stopped the copy, a last line saying so (see :func:`over_bounds`).
     A missing ``src`` gives an empty folder, and so does one that is not a folder (listed).
-    ``skip``: names at the top of ``src`` not to copy (nor count). ``first``: names at the
-    top copied before the rest (the deliverables), so junk beside them cannot use up the
-    bound before they are copied.
+    ``skip``: names at the top of ``src`` not to copy (nor count).
     """
-    skipped, excess = _copy_bounded(src, dest, bounds, skip, first)
+    skipped, excess = _copy_bounded(src, dest, bounds, skip)
     return sorted(skipped) + ([excess] if excess else [])
 
 
 def _copy_bounded(
-    src: Path,
-    dest: Path,
-    bounds: CopyBounds | None,
-    skip: frozenset[str] = frozenset(),
-    first: Sequence[str] = (),
+    src: Path, dest: Path, bounds: CopyBounds | None, skip: frozenset[str] = frozenset()
 ) -> tuple[list[str], str | None]:
     dest.mkdir(parents=True)
     try:
@@ -239,55 +92,55 @@ def _copy_bounded(
         return [], None
     if not stat.S_ISDIR(top):
         return [f". ({file_kind(top)}, not a folder)"], None
-    copy = _BoundedCopy(src, dest, bounds)
-    first = list(dict.fromkeys(n for n in first if n and "/" not in n and n not in (".", "..")))
-    try:
-        for name in first:
-            copy.name(Path(name), skip)
-        copy.folder(Path(), skip | frozenset(first))
-    except _OverBounds as stop:
-        return copy.skipped, str(stop)
-    return copy.skipped, None
+    skipped: list[str] = []
+    entries_seen, bytes_seen = 0, 0
+    folders = [Path()]
+    while folders:  # iterative: a hostile submission may nest folders deeper than recursion
+        folder = folders.pop()
+        try:
+            with os.scandir(src / folder) as it:
+                limit = None if bounds is None else bounds.max_entries - entries_seen + 1
+                entries = sorted(itertools.islice(it, limit), key=lambda e: e.name)
+        except OSError as exc:
+            skipped.append(f"{folder.as_posix()}/ (unreadable: {exc.strerror})")
+            continue
+        for entry in entries:
+            rel, target = folder / entry.name, dest / folder / entry.name
+            if folder == Path() and entry.name in skip:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                entries_seen += 1
+                bytes_seen += st.st_size if stat.S_ISREG(st.st_mode) else 0
+                if bounds is not None and (
+                    entries_seen > bounds.max_entries or bytes_seen > bounds.max_bytes
+                ):
+                    return skipped, over_bounds(bounds, rel.as_posix())
+                mode = st.st_mode
+                if stat.S_ISDIR(mode):
+                    target.mkdir()
+                    folders.append(rel)
+                    continue
+                if stat.S_ISREG(mode):
+                    if not _copy_regular(Path(entry.path), target):
+                        skipped.append(f"{rel.as_posix()} (replaced while it was copied)")
+                    continue
+                if stat.S_ISLNK(mode):
+                    os.symlink(LINK_PLACEHOLDER, target)
+                elif stat.S_ISFIFO(mode):
+                    os.mkfifo(target, 0o600)
+                skipped.append(f"{rel.as_posix()} ({file_kind(mode)})")
+            except OSError as exc:
+                skipped.append(f"{rel.as_posix()} (not copied: {exc.strerror})")
+    return skipped, None
 
 
-def _size(n: int) -> str:
-    if n < 1024**2:
-        return f"{n / 1024:.0f} KiB"
-    return f"{n / 1024**2:.1f}".removesuffix(".0") + " MiB"
-
-
-def over_bounds(bounds: CopyBounds, at: str, bytes_seen: int | None = None) -> str:
-    """The format problem an oversized submission gets (the agent reads it in its check):
-    how much was over, this task's bound, and that the rest was neither copied nor
-    evaluated. How many entries there are in all is not known: the listing stops too."""
-    if bytes_seen is None:
-        over = (
-            f"more than {bounds.max_entries} files and folders, where at most "
-            f"{bounds.max_entries} files and folders are copied"
-        )
-    else:
-        over = (
-            f"at least {_size(bytes_seen)} in files, where at most {_size(bounds.max_bytes)} "
-            "are copied"
-        )
+def over_bounds(bounds: CopyBounds, at: str) -> str:
+    """The format problem an oversized submission gets (the agent reads it in its check)."""
     return encodable(
-        f"outputs/ holds more than this task's submissions may: {over} for the evaluator; "
-        f"the copy stopped at {at}, and it and everything after it were not copied or "
-        "evaluated (keep only the deliverables in outputs/)"
+        f"outputs/ holds more than this task's submissions may ({bounds.describe()}): the "
+        f"copy for the evaluator stopped at {at}, and nothing after it was evaluated"
     )
-
-
-def deliverable_names(spec: EvalSpec) -> list[str]:
-    """The top-level names under ``outputs/`` the evaluator scores, in case order."""
-    if spec.vqa is not None:
-        return [spec.vqa.submission_filename]
-    if spec.detection is not None:
-        return [spec.detection.submission_filename]
-    section = spec.segmentation or spec.enhancement or spec.report
-    if section is None:
-        return []
-    paths = [section.output_pattern.replace("{case}", c) for c in spec.case_ids]
-    return list(dict.fromkeys(p.split("/", 1)[0] for p in paths))
 
 
 @dataclass(frozen=True)
@@ -315,8 +168,7 @@ def _run(
     copied = workdir / "submission"
     if copied.exists():
         remove_tree(copied)  # the agent's shapes: maybe deeper than the recursion limit
-    bounds = bounds if bounds is not None else spec.bounds
-    skipped, excess = _copy_bounded(submission, copied, bounds, first=deliverable_names(spec))
+    skipped, excess = _copy_bounded(submission, copied, bounds)
     spec_path = workdir / "spec.json"
     spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
     out = workdir / ("format.json" if format_only else "evaluation.json")
@@ -430,7 +282,6 @@ def _verdict(
     if excess is not None:
         report = verdict if isinstance(verdict, FormatReport) else verdict.format
         report.problems.insert(0, excess)
-        report.valid = False  # a submission-level problem, as a stray file is
     return verdict
 
 
@@ -454,8 +305,7 @@ def check_format(
     placement: Placement = HOST_PROCESS,
     bounds: CopyBounds | None = None,
 ) -> FormatReport:
-    """The pre-submission check shown to the agent: format only, no scores. ``bounds``:
-    what the copy may hold, ``spec.bounds`` when not given (unbounded when neither)."""
+    """The pre-submission check shown to the agent: format only, no scores."""
     return _verdict(FormatReport, spec, submission, references, workdir, placement, bounds)
 
 

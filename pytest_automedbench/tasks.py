@@ -11,6 +11,7 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import (
@@ -23,7 +24,6 @@ from pydantic import (
 )
 
 from pytest_automedbench.evaluators.schema import (
-    CopyBounds,
     DetectionSpec,
     EnhancementSpec,
     EvalSpec,
@@ -34,6 +34,9 @@ from pytest_automedbench.evaluators.schema import (
 from pytest_automedbench.fixtures.registry import RegistryError, check_declared
 from pytest_automedbench.fixtures.staging import CaseLayout
 from pytest_automedbench.terms import MODALITIES, TIERS, Tier, Track
+
+if TYPE_CHECKING:
+    from pytest_automedbench.evaluation import CopyBounds
 
 #: How each track's public/private split names its cases (see fixtures.staging).
 CASE_LAYOUTS: dict[str, CaseLayout] = {
@@ -115,13 +118,9 @@ class NetworkDecl(BaseModel):
 
 
 class OutputBounds(BaseModel):
-    """What a submission may hold (``outputs:`` in task.yaml), for the host's copies of it
-    (the pre-submission check's and the final evaluator's): beyond it the copy stops and
-    the agent is told in its format check. ``max_files`` counts every entry (files,
-    folders, links: each costs the host an inode); ``max_mb`` is in MiB of apparent size.
-    Each bound left out is derived from the track and the cases
-    (see :meth:`TaskSpec.output_bounds`); declare one only for a task whose deliverables
-    need more."""
+    """What a submission may hold (``outputs:`` in task.yaml), for the host's copies of it:
+    beyond it the copy stops and the agent is told in its format check. Each bound left
+    out is derived from the deliverables (see :meth:`TaskSpec.output_bounds`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -129,25 +128,12 @@ class OutputBounds(BaseModel):
     max_mb: int | None = Field(default=None, ge=1)
 
 
-MIB = 1024**2
-#: Per case, by track: entries (the deliverable and a few side files: a log, a JSON next
-#: to a mask, a folder per case) and bytes. Measured reference submissions on the
-#: synthetic data are at most 50 KiB per case (segmentation masks), 260 KiB (enhancement
-#: slices), 250 B (reports), 60 KiB all told (single files); real data stays far below
-#: these too: a gzipped 512x512x1000 label mask is tens of MiB even as float64, an
-#: enhancement case is one 2-D slice (512x512 float64: 2 MiB), a report a few KiB, and a
-#: COCO prediction list or a VQA answer a few KiB per image or question.
-ROOM_PER_CASE: dict[str, tuple[int, int]] = {
-    "segmentation": (6, 128 * MIB),
-    "enhancement": (6, 64 * MIB),
-    "report": (6, 1 * MIB),
-    "vqa": (1, MIB // 16),
-    "detection": (1, 1 * MIB),
-}
-#: For every task on top: stray notes, logs and plots an honest agent may leave beside
-#: its deliverables. Small against what the issue measured (300 000 files, 4 GiB).
-FILES_ALLOWANCE = 500
-MB_ALLOWANCE = 256
+#: Per deliverable: room for side files (a log, a JSON next to a mask) and its size at
+#: most (a float32 512x512x160 volume, uncompressed, is 160 MiB); plus a flat allowance.
+FILES_PER_DELIVERABLE = 4
+MB_PER_DELIVERABLE = 256
+FILES_ALLOWANCE = 1000
+MB_ALLOWANCE = 1024
 
 
 class RatingBands(BaseModel):
@@ -276,17 +262,15 @@ class TaskSpec(BaseModel):
         return [self.output_path(c) for c in case_ids]
 
     def output_bounds(self, case_ids: list[str]) -> CopyBounds:
-        """The entries and bytes a submission of these cases may hold (``outputs:`` in
-        task.yaml, else derived from the track and the number of cases, generously: an
-        honest submission is never cut; 300 000 files or gigabytes of junk are)."""
-        files_per_case, bytes_per_case = ROOM_PER_CASE[self.track]
-        n = len(case_ids)
-        files = self.outputs.max_files or FILES_ALLOWANCE + files_per_case * n
-        if self.outputs.max_mb is not None:
-            max_bytes = self.outputs.max_mb * MIB
-        else:
-            max_bytes = MB_ALLOWANCE * MIB + bytes_per_case * n
-        return CopyBounds(max_entries=files, max_bytes=max_bytes)
+        """The files and bytes a submission of these cases may hold (``outputs:`` in
+        task.yaml, else derived from the deliverables, generously: an honest submission is
+        never cut, 300 000 files or gigabytes of junk are)."""
+        from pytest_automedbench.evaluation import CopyBounds
+
+        count = len(self.deliverables(case_ids))
+        files = self.outputs.max_files or FILES_ALLOWANCE + FILES_PER_DELIVERABLE * count
+        mb = self.outputs.max_mb or MB_ALLOWANCE + MB_PER_DELIVERABLE * count
+        return CopyBounds(max_entries=files, max_bytes=mb * 1024**2)
 
     def eval_spec(self, case_ids: list[str]) -> EvalSpec:
         """What the evaluator is told about this task: the case list and the track's section."""
@@ -300,7 +284,6 @@ class TaskSpec(BaseModel):
             vqa=ev.vqa,
             report=ev.report,
             detection=ev.detection,
-            bounds=self.output_bounds(case_ids),
         )
 
 
