@@ -18,7 +18,11 @@ from pytest_automedbench.results import CellKey
 
 if TYPE_CHECKING:
     from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.harbor import HarborTask
     from pytest_automedbench.tasks import TaskSpec
+
+    #: A task of the catalogue, or a Harbor-format task folder.
+    AnyTask = TaskSpec | HarborTask
 
 
 @dataclass(frozen=True, repr=False)
@@ -26,7 +30,7 @@ class Cell:
     """The ``cell`` parameter of a benchmark test."""
 
     key: CellKey
-    task: TaskSpec
+    task: AnyTask
     #: The parameter id in the test's node id (``<task>-<tier>-r<run>``, prefixed
     #: ``<agent>-`` when the session has several agents).
     test_id: str
@@ -40,12 +44,42 @@ class Cell:
         return f"Cell({self.key.agent}/{self.key.task}/{self.key.tier}/r{self.key.run})"
 
     @property
-    def markers(self) -> tuple[str, str, str]:
-        """The markers of the cell's test: its track, tier and modality."""
+    def markers(self) -> tuple[str, ...]:
+        """The markers of the cell's test: its track, tier and modality; a Harbor task's
+        ``harbor``, category and keywords."""
+        if is_harbor(self.task):
+            return self.task.markers  # type: ignore[union-attr]
         return (self.task.track, self.key.tier, self.task.modality)
 
+    @property
+    def harbor(self) -> bool:
+        return is_harbor(self.task)
 
-def runs_of(config: RunConfig, deterministic: bool, task: TaskSpec) -> int:
+
+def is_harbor(task: object) -> bool:
+    """Whether a task is a Harbor task folder (not one of the catalogue's)."""
+    from pytest_automedbench.harbor._task import HarborTask
+
+    return isinstance(task, HarborTask)
+
+
+def tiers_of(config: RunConfig, task: AnyTask) -> tuple[str, ...]:
+    """The tiers a task is run at: the session's, or a Harbor task's one ``harbor``."""
+    if is_harbor(task):
+        from pytest_automedbench.harbor import HARBOR_TIER
+
+        return (HARBOR_TIER,)
+    return tuple(config.tiers)
+
+
+def unavailable_reason(task: AnyTask, config: RunConfig) -> str | None:
+    """Why a task's cells cannot run on this machine, known at collection."""
+    if is_harbor(task):
+        return task.unavailable_reason()  # type: ignore[union-attr]
+    return data_unavailable_reason(task, config.data_root)  # type: ignore[arg-type]
+
+
+def runs_of(config: RunConfig, deterministic: bool, task: AnyTask) -> int:
     """Repeats of one (agent, task, tier): ``--runs``, else 1 for a deterministic agent,
     else the task's default."""
     if config.runs is not None:
@@ -53,24 +87,30 @@ def runs_of(config: RunConfig, deterministic: bool, task: TaskSpec) -> int:
     return 1 if deterministic else task.default_runs
 
 
-def plan_cells(config: RunConfig, tasks: Sequence[TaskSpec]) -> list[Cell]:
+def plan_cells(config: RunConfig, tasks: Sequence[AnyTask]) -> list[Cell]:
     """Every cell of ``tasks`` under ``config``, in collection order (agent, task, tier,
-    run)."""
+    run); a Harbor task's runs are its attempts."""
     several = len(config.agents) > 1
-    data_reasons = {task.id: data_unavailable_reason(task, config.data_root) for task in tasks}
+    data_reasons = {task.id: unavailable_reason(task, config) for task in tasks}
     cells: list[Cell] = []
     for agent in config.agents:
         entry = config.agent(agent)
         agent_reason = entry.unavailable_reason()
         for task in tasks:
             runs = runs_of(config, entry.deterministic, task)
-            skip_reason = agent_reason or data_reasons[task.id]
-            for tier in config.tiers:
+            skip_reason = agent_reason or data_reasons[task.id] or _mismatch(entry, task)
+            for tier in tiers_of(config, task):
                 for run in range(runs):
                     key = CellKey(agent=agent, task=task.id, tier=tier, run=run)
                     test_id = f"{agent}-{key.cell_id}" if several else key.cell_id
                     cells.append(Cell(key, task, test_id, skip_reason))
     return cells
+
+
+def _mismatch(entry: object, task: AnyTask) -> str | None:
+    from pytest_automedbench.harbor._agents import incompatibility
+
+    return incompatibility(entry, is_harbor(task))  # type: ignore[arg-type]
 
 
 def has_tasks(folder: Path) -> bool:
@@ -101,6 +141,9 @@ def cells_of_nodeids(
         if pid is None:
             continue
         relative = nodeid.partition("::")[0]
+        if relative.endswith("task.toml"):
+            out.extend(_harbor_cell(nodeid, pid, relative, roots, config, planned))
+            continue
         suite = next(
             ((root / relative).parent for root in roots if (root / relative).is_file()),
             (roots[0] / relative).parent if roots else Path(relative).parent,
@@ -119,6 +162,32 @@ def cells_of_nodeids(
         if cell is not None:
             out.append((nodeid, cell))
     return out
+
+
+def _harbor_cell(
+    nodeid: str,
+    pid: str,
+    relative: str,
+    roots: Sequence[Path],
+    config: RunConfig,
+    planned: dict[Path, dict[str, Cell]],
+) -> list[tuple[str, Cell]]:
+    """The cell behind a Harbor task's node id (``<task folder>/task.toml::...``)."""
+    from pytest_automedbench.harbor import HarborTaskError, harbor_root_of, load_harbor_task
+
+    toml = next((root / relative for root in roots if (root / relative).is_file()), None)
+    if toml is None:
+        return []
+    folder = toml.parent.resolve()
+    if folder not in planned:
+        planned[folder] = {}
+        try:
+            task = load_harbor_task(folder, harbor_root_of(folder, config.harbor))
+        except (OSError, HarborTaskError):
+            return []
+        planned[folder] = {c.test_id: c for c in plan_cells(config, [task])}
+    cell = planned[folder].get(pid)
+    return [(nodeid, cell)] if cell is not None else []
 
 
 def has_prepared_split(folder: Path) -> bool:

@@ -311,9 +311,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     system over all tracks; each cell counted once (the latest record of a cell within a
     session). ``--per-system`` prints the per-system table alone."""
     from pytest_automedbench.report.leaderboard import (
+        harbor_board,
         per_agent,
         per_system,
         render,
+        render_harbor,
         render_systems,
         rows,
     )
@@ -330,10 +332,16 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         f"{len(read)} ledger records from {', '.join(map(str, args.ledgers))}; "
         f"{len(records)} cells counted (the latest record of each cell within a session)."
     )
+    board = harbor_board(records)
     if args.per_system and args.format != "html":
         text = render_systems(systems, args.format)
+    elif args.format in ("csv", "json") and board.ranked + board.partial:
+        # One CSV or JSON document holds one table: Harbor trials are HealthAgentBench's
+        # table alone when there is nothing else, else after the catalogue's.
+        harbor = render_harbor(board, args.format)
+        text = harbor if not table else render(table, args.format, agents, note=note) + harbor
     else:
-        text = render(table, args.format, agents, note=note, systems=systems)
+        text = render(table, args.format, agents, note=note, systems=systems, harbor=board)
     if args.out is None:
         print(text, end="")
     else:
@@ -343,7 +351,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         page = (
             text
             if args.format == "html"
-            else render(table, "html", agents, note=note, systems=systems)
+            else render(table, "html", agents, note=note, systems=systems, harbor=board)
         )
         html_out.write_text(page, encoding="utf-8")
         print(f"wrote {html_out}")
@@ -485,6 +493,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_harbor(args: argparse.Namespace) -> int:
+    """Write one catalogue task (one tier) as a Harbor task folder ``--out/<task>-<tier>/``."""
+    from pytest_automedbench.harbor._export import DEFAULT_EXPORT_BASE, export_harbor_task
+
+    task = _find(_load(args.suites), args.task)
+    folder = export_harbor_task(
+        task,
+        args.tier,
+        args.out,
+        data_cache=args.data_cache,
+        base_image=args.base_image or DEFAULT_EXPORT_BASE,
+        force=args.force,
+    )
+    print(f"{task.id} ({args.tier}): Harbor task written to {folder}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="automedbench", description=__doc__)
     parser.add_argument(
@@ -611,6 +636,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("--seed", type=int, default=0)
     comp.set_defaults(func=cmd_compare)
+    # export-harbor (pytest_automedbench.harbor._export, imported when the command runs)
+    from pytest_automedbench.config import DEFAULT_OUT
+    from pytest_automedbench.terms import TIERS
+
+    export = sub.add_parser(
+        "export-harbor",
+        help="write a task (one tier) as a Harbor task folder",
+        description=(
+            "Write the catalogue task TASK, one tier, as the Harbor task folder "
+            "OUT/<task>-<tier>/: the brief, the synthetic public data in the image, the "
+            "hidden references and this project's evaluator as the verifier (reward 1 when "
+            "the submission is valid and TASK reaches the task's rating band B), and the "
+            "reference solution for Harbor's oracle agent."
+        ),
+    )
+    export.add_argument("task")
+    export.add_argument("--tier", choices=TIERS, default="lite")
+    export.add_argument(
+        "--out", type=Path, default=Path("harbor-export"), help="default: ./harbor-export"
+    )
+    export.add_argument(
+        "--suites",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="task catalogue folder (as the top-level --suites)",
+    )
+    export.add_argument(
+        "--base-image",
+        default=None,
+        help="the Dockerfile's FROM image (default: python:3.11-slim-bookworm)",
+    )
+    export.add_argument(
+        "--data-cache",
+        type=Path,
+        default=DEFAULT_OUT / "data",
+        help="where the synthetic data is staged (default: ./automedbench-results/data)",
+    )
+    export.add_argument(
+        "--force", action="store_true", help="replace an existing export of this task and tier"
+    )
+    export.set_defaults(func=cmd_export_harbor)
     return parser
 
 

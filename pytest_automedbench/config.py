@@ -153,6 +153,8 @@ class RunConfig(BaseModel):
         description=BY_FIELD["request_timeout_s"].help,
     )
     data_root: Path | None = _setting("data_root")
+    harbor: tuple[Path, ...] = _setting("harbor")
+    harbor_base: tuple[str, ...] = _setting("harbor_base")
     data_size: str = _setting("data_size")
     amb_out: Path = Field(default=DEFAULT_OUT, description=BY_FIELD["amb_out"].help)
     executor: str = _setting("executor")
@@ -263,6 +265,20 @@ class RunConfig(BaseModel):
         """``sandbox_hosts`` as the egress proxy reads it (name -> address)."""
         return dict(item.split("=", 1) for item in self.sandbox_hosts)
 
+    @field_validator("harbor_base")
+    @classmethod
+    def _base_map_syntax(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            image, sep, local = item.partition("=")
+            if not sep or not image.strip() or not local.strip():
+                raise ValueError(f"{item!r} is not IMAGE=LOCAL (e.g. ubuntu:24.04=my/ubuntu)")
+        return tuple(dict.fromkeys(item.strip() for item in value))
+
+    @property
+    def harbor_base_map(self) -> dict[str, str]:
+        """``harbor_base`` as image -> local image."""
+        return {k.strip(): v.strip() for k, _, v in (i.partition("=") for i in self.harbor_base)}
+
     @field_validator("gpus")
     @classmethod
     def _gpus_syntax(cls, value: str | None) -> str | None:
@@ -355,6 +371,7 @@ _HASHED_WHEN_CHANGED = frozenset(LIMIT_KEYS) | {
     "sandbox_hosts",
     "sandbox_disk_mb",
     "sandbox_inodes",
+    "harbor_base",
 }
 #: Backend names as the configuration hash knows them.
 _LEGACY_HASH_NAMES = {"bubblewrap": "local"}
@@ -434,6 +451,14 @@ def build_config(
         if merged.get(key) is not None:
             path = Path(merged[key]).expanduser()
             merged[key] = path if path.is_absolute() else base_dir / path
+    if merged.get("harbor"):
+        # On the command line a path is the user's, relative to where they are; in the
+        # pyproject file, relative to the file's folder as the other paths are.
+        origin = base_dir if "harbor" in from_file else Path.cwd()
+        merged["harbor"] = tuple(
+            (p if p.is_absolute() else origin / p).resolve()
+            for p in (Path(item).expanduser() for item in merged["harbor"])
+        )
     merged.setdefault("amb_out", base_dir / DEFAULT_OUT)
     merged["agent_definitions"] = agent_definitions or {}
     if slurm:

@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{tier}: AutoMedBench {tier.upper()} tier cells")
     for modality in MODALITIES:
         config.addinivalue_line("markers", f"{modality}: AutoMedBench cells on {modality} data")
+    config.addinivalue_line("markers", "harbor: cells of Harbor-format tasks (--harbor)")
     for code, meaning in ERROR_CODES.items():
         config.addinivalue_line("markers", f"{code}: a cell diagnosed with {meaning}")
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
@@ -72,6 +73,36 @@ def pytest_configure(config: pytest.Config) -> None:
     # collection; a session that gives none (any other project) pays nothing for them.
     given = settings.given_on_command_line(config.getoption) or _has_settings_table(config)
     config.stash[STATE_KEY] = _State(run_id, _resolve_config(config) if given else None)
+    if _harbor_roots(config):
+        from pytest_automedbench.harbor._collect import with_harbor_args
+
+        explicit = config.args_source == pytest.Config.ArgsSource.ARGS
+        config.args[:] = with_harbor_args(list(config.args), _harbor_roots(config), explicit)
+
+
+def _harbor_roots(config: pytest.Config) -> tuple[Path, ...]:
+    """The ``--harbor`` paths of the session (none: no Harbor task is collected)."""
+    state = config.stash.get(STATE_KEY, None)
+    run_config = state.run_config if state is not None else None
+    return run_config.harbor if run_config is not None else ()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """A Harbor task's ``task.toml`` under a ``--harbor`` path is a module of cells."""
+    if file_path.name != "task.toml" or not _harbor_roots(parent.config):
+        return None
+    from pytest_automedbench.harbor._collect import collect_file
+
+    return collect_file(file_path, parent)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Inside a Harbor task folder only its ``task.toml`` is collected."""
+    if not _harbor_roots(config):
+        return None
+    from pytest_automedbench.harbor._collect import ignore_collect
+
+    return ignore_collect(collection_path, config)
 
 
 def _has_settings_table(config: pytest.Config) -> bool:
@@ -133,12 +164,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = _activate(metafunc.config, collecting=True)
     assert state.session is not None
     suite_dir = Path(str(metafunc.definition.fspath)).parent
-    cells = plan_cells(state.session.config, discover_tasks(suite_dir))
+    harbor_task = _harbor_task_of(metafunc)
+    tasks = [harbor_task] if harbor_task is not None else discover_tasks(suite_dir)
+    cells = plan_cells(state.session.config, tasks)
     params = [pytest.param(cell, id=cell.test_id, marks=_marks_of(cell)) for cell in cells]
     if not params:  # a track folder without tasks: say so instead of pytest's "NOTSET"
         reason = f"no tasks in {suite_dir}"
         params.append(pytest.param(None, id="no-tasks", marks=pytest.mark.skip(reason=reason)))
     metafunc.parametrize("cell", params)
+
+
+def _harbor_task_of(metafunc: pytest.Metafunc) -> Any:
+    """The Harbor task whose ``task.toml`` module is being collected, if it is one."""
+    if not _harbor_roots(metafunc.config):
+        return None
+    from pytest_automedbench.harbor._collect import HarborTaskFile
+
+    module = metafunc.definition.getparent(HarborTaskFile)
+    return module.task if module is not None else None
 
 
 def _marks_of(cell: Cell) -> list[pytest.MarkDecorator]:

@@ -62,6 +62,10 @@ def _sha(*parts: bytes) -> str:
 def task_hash(task: TaskSpec, tier: str) -> str:
     """The task's content as one cell sees it: its task.yaml, the tier's brief and the
     evaluator's declaration (an edit to any of them is another version of the task)."""
+    from pytest_automedbench.cells import is_harbor
+
+    if is_harbor(task):  # a Harbor task folder: every file of it
+        return str(task.content_hash)[:16]  # type: ignore[union-attr]
     yaml_path = task.folder / "task.yaml"
     raw = yaml_path.read_bytes() if yaml_path.is_file() else b""
     brief = task.tiers[tier].model_dump_json().encode() if tier in task.tiers else b""

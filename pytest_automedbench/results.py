@@ -100,6 +100,16 @@ class CellResult(BaseModel):
     data_hash: str | None = None
     judge: dict[str, Any] = Field(default_factory=dict)
     limits: dict[str, Any] = Field(default_factory=dict)
+    #: Harbor-format tasks only (tier ``harbor``; None/empty for the catalogue's tasks):
+    #: the verifier's ``reward`` (every key of its reward file is in ``task_metrics``),
+    #: whether the attempt passed (``reward`` >= the task's threshold), seconds per phase
+    #: (``environment``, ``agent``, ``verifier``) and the task's category (also its
+    #: ``track``). A verifier that left no readable reward makes the record an
+    #: ``infra_error`` with ``termination="verifier_error"``: never a silent 0.
+    reward: float | None = None
+    passed: bool | None = None
+    phase_s: dict[str, float] = Field(default_factory=dict)
+    category: str | None = None
     finished_at: str
 
     @property

@@ -199,6 +199,12 @@ def _run(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
     """The steps of a cell: give it a workspace under its quota; open the sandbox and run
     the agent in it; evaluate the submission; score the cell from its evidence; build the
     record."""
+    from pytest_automedbench.cells import is_harbor
+
+    if is_harbor(plan.task):  # a Harbor task folder: its own container and verifier
+        from pytest_automedbench.harbor._runner import run_harbor_cell
+
+        return run_harbor_cell(plan, trajectory)
     cell = CellFiles.of(plan)
     with open_workspace(plan, cell) as quota:
         return _in_workspace(plan, cell, trajectory, quota)

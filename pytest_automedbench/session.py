@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from filelock import FileLock
 
-from pytest_automedbench.cells import data_unavailable_reason, has_prepared_split
+from pytest_automedbench.cells import data_unavailable_reason, has_prepared_split, is_harbor
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import (
@@ -28,7 +28,7 @@ from pytest_automedbench.results import CellKey, CellResult, LedgerKey, ledger_k
 from pytest_automedbench.tasks import TaskSpec
 
 if TYPE_CHECKING:
-    from pytest_automedbench.cells import Cell
+    from pytest_automedbench.cells import AnyTask, Cell
     from pytest_automedbench.executors import Executor
 
 
@@ -79,7 +79,7 @@ class AutoMedBenchSession:
                 self._images = image_digests(self.config.docker_base)
         return self._images
 
-    def provenance(self, cell_key: CellKey, task: TaskSpec, data_hash: str | None) -> Provenance:
+    def provenance(self, cell_key: CellKey, task: AnyTask, data_hash: str | None) -> Provenance:
         """What will produce this cell's record (and so its configuration hash)."""
         backend = self.config.sandbox if self.executor.backend_on_node else self.backend
         return cell_provenance(self.config, cell_key, task, data_hash, backend, self.images)
@@ -157,11 +157,14 @@ class AutoMedBenchSession:
             records += Ledger(self.resumed_file).records()
         return records
 
-    def staged(self, task: TaskSpec) -> StagedData:
+    def staged(self, task: AnyTask) -> StagedData:
         """Stage a task's data once per process; the file lock inside staging makes it
         once per machine across xdist workers."""
         if task.id not in self._staged:
-            self._staged[task.id] = self._stage(task)
+            if is_harbor(task):  # the task folder itself: nothing to stage
+                self._staged[task.id] = task.staged()  # type: ignore[attr-defined]
+            else:
+                self._staged[task.id] = self._stage(task)
         return self._staged[task.id]
 
     def _stage(self, task: TaskSpec) -> StagedData:

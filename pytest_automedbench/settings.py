@@ -330,6 +330,26 @@ SETTINGS: tuple[Setting, ...] = (
         scoring=True,
     ),
     Setting(
+        "harbor",
+        "--harbor",
+        "Harbor-format task folder, or a folder of them (repeatable): collect one cell per "
+        "task x agent x attempt (relative paths: to the working directory on the command "
+        "line, to the rootdir in pyproject.toml)",
+        default=(),
+        metavar="PATH",
+        repeatable=True,
+    ),
+    Setting(
+        "harbor_base",
+        "--harbor-base",
+        "a Harbor task's base image mapped to a local one, e.g. ubuntu:24.04=my/ubuntu:24.04 "
+        "(FROM lines and docker_image; no registry is pulled from; repeatable)",
+        default=(),
+        metavar="IMAGE=LOCAL",
+        repeatable=True,
+        scoring=True,
+    ),
+    Setting(
         "data_size",
         "--data-size",
         "synthetic data size: small (default, fast) or the real datasets' image sizes",

@@ -57,12 +57,20 @@ Definitions used throughout:
   hashes were scored on different tasks or data. ``compare`` does not pair such cells
   (``Comparison.dropped_task`` / ``dropped_data``); ``differing_versions`` lists them
   for the leaderboard, which marks the rows they touch.
+* **Harbor trials** (``tier == "harbor"``, HealthAgentBench): every attempt is a trial,
+  an infrastructure error (a verifier that left no reward included) counted as a failed
+  one, because HealthAgentBench's pooled success is successes / all attempts and a
+  leaderboard that dropped errors would reward a system whose runs break. So, unlike the
+  scores above, ``GroupStats.n_trials``, ``n_passed``, ``pooled_success`` and the
+  ``trial_*`` figures count infra errors; the scores, rates and pass@k of the catalogue's
+  tasks do not change.
 * **Paired comparisons need ``MIN_PAIRS`` pairs** for an interval, a p-value and a
   verdict (``compare``): with fewer only the mean difference is given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import operator
@@ -546,6 +554,17 @@ class GroupStats:
     OVERALL over scored runs. ``n_trial_cost_unknown`` counts only the scored runs (the
     trials) whose cost is unknown: ``cost_usd`` is their mean cost, so it is known as a
     cost per trial (``trial_cost_known``) when none is, whatever the infra errors spent.
+
+    Harbor trials (see the module docstring; shown only when ``is_harbor``): every
+    record is a trial, so ``n_trials`` = ``n_runs`` + ``n_infra``, an infra error
+    counting as a failed attempt. ``n_passed`` counts ``passed is True``,
+    ``n_verifier_errors`` the records with termination "verifier_error", ``n_harbor``
+    those of tier "harbor". ``trial_k`` is the fewest attempts any cell group (agent,
+    task, tier) has and ``trial_pass_at[j]`` / ``trial_pass_hat[j]`` (j in 1..k) average
+    the unbiased estimators over the cell groups with every attempt counted (errors
+    failed), whereas ``pass_at`` / ``pass_hat`` above leave errors out. ``trial_turns``
+    and ``trial_wall_s`` are means per trial, ``phase_s`` the mean seconds of each phase
+    over the trials that recorded it (``CellResult.phase_s``).
     """
 
     key: tuple[str, ...]
@@ -574,6 +593,53 @@ class GroupStats:
     cost_overall_r: float | None
     n_cost_unknown: int = 0
     n_trial_cost_unknown: int = 0
+    # Harbor (HealthAgentBench) figures: every record is a trial, errors included.
+    n_trials: int = 0
+    n_passed: int = 0
+    n_verifier_errors: int = 0
+    n_harbor: int = 0
+    trial_k: int = 0
+    trial_pass_at: dict[int, float] = dataclasses.field(default_factory=dict)
+    trial_pass_hat: dict[int, float] = dataclasses.field(default_factory=dict)
+    trial_turns: float = _NAN
+    trial_wall_s: float = _NAN
+    phase_s: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def is_harbor(self) -> bool:
+        """Whether every record of the group is a Harbor trial (tier "harbor"): only then
+        do reports show the trial figures, which would mislead on the catalogue's tasks
+        (where an infra error is no trial)."""
+        return self.n_trials > 0 and self.n_harbor == self.n_trials
+
+    @property
+    def pooled_success(self) -> float:
+        """HealthAgentBench's headline: ``n_passed / n_trials`` over every attempt of
+        every task (NaN without a trial). Every attempt is a trial and an infra error,
+        a verifier error included, is a failed one: the benchmark counts what a system
+        delivered, and dropping errors would let a system that breaks look better."""
+        return self.n_passed / self.n_trials if self.n_trials else _NAN
+
+    @property
+    def trial_pass_at_k(self) -> float:
+        """Unbiased pass@k at ``trial_k`` over the attempts (errors failed); NaN when no
+        task has an attempt."""
+        return self.trial_pass_at.get(self.trial_k, _NAN)
+
+    @property
+    def trial_pass_hat_k(self) -> float:
+        """Unbiased pass^k at ``trial_k`` over the attempts (errors failed); NaN when no
+        task has an attempt."""
+        return self.trial_pass_hat.get(self.trial_k, _NAN)
+
+    @property
+    def cost_per_trial(self) -> float | None:
+        """Total cost of every trial (errors too: they spent it) / ``n_trials``; None when
+        any record's cost is unknown (never $0 for an unpriced model) or there is no
+        trial."""
+        if not self.n_trials or not self.cost_known:
+            return None
+        return self.cost_usd_total / self.n_trials
 
     @property
     def cost_known(self) -> bool:
@@ -613,11 +679,30 @@ class _Group:
         self.tokens_out = 0
         self.n_cost_unknown = 0
         self.n_trial_cost_unknown = 0
+        # Harbor trials: every record, errors included.
+        self.trial_cell = array("q")  # index into trial_cell_ids, per record
+        self.trial_cell_ids: dict[tuple[str, str, str], int] = {}
+        self.trial_passed = array("b")
+        self.n_verifier_errors = 0
+        self.n_harbor = 0
+        self.trial_turns = 0
+        self.trial_wall = array("d")
+        self.phases: dict[str, array[float]] = {}
 
     def add(self, record: CellResult, include_llm: bool) -> None:
         self.cost_total.append(record.cost_usd)
         known = cost_known(record)
         self.n_cost_unknown += not known
+        trial_key = (record.agent, record.task, record.tier)
+        self.trial_cell.append(self.trial_cell_ids.setdefault(trial_key, len(self.trial_cell_ids)))
+        self.trial_passed.append(record.passed is True)
+        self.n_verifier_errors += record.termination == "verifier_error"
+        self.n_harbor += record.tier == "harbor"
+        self.trial_turns += record.turns
+        self.trial_wall.append(record.wall_s)
+        if record.phase_s:
+            for phase, seconds in record.phase_s.items():
+                self.phases.setdefault(phase, array("d")).append(seconds)
         if record.status != "scored":
             self.n_infra += 1
             return
@@ -718,6 +803,18 @@ def _stats(
     m = len(nc)
     pass_at, pass_hat = _pass_curves(nc, k)
     recovery = g.recovered / g.recovery_base if g.recovery_base else None
+    trials = len(g.trial_cell)
+    trial_cell = np.frombuffer(g.trial_cell, dtype=np.int64)
+    attempts = np.bincount(trial_cell, minlength=len(g.trial_cell_ids))
+    passes = np.bincount(
+        trial_cell,
+        weights=np.frombuffer(g.trial_passed, dtype=np.int8),
+        minlength=len(g.trial_cell_ids),
+    )
+    trial_order = [g.trial_cell_ids[key] for key in sorted(g.trial_cell_ids)]
+    trial_nc = [[int(attempts[i]), round(passes[i])] for i in trial_order]
+    trial_k = min((n_ for n_, _ in trial_nc), default=0)
+    trial_at, trial_hat = _pass_curves(trial_nc, trial_k)
     return GroupStats(
         key=key,
         n_runs=n,
@@ -751,6 +848,18 @@ def _stats(
         else None,
         n_cost_unknown=g.n_cost_unknown,
         n_trial_cost_unknown=g.n_trial_cost_unknown,
+        n_trials=trials,
+        n_passed=int(sum(g.trial_passed)),
+        n_verifier_errors=g.n_verifier_errors,
+        n_harbor=g.n_harbor,
+        trial_k=trial_k,
+        trial_pass_at={j + 1: float(v) for j, v in enumerate(trial_at)},
+        trial_pass_hat={j + 1: float(v) for j, v in enumerate(trial_hat)},
+        trial_turns=g.trial_turns / trials if trials else _NAN,
+        trial_wall_s=math.fsum(g.trial_wall) / trials if trials else _NAN,
+        phase_s={
+            phase: math.fsum(seconds) / len(seconds) for phase, seconds in sorted(g.phases.items())
+        },
     )
 
 

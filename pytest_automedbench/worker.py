@@ -42,12 +42,21 @@ class BenchmarkWorker:
         """Set-up that needs the host, once, when this process has cells to run: the
         sandbox backend (``auto`` asks the Docker daemon; with Slurm it is resolved on
         each compute node instead)."""
-        if not any(_cell_of(item) is not None for item in items):
+        cells = [cell for item in items if (cell := _cell_of(item)) is not None]
+        if not cells:
             return
         try:
             self.session.executor.prepare(self.session)
         except (ConfigError, SandboxError) as exc:
             raise pytest.UsageError(str(exc)) from None
+        harbor = any(cell.harbor for cell in cells)
+        backend = None if self.session.executor.backend_on_node else self.session.backend
+        if harbor and backend not in (None, "docker"):
+            raise pytest.UsageError(
+                "Harbor tasks (--harbor) run in their own Docker images: they need the "
+                f"Docker backend, and this session's is {backend} "
+                "(start a Docker daemon, or give --sandbox docker)"
+            )
 
     # ------------------------------------------------------------------ one cell
 

@@ -282,8 +282,37 @@ class SystemAgent(_Kind, kind="system", cost=Limits().max_cost_usd):
         return run_command_agent(self, run)
 
 
+@dataclass(frozen=True)
+class HarborAgent(_TurnByTurn, kind="harbor", deterministic=True):
+    """Harbor's two built-in agents, for Harbor tasks only: ``oracle`` runs the task's
+    ``solution/solve.sh`` (put at ``/solution`` for it alone), ``nop`` does nothing and
+    submits; both through the tool loop, so their attempts are recorded and scored as
+    any other."""
+
+    name: str
+    description: str
+
+    @property
+    def model_label(self) -> str:
+        return f"harbor:{self.name}"
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        from pytest_automedbench.harbor._agents import harbor_policy
+
+        return harbor_policy(self.name, ctx)
+
+
 #: Every agent the registry can resolve a name to.
-AgentEntry = ScriptedAgent | ModelAgent | ReplayAgent | CommandAgent | SystemAgent
+AgentEntry = ScriptedAgent | ModelAgent | ReplayAgent | CommandAgent | SystemAgent | HarborAgent
+
+#: Harbor's built-in agents (Harbor tasks only).
+HARBOR_AGENTS: dict[str, HarborAgent] = {
+    entry.name: entry
+    for entry in (
+        HarborAgent("oracle", "Harbor tasks: runs the task's solution/solve.sh, then submits"),
+        HarborAgent("nop", "Harbor tasks: does nothing, submits at once"),
+    )
+}
 
 
 #: The scripted archetypes (see :mod:`.scripted` for what each one does).
@@ -528,7 +557,7 @@ def parse_definitions(raw: Any, where: str) -> dict[str, AgentEntry]:
     for name, settings in systems_last:
         if not isinstance(name, str) or not name or ":" in name:
             raise UnknownAgentError(f"{where}: invalid agent name {name!r} (no ':' allowed)")
-        if name in SCRIPTED:
+        if name in SCRIPTED or name in HARBOR_AGENTS:
             raise UnknownAgentError(f"{where}: {name!r} is a built-in scripted agent")
         out[name] = _definition(name, settings, where, out)
     return {name: out[name] for name in raw if name in out}
@@ -546,7 +575,7 @@ def read_agents_file(path: Path) -> dict[str, AgentEntry]:
 
 
 def known_names(definitions: Mapping[str, AgentEntry] | None = None) -> list[str]:
-    names = list(SCRIPTED) + list(NAMED_MODELS) + list(definitions or {})
+    names = list(SCRIPTED) + list(HARBOR_AGENTS) + list(NAMED_MODELS) + list(definitions or {})
     return sorted(dict.fromkeys(names))
 
 
@@ -627,6 +656,8 @@ def resolve_agent(
     entry: AgentEntry | None = None
     if name in SCRIPTED:
         return SCRIPTED[name]
+    if name in HARBOR_AGENTS:
+        return HARBOR_AGENTS[name]
     if name in definitions:
         entry = definitions[name]
         if isinstance(entry, CommandAgent):

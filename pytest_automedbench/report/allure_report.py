@@ -174,7 +174,9 @@ def _attachments(
 ) -> None:
     kinds = allure.attachment_type
     cell = Path(result.cell_dir)
-    plan = cell / "workspace" / "plan"
+    harbor = result.reward is not None or result.category is not None
+    # A Harbor attempt's plan is in its container's /logs/agent, copied out beside it.
+    plan = cell / ("agent-logs" if harbor else "workspace") / "plan"
     _attach_file(allure, plan / "plan.md", "plan.md", kinds.TEXT)
     _attach_file(allure, plan / "plan.png", "plan diagram", kinds.PNG)
     _attach_file(allure, plan / "plan.svg", "plan diagram", kinds.SVG)
@@ -197,6 +199,12 @@ def _attachments(
         allure.attach(
             json.dumps(verdict, indent=1), name="judge verdict", attachment_type=kinds.JSON
         )
+    if harbor:  # what the task's verifier said, and its reward file
+        verifier = cell / "verifier"
+        _attach_file(allure, verifier / "test-stdout.txt", "verifier output", kinds.TEXT)
+        _attach_file(allure, verifier / "reward.txt", "reward.txt", kinds.TEXT)
+        _attach_file(allure, verifier / "reward.json", "reward.json", kinds.JSON)
+        return
     for picture in cell_pictures(task, cell, public_dir, private_dir):
         if picture.kind == "png":
             allure.attach(picture.data, name=picture.name, attachment_type=kinds.PNG)

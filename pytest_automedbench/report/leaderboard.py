@@ -38,6 +38,21 @@ makes ``cost_usd_per_run`` None but not ``cost_per_trial``, as it is no trial.
 OVERALL: Markdown and HTML show it under the leaderboard when given it, and
 ``automedbench leaderboard --per-system`` prints it alone (the JSON of the leaderboard
 stays a list of rows).
+
+Harbor (HealthAgentBench) records, tier "harbor", are ranked in a table of their own
+(``harbor_board``, ``render_harbor``; ``render(..., harbor=...)`` appends it), not in the
+rows above: HealthAgentBench counts every attempt as a trial, an infrastructure error (a
+verifier without a reward included) as a failed one, so its pooled success differs
+from the ``pooled_success`` above, and one table showing both would give an agent two
+rates. ``rows``, ``per_system`` and ``per_agent`` therefore leave Harbor records out (a
+ledger without them gives exactly what it gave before). The Harbor table has one row per
+agent: model, trials, passed, pooled success (passed / trials), pass@k and pass^k at the
+attempts' k (unbiased, errors failed), cost per trial (None, "unknown", when any
+record's cost is unknown), mean turns and wall seconds per trial, and per category
+passed / trials. It is ranked by pooled success, then the lower cost per trial (an
+unknown cost after every known one), then the agent. As HealthAgentBench does, an agent
+that lacks some (task, attempt) another agent has is listed apart (``partial``): its rate
+is over other trials, so ranking it with the rest would compare different things.
 """
 
 from __future__ import annotations
@@ -46,6 +61,8 @@ import csv
 import io
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
 from typing import Any, Literal
 
 from pytest_automedbench.report import html_page
@@ -67,11 +84,14 @@ Format = Literal["markdown", "csv", "json", "html"]
 MARK = "\u2020"
 #: How many characters of a hash a footnote shows.
 HASH_CHARS = 12
+#: The tier of Harbor-format (HealthAgentBench) records.
+HARBOR_TIER = "harbor"
 
 
 def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
-    """Leaderboard rows (agent x track), best OVERALL first, each cell counted once."""
-    cells = latest_per_cell(records)
+    """Leaderboard rows (agent x track), best OVERALL first, each cell counted once;
+    Harbor records are left out (they have ``harbor_board``: see the module docstring)."""
+    cells = _not_harbor(latest_per_cell(records))
     groups = [g for g in summarise(cells, by=("agent", "track"), seed=seed) if g.n_runs]
     versions = differing_versions(cells)
     unhashed: dict[tuple[str, str], int] = {}
@@ -89,6 +109,14 @@ def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
         )
         for g in sorted(groups, key=lambda g: (-g.overall.mean, g.key))
     ]
+
+
+def _not_harbor(cells: list[CellResult]) -> list[CellResult]:
+    """The records of the catalogue's tasks: all of them (the same list) when the ledger
+    holds no Harbor record, so such a ledger's tables stay exactly as they were."""
+    if not any(cell.tier == HARBOR_TIER for cell in cells):
+        return cells
+    return [cell for cell in cells if cell.tier != HARBOR_TIER]
 
 
 def _joined(values: Iterable[str | None]) -> str | None:
@@ -147,8 +175,8 @@ def _versions_of(agent: str, track: str, versions: Versions) -> dict[str, dict[s
 
 def per_agent(records: Iterable[CellResult], seed: int = 0) -> list[GroupStats]:
     """One ``GroupStats`` per agent over all its tracks (the HTML page's plots), each
-    cell counted once, sorted by agent."""
-    return summarise(latest_per_cell(records), by=("agent",), seed=seed)
+    cell counted once, sorted by agent; Harbor records left out, as in ``rows``."""
+    return summarise(_not_harbor(latest_per_cell(records)), by=("agent",), seed=seed)
 
 
 def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
@@ -157,8 +185,9 @@ def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, A
     ``rows``): ``harness``, ``harness_version``, ``model``, the tracks, ``trials``,
     ``successes``, ``infra_errors``, ``pooled_success`` (successes / trials, pooled over
     every task, tier and repeat; infra errors are no trials), ``cost_per_trial`` (None:
-    cost unknown) and the mean OVERALL (0-100) with its 95% interval."""
-    cells = latest_per_cell(records)
+    cost unknown) and the mean OVERALL (0-100) with its 95% interval. Harbor records are
+    left out, as in ``rows``."""
+    cells = _not_harbor(latest_per_cell(records))
     groups = [g for g in summarise(cells, by=("agent",), seed=seed) if g.n_runs]
     systems = _systems(cells, lambda cell: (cell.agent,))
     tracks: dict[str, set[str]] = {}
@@ -264,12 +293,22 @@ def render(
     *,
     note: str = "",
     systems: Sequence[Mapping[str, Any]] = (),
+    harbor: HarborBoard | None = None,
 ) -> str:
     """``table`` (``rows``) as text. The HTML page also plots ``agents`` (``per_agent``
     over the same records; without them the plots say there is no scored run) and shows
     ``note`` (plain text: what was counted). Markdown and HTML show ``systems``
     (``per_system`` over the same records) in a table after the leaderboard; JSON and CSV
-    are the rows alone (``render_systems`` gives the systems in those)."""
+    are the rows alone (``render_systems`` gives the systems in those). Markdown and HTML
+    end with the Harbor table when ``harbor`` (``harbor_board``) has a row; in JSON and
+    CSV it is ``render_harbor``'s (one CSV or JSON document holds one table)."""
+    if fmt in ("markdown", "html") and harbor is not None and harbor.agents:
+        text = render(table, fmt, agents, note=note, systems=systems)
+        extra = render_harbor(harbor, fmt)
+        if fmt == "markdown":
+            return text + "\n" + extra
+        end = text.rfind("</body>")
+        return text[:end] + extra + text[end:] if end >= 0 else text + extra
     if fmt == "json":
         return json.dumps(table, indent=1)
     if fmt == "csv":
@@ -374,3 +413,210 @@ def _markdown_systems(systems: Sequence[Mapping[str, Any]]) -> str:
             f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}] |"
         )
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- Harbor
+
+
+@dataclass(frozen=True)
+class HarborBoard:
+    """The Harbor table (see the module docstring): ``ranked`` rows (agents covering
+    every (task, attempt) any agent has), ``partial`` rows (the others, ranked the same
+    way, listed apart) and every ``categories`` name, sorted."""
+
+    ranked: list[dict[str, Any]]
+    partial: list[dict[str, Any]]
+    categories: list[str]
+
+    @property
+    def agents(self) -> list[dict[str, Any]]:
+        """Every row, the fully covering agents first."""
+        return [*self.ranked, *self.partial]
+
+
+def _round(value: float, digits: int) -> float | None:
+    """A figure for the table: rounded, None for NaN (JSON has no NaN)."""
+    return None if value != value else round(value, digits)
+
+
+def _harbor_row(
+    group: GroupStats, model: str | None, categories: dict[str, list[int]]
+) -> dict[str, Any]:
+    cost = group.cost_per_trial
+    return {
+        "agent": group.key[0],
+        "model": model,
+        "trials": group.n_trials,
+        "passed": group.n_passed,
+        "pooled_success": _round(group.pooled_success, 4),
+        "k": group.trial_k,
+        "pass_at_k": _round(group.trial_pass_at_k, 4),
+        "pass_hat_k": _round(group.trial_pass_hat_k, 4),
+        "cost_per_trial": None if cost is None else round(cost, 6),
+        "mean_turns": _round(group.trial_turns, 2),
+        "mean_wall_s": _round(group.trial_wall_s, 1),
+        "verifier_errors": group.n_verifier_errors,
+        "infra_errors": group.n_infra,
+        "categories": categories,
+    }
+
+
+def _harbor_rank(row: Mapping[str, Any]) -> tuple[float, bool, float, str]:
+    """Higher pooled success first, then lower cost per trial, an unknown cost after
+    every known one (an unpriced system is not free), then the agent's name."""
+    cost = row["cost_per_trial"]
+    pooled = row["pooled_success"]
+    return (
+        -(pooled if pooled is not None else -1.0),
+        cost is None,
+        cost if cost is not None else 0.0,
+        row["agent"],
+    )
+
+
+def harbor_board(records: Iterable[CellResult], seed: int = 0) -> HarborBoard:
+    """The Harbor table of the records' Harbor trials (tier "harbor"), each cell counted
+    once (``latest_per_cell``); empty when there is none. Every attempt is a trial, an
+    infra error a failed one (``GroupStats.pooled_success``); a category is the record's
+    ``category``, else its ``track``. An agent is ``partial`` when some (task, attempt)
+    that any agent has is missing from its trials."""
+    cells = [cell for cell in latest_per_cell(records) if cell.tier == HARBOR_TIER]
+    if not cells:
+        return HarborBoard([], [], [])
+    by_category: dict[str, dict[str, list[CellResult]]] = {}
+    covered: dict[str, set[tuple[str, int]]] = {}
+    for cell in cells:
+        category = cell.category or cell.track
+        by_category.setdefault(cell.agent, {}).setdefault(category, []).append(cell)
+        covered.setdefault(cell.agent, set()).add((cell.task, cell.run))
+    every = set().union(*covered.values())
+    categories = sorted({c for held in by_category.values() for c in held})
+    systems = _systems(cells, lambda cell: (cell.agent,))
+    ranked: list[dict[str, Any]] = []
+    partial: list[dict[str, Any]] = []
+    for group in summarise(cells, by=("agent",), seed=seed):
+        agent = group.key[0]
+        per_category = {}
+        for category, held in sorted(by_category[agent].items()):
+            passed = sum(cell.passed is True for cell in held)
+            per_category[category] = [passed, len(held)]
+        row = _harbor_row(group, systems[group.key]["model"], per_category)
+        full = covered[agent] >= every
+        row["coverage"] = "full" if full else "partial"
+        (ranked if full else partial).append(row)
+    return HarborBoard(
+        sorted(ranked, key=_harbor_rank), sorted(partial, key=_harbor_rank), categories
+    )
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _harbor_texts(board: HarborBoard, row: Mapping[str, Any]) -> list[str]:
+    """A Harbor row as text, in the order of ``_harbor_columns``."""
+    pooled = row["pooled_success"]
+    cost = row["cost_per_trial"]
+    texts = [
+        row["agent"],
+        row["model"] or "-",
+        row["coverage"],
+        str(row["trials"]),
+        str(row["passed"]),
+        "n/a" if pooled is None else f"{row['passed']}/{row['trials']} ({100 * pooled:.1f}%)",
+        _percent(row["pass_at_k"]),
+        _percent(row["pass_hat_k"]),
+        "unknown" if cost is None else f"{cost:.4f}",
+        "n/a" if row["mean_turns"] is None else f"{row['mean_turns']:.1f}",
+        "n/a" if row["mean_wall_s"] is None else f"{row['mean_wall_s']:.1f}",
+        str(row["verifier_errors"]),
+        str(row["infra_errors"]),
+    ]
+    for category in board.categories:
+        held = row["categories"].get(category)
+        texts.append("-" if held is None else f"{held[0]}/{held[1]}")
+    return texts
+
+
+def _harbor_columns(board: HarborBoard, rows_: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The column names; pass@k's carry the rows' k when they agree (else "k": each
+    row's own k, the fewest attempts of any of its tasks, is in the JSON)."""
+    ks = {row["k"] for row in rows_}
+    label = str(ks.pop()) if len(ks) == 1 else "k"
+    return [
+        "agent",
+        "model",
+        "coverage",
+        "trials",
+        "passed",
+        "pooled success",
+        f"pass@{label}",
+        f"pass^{label}",
+        "cost per trial",
+        "mean turns",
+        "mean wall s",
+        "verifier errors",
+        "infra errors",
+        *(f"{c} c/n" for c in board.categories),
+    ]
+
+
+#: What the Harbor table counts, said above it.
+HARBOR_NOTE = (
+    "Harbor tasks (HealthAgentBench): every attempt is a trial, an infrastructure or "
+    "verifier error counted as a failure; pooled success = passed / trials over all "
+    "attempts of all tasks; ranked by pooled success, then lower cost per trial (unknown "
+    "last)."
+)
+#: What the partial-coverage table is, said above it.
+PARTIAL_NOTE = (
+    "Agents without every (task, attempt) the others have, listed apart "
+    "(their rates are over other trials)."
+)
+
+
+def render_harbor(board: HarborBoard, fmt: Format) -> str:
+    """The Harbor table (``harbor_board``): Markdown (ranked, then partial coverage under
+    its own heading), CSV (one row per agent, ``coverage`` telling the two apart; per
+    category ``<category> c/n``), JSON (``{"ranked": [...], "partial": [...]}``) or an
+    HTML fragment (two tables)."""
+    if fmt == "json":
+        return json.dumps({"ranked": board.ranked, "partial": board.partial}, indent=1)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        columns = _harbor_columns(board, board.agents)
+        writer.writerow(columns)
+        for row in board.agents:
+            writer.writerow(_harbor_texts(board, row))
+        return buffer.getvalue()
+    parts = []
+    for title, note, held in (
+        ("Harbor", HARBOR_NOTE, board.ranked),
+        ("Harbor, partial coverage", PARTIAL_NOTE, board.partial),
+    ):
+        if not held:
+            continue
+        columns = _harbor_columns(board, held)
+        body = [_harbor_texts(board, row) for row in held]
+        if fmt == "html":
+            parts.append(
+                f"<h2>{escape(title)}</h2><table><caption>{escape(note)}</caption><thead><tr>"
+                + "".join(f'<th scope="col">{escape(c)}</th>' for c in columns)
+                + "</tr></thead><tbody>"
+                + "".join(
+                    "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
+                    for cells in body
+                )
+                + "</tbody></table>"
+            )
+        else:
+            lines = [
+                f"{title}: {note}",
+                "",
+                "| " + " | ".join(_cell_text(c) for c in columns) + " |",
+                "|" + "---|" * len(columns),
+                *("| " + " | ".join(_cell_text(c) for c in cells) + " |" for cells in body),
+            ]
+            parts.append("\n".join(lines) + "\n")
+    return ("" if fmt == "html" else "\n").join(parts)

@@ -4,10 +4,19 @@ The first line keeps the headline numbers (cells, resolved, infra errors, OVERAL
 AGENTIC, 0-100); the second adds what a reader needs to trust them (``stats.py``): the
 95% bootstrap interval of OVERALL, the stage profile, pass@k over repeats, the error codes
 and the cost per run ("cost unknown" when a run's model has no price: never $0 for it).
+
+A Harbor group (``GroupStats.is_harbor``: every record of the agent x track, here a
+HealthAgentBench category, has tier "harbor") gets Harbor lines instead, because its
+numbers are HealthAgentBench's, not the catalogue's: trials (every attempt, an infra
+error counted as a failed one), passed, the pooled success, pass@k and pass^k over the
+attempts, the verifier and other infra errors, OVERALL and AGENTIC, the cost per trial and
+the mean seconds per phase. After an agent's groups comes its pooled line over all its
+Harbor categories: HealthAgentBench's headline. Other groups print as before.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from statistics import mean
 
@@ -29,28 +38,91 @@ def _detail_line(group: GroupStats) -> str:
     )
 
 
+#: Harbor's phases in the order a trial goes through them (others follow, by name).
+_PHASES = ("environment", "agent", "verifier")
+
+
+def _avg(values: list[float | None]) -> str:
+    """The mean of the recorded values on 0-100 ("n/a" when none is)."""
+    present = [v for v in values if v is not None]
+    return f"{100 * mean(present):.1f}" if present else "n/a"
+
+
+def _pooled(group: GroupStats) -> str:
+    """Passed / trials with the percent, e.g. "68/162 (42.0%)"."""
+    if not group.n_trials:
+        return "n/a"
+    return f"{group.n_passed}/{group.n_trials} ({100 * group.pooled_success:.1f}%)"
+
+
+def _trial_cost(group: GroupStats) -> str:
+    """The cost per trial, or "cost unknown" (an unpriced model never costs $0)."""
+    cost = group.cost_per_trial
+    return "cost unknown" if cost is None else f"${cost:.4f}/trial"
+
+
+def _percent(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{100 * value:.0f}%"
+
+
+def _harbor_lines(agent: str, track: str, group: GroupStats, cells: list[CellResult]) -> list[str]:
+    """The lines of one Harbor group: trials, passed, pooled success, pass@k / pass^k at
+    the attempts' k, errors and means; then, when phases were timed, their mean seconds."""
+    scored = [c for c in cells if c.status == "scored"]
+    k = group.trial_k
+    lines = [
+        f"{agent} | {track} (harbor): {group.n_trials} trials, {group.n_passed} passed, "
+        f"pooled {_pooled(group)} | pass@{k} {_percent(group.trial_pass_at_k)} | "
+        f"pass^{k} {_percent(group.trial_pass_hat_k)} | "
+        f"{group.n_infra} infra errors ({group.n_verifier_errors} verifier) | "
+        f"OVERALL {_avg([c.overall for c in scored])} | "
+        f"AGENTIC {_avg([c.agentic for c in scored])} | {_trial_cost(group)}"
+    ]
+    if group.phase_s:
+        order = sorted(group.phase_s, key=lambda p: (_PHASES.index(p) if p in _PHASES else 3, p))
+        phases = ", ".join(f"{phase} {group.phase_s[phase]:.1f}s" for phase in order)
+        lines.append(f"    mean wall per phase: {phases}")
+    return lines
+
+
+def _harbor_pooled_line(agent: str, group: GroupStats) -> str:
+    """HealthAgentBench's headline for one agent: every attempt of every Harbor task."""
+    return f"{agent} | harbor (all categories): pooled {_pooled(group)} | {_trial_cost(group)}"
+
+
 def summary_lines(results: list[CellResult]) -> list[str]:
     results = latest_per_cell(results)  # each cell once
     groups: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for result in results:
         groups[(result.agent, result.track)].append(result)
     stats_by_key = {g.key: g for g in summarise(results, by=("agent", "track"))}
+    harbor = [r for r in results if r.tier == "harbor"]
+    pooled = {g.key[0]: g for g in summarise(harbor, by=("agent",))} if harbor else {}
     lines: list[str] = []
-    for (agent, track), cells in sorted(groups.items()):
-        scored = [c for c in cells if c.status == "scored"]
-        infra = len(cells) - len(scored)
-        resolved = sum(c.resolved for c in scored)
+    ordered = sorted(groups.items())
+    for index, ((agent, track), cells) in enumerate(ordered):
+        group = stats_by_key.get((agent, track))
+        if group is not None and group.is_harbor:
+            lines += _harbor_lines(agent, track, group, cells)
+        else:
+            lines += _lines(agent, track, group, cells)
+        last_of_agent = index + 1 == len(ordered) or ordered[index + 1][0][0] != agent
+        if last_of_agent and agent in pooled:
+            lines.append(_harbor_pooled_line(agent, pooled[agent]))
+    return lines
 
-        def avg(values: list[float | None]) -> str:
-            present = [v for v in values if v is not None]
-            return f"{100 * mean(present):.1f}" if present else "n/a"
 
-        lines.append(
-            f"{agent} | {track}: {len(cells)} cells, {resolved} resolved, {infra} infra errors | "
-            f"OVERALL {avg([c.overall for c in scored])} | "
-            f"TASK {avg([c.task_score for c in scored])}"
-            f" | AGENTIC {avg([c.agentic for c in scored])}"
-        )
-        if (group := stats_by_key.get((agent, track))) is not None and group.n_runs:
-            lines.append(_detail_line(group))
+def _lines(agent: str, track: str, group: GroupStats | None, cells: list[CellResult]) -> list[str]:
+    """The two lines of a group of the catalogue's tasks (see the module docstring)."""
+    scored = [c for c in cells if c.status == "scored"]
+    infra = len(cells) - len(scored)
+    resolved = sum(c.resolved for c in scored)
+    lines = [
+        f"{agent} | {track}: {len(cells)} cells, {resolved} resolved, {infra} infra errors | "
+        f"OVERALL {_avg([c.overall for c in scored])} | "
+        f"TASK {_avg([c.task_score for c in scored])}"
+        f" | AGENTIC {_avg([c.agentic for c in scored])}"
+    ]
+    if group is not None and group.n_runs:
+        lines.append(_detail_line(group))
     return lines

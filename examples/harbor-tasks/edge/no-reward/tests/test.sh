@@ -1,0 +1,3 @@
+#!/bin/bash
+echo "verifier: cannot import the checker" >&2
+exit 3

@@ -1,0 +1,108 @@
+"""Collection of Harbor task folders: ``task.toml`` files under the ``--harbor`` paths.
+
+Each task's ``task.toml`` is collected as a module holding one test, ``test_harbor``,
+parametrised with the task's cells by the plugin's ``pytest_generate_tests`` as the
+catalogue's tests are, so everything downstream (the ``cell_result`` fixture, resume, the
+ledger, xdist, Allure) treats a Harbor attempt as any other cell. Node ids read
+``<task folder>/task.toml::test_harbor[<task>-harbor-r<attempt>]``. Nothing else inside
+a task folder is collected: its ``tests/test_outputs.py`` is the verifier's, not ours.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_automedbench.harbor._task import (
+    HarborTask,
+    HarborTaskError,
+    harbor_root_of,
+    load_harbor_task,
+    task_folder_of,
+)
+from pytest_automedbench.outcome import check_resolved
+from pytest_automedbench.results import CellResult
+
+HARBOR_TASK = pytest.StashKey[HarborTask]()
+
+
+def test_harbor(cell_result: CellResult) -> None:
+    """One attempt of a Harbor task: it passes when the verifier's reward reaches the
+    task's threshold (and the trajectory shows no isolation violation)."""
+    check_resolved(cell_result)
+
+
+class HarborTaskFile(pytest.Module):
+    """A Harbor task's ``task.toml`` as a test module with the one test above."""
+
+    def _getobj(self) -> types.ModuleType:
+        module = types.ModuleType(f"harbor_task_{self.path.parent.name}")
+        module.__file__ = str(self.path)
+        module.test_harbor = test_harbor  # type: ignore[attr-defined]
+        return module
+
+    @property
+    def task(self) -> HarborTask:
+        return self.stash[HARBOR_TASK]
+
+    def collect(self) -> Any:
+        roots = harbor_roots(self.config)
+        try:
+            task = load_harbor_task(self.path.parent, harbor_root_of(self.path, roots))
+        except HarborTaskError as exc:
+            raise self.CollectError(str(exc)) from None
+        self.stash[HARBOR_TASK] = task
+        for marker in task.markers:
+            register_marker(self.config, marker)
+        return super().collect()
+
+
+def register_marker(config: pytest.Config, name: str) -> None:
+    """Declare a task's marker (so ``--strict-markers`` accepts it), once."""
+    known = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
+    if name not in known:
+        config.addinivalue_line("markers", f"{name}: Harbor task cells marked {name}")
+
+
+def harbor_roots(config: pytest.Config) -> tuple[Path, ...]:
+    from pytest_automedbench.plugin import STATE_KEY
+
+    run_config = config.stash[STATE_KEY].run_config
+    return run_config.harbor if run_config is not None else ()
+
+
+def collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """A ``task.toml`` at the top of a task folder under a ``--harbor`` path."""
+    if file_path.name != "task.toml":
+        return None
+    roots = harbor_roots(parent.config)
+    if not roots or task_folder_of(file_path, roots) != file_path.parent.resolve():
+        return None
+    collector: pytest.Collector = HarborTaskFile.from_parent(parent, path=file_path)
+    return collector
+
+
+def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Everything inside a task folder but its ``task.toml`` (the verifier's own tests,
+    the solution) is not collected; None lets pytest decide elsewhere."""
+    roots = harbor_roots(config)
+    if not roots:
+        return None
+    folder = task_folder_of(collection_path, roots)
+    if folder is None or collection_path.resolve() == folder:
+        return None
+    if collection_path.name == "task.toml" and collection_path.parent.resolve() == folder:
+        return None
+    return True
+
+
+def with_harbor_args(args: list[str], roots: tuple[Path, ...], explicit: bool) -> list[str]:
+    """pytest's arguments with the ``--harbor`` paths: they replace the default ones (the
+    rootdir, ``testpaths``) when no path was given, else they are added once."""
+    paths = [str(root) for root in roots]
+    if not explicit:
+        return paths
+    return [*args, *(p for p in paths if p not in args)]

@@ -1,0 +1,928 @@
+"""Harbor tasks' own environments: the task image, built here, and its agent container.
+
+A Harbor task brings its own ``environment/Dockerfile`` (or names a prebuilt
+``docker_image``) and expects the agent to work inside that image, usually as root and
+free to ``apt-get install``. So unlike :class:`~pytest_automedbench.sandbox.docker.DockerSandbox`
+(our image, an unprivileged uid, a read-only root) the container here keeps a writable
+root file system and root's ordinary capabilities; what still holds:
+
+* **no network interface** (``network_mode=none``): with a route out (``spec.egress_dir``)
+  a *sidecar* container joins the task container's network namespace and relays
+  ``127.0.0.1:3128`` to the cell's egress proxy socket (:mod:`egress`). The relay lives in
+  the sidecar because the task image may have no Python at all; the sidecar runs our own
+  base image, unprivileged, in its own pid namespace, out of the agent's reach.
+* memory, CPU, pids and largest-file limits, ``no-new-privileges`` and Docker's default
+  capabilities minus NET_RAW, MKNOD, AUDIT_WRITE and SYS_CHROOT;
+* **nothing outlives a call**: the pids present right after start (Docker's init and the
+  idle ``sleep`` it runs) are recorded, and after every command every other process of
+  the container is SIGKILLed from the host through the container's cgroup (or, where the
+  daemon's pids are not visible here, by a ``kill`` run inside the container);
+* labels (role ``harbor`` / ``harbor-relay``) that the stale-container sweep of
+  :mod:`docker` knows, so a harness that dies leaves nothing for long.
+
+Images are never pulled: no registry is reachable from a benchmark host, and a pull
+would hang or fail slowly. A task's ``FROM`` images must be local or mapped to a local
+image (``base_map``, the ``--harbor-base IMAGE=LOCAL`` option).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import posixpath
+import re
+import shutil
+import signal
+import socket
+import stat
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from filelock import FileLock
+
+from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS, AGENT_TOOLS_PATHS
+from pytest_automedbench.sandbox.base import (
+    GATEWAY_SOCKET_NAME,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+)
+from pytest_automedbench.sandbox.docker import (
+    STOP_TIMEOUT_S,
+    bind,
+    cgroup_procs,
+    docker_client,
+    docker_problem,
+    owner_label,
+    sweep_stale_containers,
+)
+from pytest_automedbench.sandbox.egress import (
+    EGRESS_DIR,
+    EGRESS_SOCKET_NAME,
+    PROXY_PORT,
+    proxy_environment,
+    with_relay,
+)
+from pytest_automedbench.sandbox.images import (
+    DEBOOTSTRAP,
+    LABEL,
+    LOCK_FILE,
+    base_tag_for,
+    ensure_base,
+)
+from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
+from pytest_automedbench.sandbox.mounted import GATEWAY_DIR
+
+#: Repository of the task images built here (the tag is a content hash).
+HARBOR_REPOSITORY = "automedbench/harbor-env"
+#: Bump to rebuild every task image (a change in how they are made that the hash misses).
+HARBOR_RECIPE_VERSION = "1"
+#: The option that maps a registry image to a local one (named in every error about it).
+BASE_OPTION = "--harbor-base"
+#: Lines of build output an error about a failed build carries.
+BUILD_TAIL_LINES = 40
+#: The task container's pid 1 child: idles forever as one process (no child, so the set
+#: of pids recorded at start never changes). ``sleep`` is in every image with a shell.
+IDLE = ["sleep", "2147483647"]
+#: Capabilities taken from Docker's default set: raw sockets, device nodes, audit and
+#: chroot are nothing a task needs; root keeps CHOWN, SETUID, DAC_OVERRIDE... for apt.
+DROPPED_CAPS = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT"]
+#: ``copy_out`` bounds: an agent's tree is copied up to this many entries or bytes.
+COPY_MAX_ENTRIES = 20_000
+COPY_MAX_BYTES = 1024**3
+#: Symbolic-link hops ``read_file`` follows inside the container before it gives up.
+MAX_LINK_HOPS = 40
+#: Go's ``os.FileMode`` bits in Docker's path-stat header.
+_GO_DIR = 1 << 31
+_GO_SYMLINK = 1 << 27
+_COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+_FROM = re.compile(r"^(\s*FROM\s+)(.*)$", re.IGNORECASE)
+_swept = False
+
+
+class HarborImageError(SandboxError):
+    """A Harbor task's image cannot be had here (not local, not mapped, or its build
+    failed): an infrastructure fault of this host, never the agent's."""
+
+
+# ============================================================================ images
+
+
+def _image_id(client: Any, image: str) -> str | None:
+    """The local image's id, or None when the daemon has no such image."""
+    import docker.errors
+
+    try:
+        return str(client.images.get(image).id)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _fix_hint(image: str) -> str:
+    return f"build it locally or map it to a local image with {BASE_OPTION} {image}=LOCAL"
+
+
+def _from_lines(text: str) -> Iterator[tuple[int, str, str, str | None, str]]:
+    """Each ``FROM`` instruction as (line index, prefix, image, stage name, rest): the
+    prefix keeps ``FROM`` and its ``--platform=`` style flags, so the line can be written
+    back with only the image replaced. Continuation lines and comments are skipped."""
+    continued = False
+    for index, line in enumerate(text.splitlines()):
+        was_continued, continued = continued, line.rstrip().endswith("\\")
+        if was_continued or line.lstrip().startswith("#"):
+            continue
+        match = _FROM.match(line)
+        if match is None:
+            continue
+        words = match.group(2).split()
+        prefix = match.group(1)
+        while words and words[0].startswith("--"):
+            prefix += words.pop(0) + " "
+        if not words:
+            continue
+        image, rest = words[0], words[1:]
+        stage = rest[1] if len(rest) >= 2 and rest[0].lower() == "as" else None
+        yield index, prefix, image, stage, " ".join(rest)
+
+
+def rewrite_from_lines(
+    dockerfile: str, base_map: Mapping[str, str], is_local: Callable[[str], bool]
+) -> tuple[str, dict[str, str]]:
+    """The Dockerfile with every mapped ``FROM`` image replaced by its local image, and
+    the mappings used. A stage defined earlier, ``scratch`` and a ``$ARG`` image are left
+    alone (Docker resolves those); any other image neither mapped nor local raises
+    :class:`HarborImageError` naming the line, before anything is built."""
+    lines = dockerfile.splitlines()
+    stages: set[str] = set()
+    used: dict[str, str] = {}
+    for index, prefix, image, stage, rest in _from_lines(dockerfile):
+        if image.lower() in stages or image == "scratch":
+            pass
+        elif image in base_map:
+            used[image] = base_map[image]
+            lines[index] = f"{prefix}{base_map[image]}" + (f" {rest}" if rest else "")
+        elif "$" not in image and not is_local(image):
+            raise HarborImageError(
+                f"the task's Dockerfile line {index + 1} ({lines[index].strip()!r}) needs the "
+                f"image {image!r}, which is not on this host and is never pulled: "
+                + _fix_hint(image)
+            )
+        if stage is not None:
+            stages.add(stage.lower())
+    return "\n".join(lines) + "\n", used
+
+
+def _content_hash(environment_dir: Path, extra: Mapping[str, str]) -> str:
+    """sha256 over every file of the folder (relative path and bytes, sorted) and the
+    ``extra`` entries (the base images used, with their ids)."""
+    h = hashlib.sha256()
+    h.update(HARBOR_RECIPE_VERSION.encode() + b"\0")
+    files = (p for p in environment_dir.rglob("*") if p.is_symlink() or not p.is_dir())
+    for path in sorted(files):
+        rel = path.relative_to(environment_dir).as_posix()
+        h.update(rel.encode(errors="surrogateescape") + b"\0")
+        if path.is_symlink():
+            h.update(b"link:" + os.readlink(path).encode(errors="surrogateescape"))
+        else:
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+        h.update(b"\0")
+    h.update(json.dumps(dict(sorted(extra.items()))).encode())
+    return h.hexdigest()[:16]
+
+
+def build_task_image(
+    environment_dir: Path,
+    *,
+    base_map: Mapping[str, str],
+    docker_image: str | None = None,
+    build_timeout_s: float = 600,
+    say: Callable[[str], None] = print,
+) -> str:
+    """The local image a Harbor task runs in (its tag), built when missing.
+
+    With ``docker_image`` (task.toml ``[environment] docker_image``) that image when it is
+    local, else its ``base_map`` mapping when that is. Otherwise ``environment_dir``'s
+    Dockerfile is built as ``automedbench/harbor-env:<hash>``, the hash covering every
+    file of the folder and the mapped base images (with their ids, so a rebuilt base
+    rebuilds the task): built once per content, concurrent workers serialise on a file
+    lock. Nothing is ever pulled. Raises :class:`HarborImageError`."""
+    client = docker_client()
+    if docker_image is not None:
+        for candidate in (docker_image, base_map.get(docker_image)):
+            if candidate is not None and _image_id(client, candidate) is not None:
+                return candidate
+        mapped = base_map.get(docker_image)
+        also = f" (nor its mapping {mapped!r})" if mapped else ""
+        raise HarborImageError(
+            f"the task's docker_image {docker_image!r}{also} is not on this host and is "
+            "never pulled: " + _fix_hint(docker_image)
+        )
+    compose = [name for name in _COMPOSE_FILES if (environment_dir / name).is_file()]
+    if compose:
+        raise HarborImageError(
+            f"{environment_dir / compose[0]}: Harbor tasks with a docker-compose environment "
+            "are not supported yet (only environment/Dockerfile or docker_image)"
+        )
+    dockerfile = environment_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        raise HarborImageError(f"{environment_dir} has no Dockerfile")
+    ids: dict[str, str] = {}
+
+    def is_local(image: str) -> bool:
+        found = _image_id(client, image)
+        if found is not None:
+            ids[image] = found
+        return found is not None
+
+    text, used = rewrite_from_lines(dockerfile.read_text(), base_map, is_local)
+    for image, local in used.items():
+        if not is_local(local):
+            raise HarborImageError(
+                f"{BASE_OPTION} maps {image!r} to {local!r}, which is not on this host either"
+            )
+    extra = {f"{image}={local}": ids[local] for image, local in used.items()}
+    mapped_to = set(used.values())
+    extra.update({f"local:{i}": ident for i, ident in ids.items() if i not in mapped_to})
+    tag = f"{HARBOR_REPOSITORY}:{_content_hash(environment_dir, extra)}"
+    lock = Path(tempfile.gettempdir()) / f"automedbench-{tag.replace('/', '-')}.lock"
+    with FileLock(str(lock), timeout=build_timeout_s + 60):
+        if _image_id(client, tag) is not None:
+            return tag
+        say(f"building the Harbor task image {tag} from {dockerfile}")
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="amb-harbor-build-", dir="/var/tmp") as tmp:
+            context = Path(tmp) / "context"
+            shutil.copytree(environment_dir, context, symlinks=True)
+            (context / "Dockerfile").write_text(text)
+            _build(context, tag, build_timeout_s)
+        say(f"built {tag} in {time.monotonic() - started:.0f} s")
+    return tag
+
+
+def _build_client(timeout_s: float) -> Any:
+    """A low-level client of its own for one build that keeps the build's HTTP response,
+    so that an overrunning build can be hung up on: the daemon cancels a build whose
+    client went (closing the SDK's connection pool leaves the open response alone)."""
+    import docker
+    from docker.utils import kwargs_from_env
+
+    class BuildClient(docker.APIClient):  # type: ignore[misc]
+        response: Any = None
+
+        def _stream_helper(self, response: Any, decode: bool = False) -> Any:
+            self.response = response
+            return super()._stream_helper(response, decode)
+
+    return BuildClient(timeout=max(1, int(timeout_s)), **kwargs_from_env())
+
+
+def _hang_up(response: Any) -> None:
+    """Shut the build response's socket down (a reader blocked on it wakes at once)."""
+    raw = getattr(
+        getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None), "raw", None
+    )
+    sock: Any = getattr(raw, "_sock", raw)
+    with contextlib.suppress(Exception):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        response.close()
+
+
+def _build(context: Path, tag: str, timeout_s: float) -> None:
+    """``docker build`` through the SDK's streaming low-level call, never pulling, within
+    ``timeout_s``; a failure raises with the end of the build's output."""
+    api = _build_client(timeout_s)
+    lines: list[str] = []
+    errors: list[str] = []
+
+    def stream() -> None:
+        try:
+            for item in api.build(
+                path=str(context),
+                tag=tag,
+                pull=False,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                labels={f"{LABEL}.role": "harbor-env"},
+            ):
+                if "stream" in item:
+                    lines.extend(str(item["stream"]).splitlines())
+                if "error" in item:
+                    errors.append(str(item["error"]).strip())
+        except Exception as exc:  # the daemon went, the read timed out, or we hung up
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    try:
+        if reader.is_alive():
+            if api.response is not None:
+                _hang_up(api.response)
+            reader.join(STOP_TIMEOUT_S)
+            tail = "\n".join(lines[-BUILD_TAIL_LINES:])
+            raise HarborImageError(f"building {tag} took over {timeout_s:.0f} s:\n{tail}")
+    finally:
+        with contextlib.suppress(Exception):
+            api.close()
+    if errors:
+        tail = "\n".join(lines[-BUILD_TAIL_LINES:])
+        raise HarborImageError(f"building {tag} failed: {errors[-1]}\n{tail}")
+
+
+def image_workdir(image: str) -> str:
+    """The image's working directory (``WORKDIR``), ``/`` when it sets none."""
+    config = docker_client().images.get(image).attrs.get("Config") or {}
+    return str(config.get("WorkingDir") or "/")
+
+
+def image_user(image: str) -> str | None:
+    """The image's ``USER``, None when it sets none (root)."""
+    config = docker_client().images.get(image).attrs.get("Config") or {}
+    return str(config.get("User") or "") or None
+
+
+# ======================================================================= container
+
+
+class _Chunks(io.RawIOBase):
+    """A file over an iterator of byte chunks (Docker's archive stream), for tarfile."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            try:
+                self._left = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size
+
+
+def _stream_tar(chunks: Iterator[bytes]) -> tarfile.TarFile:
+    return tarfile.open(fileobj=io.BufferedReader(_Chunks(chunks), 1 << 20), mode="r|")
+
+
+def relay_image_for(client: Any, docker_base: str) -> str:
+    """The egress relay sidecar's image: the project's base image (it has python3; the
+    agent image would do too but costs a long build where it is missing). The image
+    lock is taken only when the base is missing: another process may hold it for the
+    whole build of the agent and evaluator images."""
+    tag = base_tag_for() if docker_base == DEBOOTSTRAP else docker_base
+    if _image_id(client, tag) is not None:
+        return tag
+    with FileLock(str(LOCK_FILE), timeout=1800):
+        return ensure_base(client, docker_base, lambda m: print(m, file=sys.stderr))
+
+
+class HarborContainer(Sandbox):
+    """The agent's container for one Harbor attempt (see the module's docstring).
+
+    ``agent_user``/``workdir`` None: the image's ``USER``/``WORKDIR``; ``env`` is added to
+    every agent command. ``storage_mb`` is recorded only (``storage_enforced`` is False):
+    Docker's per-container size quota (``storage_opt``) needs overlay2 on xfs with
+    ``pquota``, which benchmark hosts rarely have, so a disk-filling task is bounded only
+    by the host's disk. ``spec.workspace_dir`` is staging space on the host, never mounted.
+    """
+
+    def __init__(
+        self,
+        spec: SandboxSpec,
+        image: str,
+        *,
+        agent_user: str | None = None,
+        workdir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        storage_mb: int | None = None,
+    ) -> None:
+        super().__init__(spec)
+        self.image = image
+        self.agent_user = agent_user
+        self.env = dict(env or {})
+        self.storage_mb = storage_mb
+        self.storage_enforced = False
+        self.container_id: str | None = None
+        self.relay_id: str | None = None
+        self._workdir = workdir
+        self._keep: set[int] = set()  # host pids (cgroup path) or container pids (daemon path)
+        self._procs: list[Path] = []
+        self._shell = "bash"
+        self._owner: tuple[int, int] = (0, 0)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def workdir(self) -> str:
+        if self._workdir is None:
+            self._workdir = image_workdir(self.image)
+        return self._workdir
+
+    @property
+    def public_path(self) -> str:
+        return self.workdir
+
+    @property
+    def workspace_path(self) -> str:
+        return self.workdir
+
+    @property
+    def gateway_socket(self) -> str | None:
+        return f"{GATEWAY_DIR}/{GATEWAY_SOCKET_NAME}" if self.spec.gateway_dir else None
+
+    def _inside(self, path: str) -> str:
+        if "\0" in path:
+            raise PermissionError("a path with a NUL byte")
+        return posixpath.normpath(posixpath.join(self.workdir, path))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _labels(self, role: str) -> dict[str, str]:
+        return {
+            f"{LABEL}.role": role,
+            f"{LABEL}.run": self.spec.run_id,
+            f"{LABEL}.owner": owner_label(),
+        }
+
+    def _limits(self) -> dict[str, Any]:
+        from docker.types import DeviceRequest, Ulimit
+
+        spec = self.spec
+        fsize = spec.max_file_mb * 1024**2
+        options: dict[str, Any] = {
+            "pids_limit": spec.max_processes,
+            "mem_limit": f"{spec.memory_mb}m",
+            "memswap_limit": f"{spec.memory_mb}m",
+            "ulimits": [Ulimit(name="fsize", soft=fsize, hard=fsize)],
+        }
+        if spec.cpus is not None:
+            options["nano_cpus"] = int(spec.cpus * 1e9)
+        if spec.gpus:
+            options["device_requests"] = [
+                DeviceRequest(count=-1, capabilities=[["gpu"]])
+                if spec.gpus == "all"
+                else DeviceRequest(device_ids=spec.gpus.split(","), capabilities=[["gpu"]])
+            ]
+        return options
+
+    def start(self) -> None:
+        global _swept
+        if (problem := docker_problem()) is not None:
+            raise SandboxError(f"Docker backend unavailable: {problem}")
+        client = docker_client()
+        if not _swept:
+            _swept = True
+            sweep_stale_containers(client)
+        self.spec.workspace_dir.mkdir(parents=True, exist_ok=True)
+        mounts = []
+        if self.spec.agent_tools is not None:
+            mounts.append(bind(self.spec.agent_tools, AGENT_TOOLS, read_only=True))
+        if self.spec.gateway_dir is not None:
+            mounts.append(bind(self.spec.gateway_dir, GATEWAY_DIR, read_only=True))
+        try:
+            container = client.containers.run(
+                self.image,
+                entrypoint=IDLE[:1],  # the image's ENTRYPOINT would wrap our command
+                command=IDLE[1:],
+                detach=True,
+                init=True,
+                network_mode="none",
+                hostname="sandbox",
+                mounts=mounts,
+                labels=self._labels("harbor"),
+                security_opt=["no-new-privileges"],
+                cap_drop=DROPPED_CAPS,
+                **self._limits(),
+            )
+            self.container_id = str(container.id)
+            self._record_keepers(container)
+            self._prepare()
+            if self.spec.egress_dir is not None:
+                self._start_relay(client)
+        except Exception as exc:
+            self.stop()
+            if isinstance(exc, SandboxError):
+                raise
+            raise SandboxError(f"cannot start the Harbor task container: {exc}") from exc
+
+    def _record_keepers(self, container: Any) -> None:
+        """Record Docker's init and its idle child (both, or the child would be killed as
+        a leftover and the container would end): host pids from the container's cgroup
+        where they are visible here, else container pids through the daemon."""
+        deadline = time.monotonic() + 10
+        while True:
+            container.reload()
+            state = container.attrs["State"]
+            if not state.get("Running"):
+                logs = container.logs()[-2000:].decode(errors="replace")
+                raise SandboxError(f"the Harbor task container exited at once: {logs}")
+            self._procs = cgroup_procs(int(state["Pid"]), str(container.id))
+            if self._procs:
+                pids = self._cgroup_pids()
+            else:
+                listing = self._run_raw(["sh", "-c", "cd /proc && echo [0-9]* && echo $$"], "0")
+                words = listing.stdout.split()
+                pids = {int(w) for w in words[:-1] if w.isdigit()} - {int(words[-1])}
+            if len(pids) >= 2:
+                self._keep = pids
+                return
+            if time.monotonic() > deadline:
+                raise SandboxError(
+                    f"the idle process of the Harbor container did not start: {pids}"
+                )
+            time.sleep(0.05)
+
+    def _prepare(self) -> None:
+        """Once per container: the agent user's uid/gid (owner of written files), the
+        working directory (made for that user when the image lacks it), which shell runs
+        bash code, and the PATH with the agent systems' CLIs first when they are bound."""
+        ids = (
+            self._run_raw(["id", "-u"], self.agent_user, workdir="/"),
+            self._run_raw(["id", "-g"], self.agent_user, workdir="/"),
+        )
+        try:
+            self._owner = (int(ids[0].stdout.strip()), int(ids[1].stdout.strip()))
+        except ValueError:
+            raise SandboxError(
+                f"the agent user {self.agent_user!r} is unknown in {self.image}: "
+                f"{ids[0].stdout.strip()} {ids[0].stderr.strip()}"
+            ) from None
+        owner = f"{self._owner[0]}:{self._owner[1]}"
+        probe = self._run_raw(
+            [
+                "sh",
+                "-c",
+                '[ -d "$1" ] || { mkdir -p "$1" && chown "$2" "$1"; }; command -v bash',
+                "sh",
+                self.workdir,
+                owner,
+            ],
+            "0",
+            workdir="/",
+        )
+        self._shell = "bash" if probe.exit_code == 0 else "sh"
+        if self.spec.agent_tools is not None and "PATH" not in self.env:
+            config = docker_client().images.get(self.image).attrs.get("Config") or {}
+            image_env = dict(str(e).partition("=")[::2] for e in config.get("Env") or [])
+            path = (
+                image_env.get("PATH")
+                or "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+            )
+            self.env["PATH"] = ":".join((*AGENT_TOOLS_PATHS, path))
+
+    def _start_relay(self, client: Any) -> None:
+        """The egress relay's sidecar: our base image (it has python3; the task image may
+        not), in the task container's network namespace, unprivileged, listening on
+        127.0.0.1:PROXY_PORT for as long as it lives."""
+        assert self.spec.egress_dir is not None
+        relay_image = relay_image_for(client, self.spec.docker_base)
+        socket_path = f"{EGRESS_DIR}/{EGRESS_SOCKET_NAME}"
+        relay = client.containers.run(
+            relay_image,
+            with_relay(IDLE, "python3", socket_path),
+            detach=True,
+            init=True,
+            network_mode=f"container:{self.container_id}",
+            mounts=[bind(self.spec.egress_dir, EGRESS_DIR, read_only=True)],
+            labels=self._labels("harbor-relay"),
+            user="65534:65534",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=64,
+            mem_limit="256m",
+        )
+        self.relay_id = str(relay.id)
+        listening = f"{PROXY_PORT:04X} 00000000:0000 0A"
+        check = [
+            "python3",
+            "-c",
+            f"import sys; sys.exit({listening!r} not in open('/proc/net/tcp').read())",
+        ]
+        api = client.api
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            relay.reload()
+            if not relay.attrs["State"].get("Running"):
+                logs = relay.logs()[-2000:].decode(errors="replace")
+                raise SandboxError(f"the egress relay of the Harbor container ended: {logs}")
+            exec_id = api.exec_create(self.relay_id, check)["Id"]
+            api.exec_start(exec_id)
+            if _exit_code(api, exec_id) == 0:
+                return
+            time.sleep(0.05)
+        raise SandboxError("the egress relay of the Harbor container did not start listening")
+
+    def stop(self) -> None:
+        """Remove both containers (the relay first: it lives in the task's namespace),
+        within :data:`STOP_TIMEOUT_S` each; errors are suppressed and a container that
+        does not go is left labelled for the next start's sweep."""
+        for attribute in ("relay_id", "container_id"):
+            container_id = getattr(self, attribute)
+            setattr(self, attribute, None)
+            if container_id is not None:
+                with contextlib.suppress(Exception):
+                    docker_client(STOP_TIMEOUT_S).api.remove_container(container_id, force=True)
+
+    # ------------------------------------------------------------------ commands
+
+    def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
+        argv = [self._shell, "-c", code] if language == "bash" else ["python3", "-c", code]
+        env = {**self.env, **(proxy_environment() if self.spec.network else {})}
+        return self._call(argv, self.agent_user, timeout_s, env, self.workdir)
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        user: str | None,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        """The harness's own command (the verifier's ``/tests/test.sh``) as ``user`` (None:
+        the image's USER), with ``env`` (not the agent's) and the proxy variables, in
+        ``workdir`` (None: the task's). Leftovers are killed after it as after ``exec``."""
+        full_env = {**(proxy_environment() if self.spec.network else {}), **(env or {})}
+        return self._call(argv, user, timeout_s, full_env, workdir or self.workdir)
+
+    def _call(
+        self,
+        argv: list[str],
+        user: str | None,
+        timeout_s: float,
+        env: Mapping[str, str],
+        workdir: str,
+    ) -> ExecResult:
+        if self.container_id is None:
+            raise SandboxError("exec() before start()")
+        with self._lock:
+            try:
+                return self._run_raw(argv, user, timeout_s, env, workdir)
+            finally:
+                self.kill_all()  # nothing outlives a call, even when the caller is interrupted
+
+    def _run_raw(
+        self,
+        argv: list[str],
+        user: str | None,
+        timeout_s: float = 60,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        """One ``docker exec`` with bounded output; 124 when it overran (its processes
+        are left for the caller's kill)."""
+        api = docker_client().api
+        start = time.monotonic()
+        try:
+            exec_id = api.exec_create(
+                self.container_id,
+                argv,
+                user=user or "",
+                workdir=workdir,
+                environment=dict(env or {}),
+            )["Id"]
+            stream = api.exec_start(exec_id, stream=True, demux=True)
+        except Exception as exc:
+            raise SandboxError(f"docker exec failed: {exc}") from exc
+        chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+        sizes = {"out": 0, "err": 0}
+
+        def read() -> None:
+            with contextlib.suppress(Exception):  # the stream ends when the processes die
+                for out, err in stream:
+                    for name, data in (("out", out), ("err", err)):
+                        if data and sizes[name] < MAX_STREAM_BYTES:
+                            chunks[name].append(data[: MAX_STREAM_BYTES - sizes[name]])
+                            sizes[name] += len(chunks[name][-1])
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        timed_out = reader.is_alive()
+        if timed_out:
+            self.kill_all()
+        reader.join(STOP_TIMEOUT_S)
+        exit_code = 124 if timed_out else _exit_code(api, exec_id)
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=b"".join(chunks["out"]).decode("utf-8", errors="replace"),
+            stderr=b"".join(chunks["err"]).decode("utf-8", errors="replace"),
+            duration_s=round(time.monotonic() - start, 3),
+            timed_out=timed_out,
+        )
+
+    # ------------------------------------------------------------------ leftovers
+
+    def _cgroup_pids(self) -> set[int]:
+        pids: set[int] = set()
+        for procs in self._procs:
+            with contextlib.suppress(OSError, ValueError):
+                pids |= {int(p) for p in procs.read_text().split()}
+        return pids
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the container but those recorded at start, until
+        none is left; raises :class:`SandboxError` when some survive."""
+        if self.container_id is None or not self._keep:
+            return
+        if not self._procs:
+            self._kill_through_daemon()
+            return
+        left: set[int] = set()
+        for _ in range(500):
+            left = self._cgroup_pids() - self._keep
+            if not left:
+                self._await_reaped()
+                return
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+        raise SandboxError(f"processes of the Harbor container survive SIGKILL: {left}")
+
+    def _await_reaped(self, timeout_s: float = 5.0) -> None:
+        """Wait until Docker's init has reaped the killed processes (a zombie holds its
+        pids slot, and the next exec could fail to start under a full pids limit)."""
+        counters = [procs.with_name("pids.current") for procs in self._procs]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            counts: list[int] = []
+            for counter in counters:
+                with contextlib.suppress(OSError, ValueError):
+                    counts.append(int(counter.read_text()))
+            if all(count <= len(self._keep) for count in counts):
+                return
+            time.sleep(0.01)
+
+    def _kill_through_daemon(self) -> None:
+        """Where the container's pids are not visible here: a root ``sh`` inside kills
+        every pid but the recorded ones and itself, until it finds none."""
+        keep = " ".join(str(pid) for pid in sorted(self._keep))
+        sweep = (
+            'found=1; n=0; while [ "$found" = 1 ] && [ $n -lt 50 ]; do found=0; n=$((n+1)); '
+            'cd /proc; for p in [0-9]*; do case " $1 $$ " in *" $p "*) continue;; esac; '
+            "if [ -d /proc/$p ] && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then "
+            "kill -9 $p 2>/dev/null && found=1; fi; done; done; exit $found"
+        )
+        result = self._run_raw(["sh", "-c", sweep, "sh", keep], "0")
+        if result.exit_code != 0:
+            raise SandboxError(f"processes of the Harbor container survive kill -9: {result}")
+
+    # ------------------------------------------------------------------ files
+
+    def _archive(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]]:
+        import docker.errors
+
+        try:
+            chunks, info = docker_client().api.get_archive(self.container_id, path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(f"no such file in the container: {path}") from None
+        return iter(chunks), dict(info)
+
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        """Bytes of any file in the container (relative paths: to the workdir), links
+        followed inside the container; at most ``max_bytes``."""
+        inside = self._inside(path)
+        for _ in range(MAX_LINK_HOPS):
+            chunks, info = self._archive(inside)
+            mode = int(info.get("mode", 0))
+            if mode & _GO_DIR:
+                raise IsADirectoryError(f"a directory: {inside}")
+            if mode & _GO_SYMLINK:
+                target = str(info.get("linkTarget") or "")
+                inside = posixpath.normpath(posixpath.join(posixpath.dirname(inside), target))
+                continue
+            with _stream_tar(chunks) as tar:
+                member = tar.next()
+                handle = tar.extractfile(member) if member is not None else None
+                if handle is None:
+                    raise PermissionError(f"not a regular file: {inside}")
+                return handle.read() if max_bytes is None else handle.read(max_bytes)
+        raise OSError(f"too many levels of symbolic links: {path}")
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write a file anywhere in the container (relative paths: to the workdir), owned
+        by the agent user; missing folders are made as that user."""
+        inside = self._inside(path)
+        folder, name = posixpath.split(inside)
+        if not name:
+            raise IsADirectoryError(f"a directory: {inside}")
+        # Docker's extraction would replace a directory by the file: refuse that first.
+        check = 'mkdir -p "$1" || exit 1; [ -d "$2" ] && exit 21; exit 0'
+        made = self._run_raw(["sh", "-c", check, "sh", folder, inside], self.agent_user)
+        if made.exit_code == 21:
+            raise IsADirectoryError(f"a directory: {inside}")
+        if made.exit_code != 0:
+            raise PermissionError(f"cannot make {folder}: {made.stderr.strip()}")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            member = tarfile.TarInfo(name)
+            member.size, member.mode, member.mtime = len(data), 0o644, int(time.time())
+            member.uid, member.gid = self._owner
+            tar.addfile(member, io.BytesIO(data))
+        self._put(folder, buffer.getvalue())
+
+    def _put(self, folder: str, data: bytes | IO[bytes]) -> None:
+        import docker.errors
+
+        try:
+            docker_client().api.put_archive(self.container_id, folder, data)
+        except docker.errors.APIError as exc:
+            message = str(exc)
+            if "directory" in message.lower() and "not a directory" not in message.lower():
+                raise IsADirectoryError(message) from exc
+            raise SandboxError(f"cannot write into {folder}: {message}") from exc
+
+    def copy_in(self, host_dir: Path, container_dir: str) -> None:
+        """Put the contents of ``host_dir`` at ``container_dir`` (made if missing), owned
+        by root, modes kept: how ``tests/`` reaches ``/tests`` and ``solution/`` reaches
+        ``/solution``."""
+        made = self._run_raw(["mkdir", "-p", container_dir], "0")
+        if made.exit_code != 0:
+            raise SandboxError(f"cannot make {container_dir}: {made.stderr.strip()}")
+
+        def as_root(member: tarfile.TarInfo) -> tarfile.TarInfo:
+            member.uid = member.gid = 0
+            member.uname = member.gname = "root"
+            return member
+
+        with tempfile.TemporaryFile() as archive:
+            with tarfile.open(fileobj=archive, mode="w") as tar:
+                for entry in sorted(host_dir.iterdir()):
+                    tar.add(entry, arcname=entry.name, filter=as_root)
+            archive.seek(0)
+            self._put(container_dir, archive)
+
+    def copy_out(self, path: str, dest: Path) -> list[str]:
+        """Copy a container path to ``dest`` on the host: regular files and folders only
+        (links, hard links and special files are skipped and listed; none is followed or
+        made), at most :data:`COPY_MAX_ENTRIES` entries and :data:`COPY_MAX_BYTES`
+        bytes; when a bound is hit the last listed item says what was left out. A missing
+        path copies nothing."""
+        try:
+            chunks, _ = self._archive(self._inside(path))
+        except FileNotFoundError:
+            return []
+        skipped: list[str] = []
+        entries = total = 0
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with _stream_tar(chunks) as tar:
+            for member in tar:
+                parts = member.name.split("/")
+                rel = "/".join(parts[1:])  # the archive's top entry is the path itself
+                if ".." in parts or member.name.startswith("/"):
+                    skipped.append(member.name)
+                    continue
+                if entries >= COPY_MAX_ENTRIES or total + member.size > COPY_MAX_BYTES:
+                    skipped.append(
+                        f"(stopped after {entries} entries / {total} bytes: the limit is "
+                        f"{COPY_MAX_ENTRIES} entries, {COPY_MAX_BYTES} bytes; the rest was "
+                        "left out)"
+                    )
+                    break
+                target = dest / rel if rel else dest
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    target.chmod(0o755)
+                elif member.isreg():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    source = tar.extractfile(member)
+                    assert source is not None
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                    fd = os.open(target, flags, stat.S_IMODE(member.mode) & 0o755 | 0o600)
+                    with os.fdopen(fd, "wb") as out:
+                        shutil.copyfileobj(source, out, 1 << 20)
+                    total += member.size
+                else:
+                    skipped.append(rel or member.name)
+                entries += 1
+        return skipped
+
+
+def _exit_code(api: Any, exec_id: str) -> int:
+    for _ in range(500):
+        info = api.exec_inspect(exec_id)
+        if not info["Running"] and info["ExitCode"] is not None:
+            return int(info["ExitCode"])
+        time.sleep(0.01)
+    raise SandboxError(f"docker exec {exec_id[:12]} did not report an exit code")

@@ -1,0 +1,386 @@
+"""Harbor-format tasks as cells, for real: the example dataset in ``examples/harbor-tasks``
+(a pytest-style verifier writing reward.txt, a multi-key reward.json, a task whose oracle
+fails, an agent time-out, a verifier that leaves no reward, ``allow_internet`` false and
+true) built and run on the Docker daemon with Harbor's ``oracle`` and ``nop``, a replay
+(scripted) agent and a model agent against an OpenAI-protocol server on 127.0.0.1.
+
+The records must say what happened: rewards and passes as the verifiers wrote them,
+verifier errors as infrastructure errors (never a silent 0), the agent's time-out as its
+termination, the egress proxy's connections only where the task allows the internet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_automedbench.harbor import HarborTaskError, discover_harbor_tasks, load_harbor_task
+from pytest_automedbench.results import CellResult
+from pytest_automedbench.stats import summarise
+
+from .conftest import REPO
+from .fake_openai import FakeOpenAI, TokenUsage, ToolCall, ToolCallReply
+from .local_http import LocalServer
+
+EXAMPLES = REPO / "examples" / "harbor-tasks"
+VALUE = "harbor-value-7"
+
+
+def _records(out: Path) -> list[CellResult]:
+    lines = (out / "ledger.jsonl").read_text().splitlines()
+    return [CellResult.model_validate_json(line) for line in lines]
+
+
+def _by(records: list[CellResult]) -> dict[tuple[str, str, int], CellResult]:
+    return {(r.agent, r.task, r.run): r for r in records}
+
+
+def _session(
+    out: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pytest", f"--amb-out={out}", "-p", "no:cacheprovider",
+               "-q", "--sandbox", "docker", *args]  # fmt: skip
+    return subprocess.run(
+        command,
+        cwd=cwd or out.parent,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+# --------------------------------------------------------------------------- collection
+
+
+def test_the_example_tasks_load_with_categories_ids_and_markers() -> None:
+    tasks = {t.id: t for t in discover_harbor_tasks([EXAMPLES])}
+    assert set(tasks) == {
+        "basics.csv-stats",
+        "basics.hello-pytest",
+        "edge.broken-oracle",
+        "edge.no-reward",
+        "edge.slow-solution",
+        "net.offline",
+        "net.online",
+    }
+    assert tasks["basics.csv-stats"].category == "data_analysis"  # [metadata] category wins
+    assert tasks["basics.hello-pytest"].category == "basics"  # else the category folder
+    assert tasks["basics.hello-pytest"].markers == ("harbor", "basics", "files", "easy")
+    assert tasks["edge.slow-solution"].time_limit_s == 15.0
+    assert tasks["net.offline"].config.environment.allow_internet is False
+
+
+def _write_task(folder: Path, toml: str, instruction: str | None = "Do it.") -> Path:
+    (folder / "environment").mkdir(parents=True)
+    (folder / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (folder / "task.toml").write_text(toml)
+    if instruction is not None:
+        (folder / "instruction.md").write_text(instruction)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("toml", "instruction", "names"),
+    [
+        ('version = "1.0"\n[agent]\ntimeout_sec = "soon"\n', "Do it.", ["[agent] timeout_sec"]),
+        ('version = "1.0"\n[environment]\ncpus = -1\n', "Do it.", ["[environment] cpus"]),
+        ('version = "1.0"\n[metadata]\npass_threshold = "high"\n', "Do it.", ["pass_threshold"]),
+        ("version = = 1", "Do it.", ["not valid TOML"]),
+        ('version = "1.0"\n', None, ["instruction.md", "missing"]),
+        ('version = "1.0"\n', "  \n", ["instruction.md", "empty"]),
+    ],
+)
+def test_a_malformed_task_is_an_error_naming_the_file_and_field(
+    tmp_path: Path, toml: str, instruction: str | None, names: list[str]
+) -> None:
+    folder = _write_task(tmp_path / "bad", toml, instruction)
+    with pytest.raises(HarborTaskError) as caught:
+        load_harbor_task(folder)
+    message = str(caught.value)
+    assert str(folder) in message
+    for name in names:
+        assert name in message
+
+
+def test_collection_ids_markers_errors_and_the_tasks_own_tests(tmp_path: Path) -> None:
+    """One cell per task x agent x attempt with readable ids; ``-m`` selects by category
+    and keyword; a malformed task is a collection error naming the file and field; a
+    task's own ``tests/test_*.py`` is never collected; an unset variable skips its task."""
+    root = tmp_path / "tasks"
+    _write_task(root / "bad", 'version = "1.0"\n[verifier]\ntimeout_sec = 0\n')
+    good = _write_task(root / "good", 'version = "1.0"\n[task]\nkeywords = ["Quick Win"]\n')
+    (good / "tests" / "test_outputs.py").write_text(
+        "def test_never_collected():\n    raise SystemExit(9)\n"
+    )
+    needs = _write_task(
+        root / "needs-key", 'version = "1.0"\n[environment.env]\nTOKEN = "${AMB_UNSET_TOKEN_VAR}"\n'
+    )
+    out = tmp_path / "out"
+    args = ["--harbor", str(root), "--agent", "nop", "--runs", "2", "--co", "--strict-markers"]
+    collected = _session(out, *args)
+    text = collected.stdout + collected.stderr
+    assert collected.returncode != 0, text  # the collection error fails the session
+    assert f"{root / 'bad' / 'task.toml'}: [verifier] timeout_sec" in text
+    assert "good/task.toml::test_harbor[good-harbor-r0]" in text
+    assert "good/task.toml::test_harbor[good-harbor-r1]" in text
+    assert "test_never_collected" not in text and "test_outputs" not in text
+    (root / "bad" / "task.toml").unlink()  # now the rest runs: -m by keyword marker
+    chosen = _session(out, "--harbor", str(root), "--agent", "nop", "--co", "-m", "quick_win",
+                      "--strict-markers")  # fmt: skip
+    assert chosen.returncode == 0, chosen.stdout + chosen.stderr
+    assert "good-harbor-r0" in chosen.stdout and "needs-key" not in chosen.stdout
+    ran = _session(out, "--harbor", str(needs), "--agent", "nop", "-rs")
+    assert "1 skipped" in ran.stdout, ran.stdout + ran.stderr
+    assert "AMB_UNSET_TOKEN_VAR" in ran.stdout and "[environment].env.TOKEN" in ran.stdout
+
+
+# --------------------------------------------------------------------------- on Docker
+
+
+class _ValueHandler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = f"{VALUE}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def base_images() -> dict[str, str]:
+    """The example tasks' base images mapped to the project's local ones (no registry is
+    reachable here): ubuntu to the debootstrap base, python to the agent image (its
+    /venv has pytest, which the pytest-style verifier uses)."""
+    from pytest_automedbench.sandbox.docker import docker_client
+    from pytest_automedbench.sandbox.images import ensure_images
+
+    images = ensure_images(docker_client(), "debootstrap")
+    return {"ubuntu:24.04": images.base, "python:3.11-slim-bookworm": images.agent}
+
+
+def _network_args(server: LocalServer, bases: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    port = server.origin.rsplit(":", 1)[1]
+    args = ["--sandbox-host", "harbor-data.test=127.0.0.1",
+            "--sandbox-allow-host", "harbor-data.test",
+            "--sandbox-allow-network", "127.0.0.1/32"]  # fmt: skip
+    for image, local in bases.items():
+        args += ["--harbor-base", f"{image}={local}"]
+    return args, {"AMB_HARBOR_DATA_URL": f"http://harbor-data.test:{port}/value.txt"}
+
+
+@pytest.fixture(scope="module")
+def builtin_session(
+    tmp_path_factory: pytest.TempPathFactory, base_images: dict[str, str]
+) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
+    """``oracle`` and ``nop`` on every example task, once, on Docker."""
+    out = tmp_path_factory.mktemp("harbor") / "out"
+    out.parent.mkdir(exist_ok=True)
+    with LocalServer(_ValueHandler) as server:
+        args, env = _network_args(server, base_images)
+        done = _session(out, "--harbor", str(EXAMPLES), "--agent", "oracle", "--agent", "nop",
+                        "-n", "2", *args, env=env)  # fmt: skip
+    yield out, done
+
+
+@pytest.mark.slow
+def test_oracle_and_nop_get_the_rewards_the_verifiers_wrote(
+    builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, done = builtin_session
+    records = _by(_records(out))
+    text = done.stdout + done.stderr
+    assert len(records) == 14, text
+    oracle = {task: records["oracle", task, 0] for _, task, _ in records}
+    passed = {t for t, r in oracle.items() if r.passed}
+    assert passed == {"basics.csv-stats", "basics.hello-pytest", "net.online"}, text
+    csv = oracle["basics.csv-stats"]
+    assert csv.reward == 1.0 and csv.task_metrics == {
+        "reward": 1.0, "mean_ok": 1.0, "count_ok": 1.0, "abs_error": 0.0,
+    }  # fmt: skip
+    assert csv.track == "data_analysis" and csv.category == "data_analysis"
+    assert csv.resolved and csv.status == "scored" and csv.tier == "harbor"
+    assert csv.overall == pytest.approx(0.5 * (csv.agentic or 0) + 0.5 * 1.0, abs=1e-6)
+    assert set(csv.phase_s) == {"environment", "agent", "verifier"}
+    assert oracle["basics.hello-pytest"].task_metrics == {"reward": 1.0}  # from reward.txt
+    broken = oracle["edge.broken-oracle"]
+    assert broken.status == "scored" and broken.reward == 0.0 and broken.passed is False
+    slow = oracle["edge.slow-solution"]
+    assert slow.termination == "time_limit" and slow.reward == 0.0, slow
+    assert slow.phase_s["agent"] < 40  # cut at the task's 15 s, not the call's 60 s
+    assert oracle["net.offline"].reward == 0.0  # allow_internet = false: no route at all
+    for agent in ("oracle", "nop"):
+        missing = records[agent, "edge.no-reward", 0]
+        assert missing.status == "infra_error" and missing.termination == "verifier_error"
+        assert missing.reward is None and missing.passed is None
+        assert "reward_missing" in str(missing.error), missing.error
+    nop = [r for (a, _, _), r in records.items() if a == "nop" and r.status == "scored"]
+    assert nop and all(r.reward == 0.0 and not r.passed for r in nop)
+    # pytest's verdicts say the same: 3 passed, the rest failed, 2 errors (verifier).
+    assert "3 passed" in done.stdout and "2 errors" in done.stdout, done.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_only_a_task_that_allows_the_internet_gets_a_route_out(
+    builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = builtin_session
+    records = _by(_records(out))
+
+    def egress(task: str) -> list[dict[str, Any]]:
+        trajectory = Path(records["oracle", task, 0].cell_dir) / "trajectory.jsonl"
+        events = [json.loads(line) for line in trajectory.read_text().splitlines()]
+        return [e for e in events if e["kind"] == "egress"]
+
+    online = egress("net.online")
+    assert online and online[0]["host"] == "harbor-data.test" and online[0]["allowed"]
+    assert egress("net.offline") == []
+    offline_dir = Path(records["oracle", "net.offline", 0].cell_dir)
+    assert not (offline_dir / "egress.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_the_verifier_runs_after_the_agent_and_the_agent_never_sees_tests_or_solution(
+    builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = builtin_session
+    records = _by(_records(out))
+    nop = Path(records["nop", "basics.hello-pytest", 0].cell_dir)
+    kinds = [
+        json.loads(line)["kind"] for line in (nop / "trajectory.jsonl").read_text().splitlines()
+    ]
+    assert kinds.index("end") < kinds.index("verifier")
+    phases = [json.loads(line) for line in (nop / "trajectory.jsonl").read_text().splitlines()]
+    names = [e["name"] for e in phases if e["kind"] == "phase"]
+    assert names == ["environment", "agent", "verifier"]
+    assert (nop / "verifier" / "test-stdout.txt").read_text().count("failed") >= 1
+
+
+@pytest.mark.slow
+def test_each_attempt_is_a_harbor_trial_that_harbors_own_models_accept(
+    builtin_session: tuple[Path, subprocess.CompletedProcess[str]], harbor_python: str
+) -> None:
+    out, _ = builtin_session
+    records = _records(out)
+    trial_dirs = [
+        Path((Path(r.cell_dir) / "harbor-trial.txt").read_text().strip()) for r in records
+    ]
+    program = textwrap.dedent(
+        """
+        import json, sys
+        from harbor.models.trial.result import TrialResult
+        out = {}
+        for path in sys.argv[1:]:
+            result = TrialResult.model_validate_json(open(path + "/result.json").read())
+            rewards = result.verifier_result.rewards if result.verifier_result else None
+            exc = result.exception_info.exception_type if result.exception_info else None
+            out[path] = {"rewards": rewards, "exception": exc}
+        print(json.dumps(out))
+        """
+    )
+    checked = subprocess.run(
+        [harbor_python, "-c", program, *map(str, trial_dirs)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    seen = json.loads(checked.stdout)
+    for record, folder in zip(records, trial_dirs, strict=True):
+        trial = seen[str(folder)]
+        if record.status == "infra_error":
+            assert trial["rewards"] is None and trial["exception"] is not None
+        else:
+            assert trial["rewards"] == record.task_metrics
+
+
+@pytest.fixture(scope="module")
+def harbor_python() -> str:
+    """The python of a venv with Harbor 0.25.0 (scripts/harbor-oracle builds it)."""
+    done = subprocess.run(
+        [str(REPO / "scripts" / "harbor-oracle"), "--print"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _reply(call_id: str, name: str, arguments: dict[str, Any]) -> ToolCallReply:
+    return ToolCallReply(
+        (ToolCall(call_id, name, json.dumps(arguments)),), usage=TokenUsage(1000, 100)
+    )
+
+
+@pytest.mark.slow
+def test_a_model_agent_and_a_replay_agent_work_inside_the_task_container(
+    tmp_path: Path, base_images: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model agent through litellm to a local OpenAI-protocol server, two attempts (one
+    right, one wrong: pass@2 = 1, pass^2 = 0), and a hand-written replay on the
+    multi-key task; tokens and cost are the server's numbers times the prices."""
+    hello = EXAMPLES / "basics" / "hello-pytest"
+    plan = {
+        "language": "bash",
+        "code": "mkdir -p /logs/agent/plan && echo '# Plan: write the file' > /logs/agent/plan/plan.md",
+    }
+    script = [
+        _reply("a1", "execute", plan),
+        _reply("a2", "write_file", {"path": "/app/hello.txt", "content": "Hello, world!\n"}),
+        _reply("a3", "submit_results", {}),
+        _reply("b1", "write_file", {"path": "/app/hello.txt", "content": "Goodbye\n"}),
+        _reply("b2", "submit_results", {}),
+    ]
+    agents = tmp_path / "agents.yaml"
+    agents.write_text(
+        "fake-model:\n  model: openai/fake-model\n  api_key_env: AMB_FAKE_PROVIDER_KEY\n"
+        "  input_usd_per_mtok: 2.0\n  output_usd_per_mtok: 8.0\n"
+    )
+    steps = tmp_path / "csv.yaml"
+    steps.write_text(textwrap.dedent(
+        """
+        - tool: execute
+          arguments:
+            language: bash
+            code: |
+              python3 -c "import csv, json; v=[float(r['value']) for r in csv.DictReader(open('/app/data.csv'))]; json.dump({'mean': sum(v)/len(v), 'count': len(v)}, open('/app/answer.json','w'))"
+        - tool: submit_results
+          arguments: {}
+        """
+    ))  # fmt: skip
+    bases = [
+        a for image, local in base_images.items() for a in ("--harbor-base", f"{image}={local}")
+    ]
+    out = tmp_path / "out"
+    with FakeOpenAI(script) as server:
+        done = _session(out, "--harbor", str(hello), "--agent", "fake-model", "--runs", "2",
+                        "--agents-file", str(agents), "--agent-api-base", server.url, *bases,
+                        env={"AMB_FAKE_PROVIDER_KEY": "k"})  # fmt: skip
+    text = done.stdout + done.stderr
+    records = _by(_records(out))
+    first, second = (
+        records["fake-model", "hello-pytest", 0],  # a task folder given alone: no category
+        records["fake-model", "hello-pytest", 1],
+    )
+    assert first.passed is True and second.passed is False, text
+    assert first.tokens_in == 3000 and first.tokens_out == 300
+    assert first.cost_usd == pytest.approx((3000 * 2.0 + 300 * 8.0) / 1e6)
+    assert first.stages is not None  # the plan was found where the brief said: /logs/agent
+    (plan_item,) = [i for i in first.stages.items if i.id == "s1_plan_exists"]
+    assert plan_item.evidence.startswith("plan.md:"), plan_item
+    (group,) = summarise(list(records.values()))
+    assert group.pass_at_k == 1.0 and group.pass_hat_k == 0.0 and group.k == 2
+    replay = _session(tmp_path / "out2", "--harbor", str(EXAMPLES / "basics" / "csv-stats"),
+                      "--agent", f"replay:{steps}", *bases)  # fmt: skip
+    (csv,) = _records(tmp_path / "out2")
+    assert csv.passed is True and csv.task_metrics["mean_ok"] == 1.0, replay.stdout[-2000:]

@@ -1,0 +1,309 @@
+"""Harbor (HealthAgentBench) figures: every attempt is a trial, an infrastructure or
+verifier error a failed one; pooled success, pass@k / pass^k over the attempts, the
+terminal lines and the Harbor leaderboard (ranking, cost tie-break, partial coverage);
+and a ledger without Harbor records gives exactly what it gave before."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from dataclasses import replace
+from typing import Any
+
+from pytest_automedbench.report.leaderboard import (
+    harbor_board,
+    per_agent,
+    per_system,
+    render,
+    render_harbor,
+    render_systems,
+    rows,
+)
+from pytest_automedbench.report.terminal import summary_lines
+from pytest_automedbench.results import CellResult
+from pytest_automedbench.scoring.models import StageScores
+from pytest_automedbench.stats import pass_at_k, pass_hat_k, summarise
+
+from .conftest import cell_record
+
+CT, EHR = "ct_abnormality", "ehrshot"
+#: task -> category.
+TASKS = {"ct-01": CT, "ct-02": CT, "ehr-01": EHR}
+#: Per agent, per task, the three attempts: True passed, False failed, None a verifier
+#: that left no reward (an infra error).
+OUTCOMES: dict[str, dict[str, list[bool | None]]] = {
+    "alpha": {"ct-01": [True, True, False], "ct-02": [False, None, False],
+              "ehr-01": [True, True, False]},
+    "beta": {"ct-01": [True, True, True], "ct-02": [True, False, False],
+             "ehr-01": [False, False, False]},
+    "gamma": {"ct-01": [True, True, True]},  # partial coverage: one task only
+}  # fmt: skip
+
+
+#: sha256 of the catalogue ledger's leaderboard (``render``) and per-system table
+#: (``render_systems``), captured before the Harbor figures were added.
+DIGESTS = {
+    "csv": "0169daf7f647cf6e9dbabdc23cc54a9100410a0c30bf578362954993db2ef0aa",
+    "json": "9a209d5b823e361e4ca371974a18e5bf22e4c3680da5c8c67c2b762b95d38ca9",
+    "markdown": "503b23ac27cffd37bfbe96caaa0ccc2be325ac9775ece0dad63df72ad802562c",
+}
+SYSTEMS = {
+    "csv": "37a15bd581890921445759888681fe19910d69e8d7bd729fdfe8da4c941e8a6f",
+    "json": "e622731c79dbe13bdac32cbca57b81d3086478f4532f9ebf97341f42506273f6",
+}
+
+
+def harbor(agent: str, task: str, run: int, passed: bool | None, **fields: Any) -> CellResult:
+    """One Harbor attempt as the runner records it; ``passed`` None: a verifier error."""
+    priced = agent != "beta"  # beta's model has no price: its cost is unknown
+    common: dict[str, Any] = {
+        "agent": agent, "model": f"model-{agent}", "task": task, "track": TASKS[task],
+        "category": TASKS[task], "tier": "harbor", "run": run, "turns": 10 + run,
+        "wall_s": 120.0, "cost_usd": 0.1 if priced else 0.0, "price_known": priced,
+        "tokens_in": 1000,
+    }  # fmt: skip
+    common.update(fields)
+    if passed is None:
+        return cell_record(
+            **common, status="infra_error", termination="verifier_error",
+            error="RewardFileNotFoundError", phase_s={"environment": 10.0, "agent": 100.0},
+        )  # fmt: skip
+    reward = 1.0 if passed else 0.0
+    return cell_record(
+        **common, status="scored", reward=reward, passed=passed, task_score=reward,
+        resolved=passed, overall=reward, agentic=0.5,
+        task_metrics={"reward": reward, "n_pass": reward},
+        phase_s={"environment": 10.0, "agent": 100.0, "verifier": 5.0},
+    )  # fmt: skip
+
+
+def ledger() -> list[CellResult]:
+    return [
+        harbor(agent, task, run, passed)
+        for agent, tasks in OUTCOMES.items()
+        for task, attempts in tasks.items()
+        for run, passed in enumerate(attempts)
+    ]
+
+
+def counts(agent: str) -> list[tuple[int, int]]:
+    """(attempts, passed) per task of an agent, a verifier error a failed attempt."""
+    return [(len(a), sum(p is True for p in a)) for a in OUTCOMES[agent].values()]
+
+
+# --------------------------------------------------------------------------- stats
+
+
+def test_every_attempt_is_a_trial_and_an_error_a_failed_one() -> None:
+    alpha, beta, gamma = summarise(ledger(), by=("agent",))
+    assert (alpha.n_trials, alpha.n_passed, alpha.n_verifier_errors) == (9, 4, 1)
+    assert (alpha.n_runs, alpha.n_infra) == (8, 1)  # the catalogue's counts are unchanged
+    assert alpha.pooled_success == 4 / 9
+    assert (beta.n_trials, beta.n_passed, beta.pooled_success) == (9, 4, 4 / 9)
+    assert (gamma.n_trials, gamma.pooled_success) == (3, 1.0)
+    assert all(g.is_harbor for g in (alpha, beta, gamma))
+
+
+def test_pass_at_k_over_the_attempts_matches_the_unbiased_formulas() -> None:
+    for group in summarise(ledger(), by=("agent",)):
+        nc = counts(group.key[0])
+        assert group.trial_k == 3
+        for j in (1, 2, 3):
+            assert math.isclose(
+                group.trial_pass_at[j], sum(pass_at_k(n, c, j) for n, c in nc) / len(nc)
+            )
+            assert math.isclose(
+                group.trial_pass_hat[j], sum(pass_hat_k(n, c, j) for n, c in nc) / len(nc)
+            )
+    alpha = summarise(ledger(), by=("agent",))[0]
+    assert math.isclose(alpha.trial_pass_at_k, 2 / 3)  # ct-01 and ehr-01 passed once or more
+    assert alpha.trial_pass_hat_k == 0.0
+    # The catalogue's pass@k leaves the error out: ct-02 has two scored runs, so k is 2.
+    assert alpha.k == 2
+
+
+def test_cost_per_trial_is_unknown_never_zero_and_phases_are_averaged() -> None:
+    alpha, beta, _ = summarise(ledger(), by=("agent",))
+    assert alpha.cost_per_trial is not None and math.isclose(alpha.cost_per_trial, 0.1)
+    assert beta.cost_per_trial is None
+    assert alpha.phase_s == {"agent": 100.0, "environment": 10.0, "verifier": 5.0}
+    assert math.isclose(alpha.trial_turns, 11.0) and alpha.trial_wall_s == 120.0
+
+
+def test_an_empty_or_mixed_group_is_not_harbor() -> None:
+    mixed = [
+        *ledger()[:3],
+        cell_record(agent="alpha", task="t", track=CT, tier="lite", task_score=0.5),
+    ]
+    (group,) = summarise(mixed, by=("agent",))
+    assert not group.is_harbor and group.n_harbor == 3 and group.n_trials == 4
+    (plain,) = summarise([cell_record(task_score=0.5)], by=("agent",))
+    assert not plain.is_harbor
+    assert math.isnan(replace(plain, n_trials=0, n_passed=0).pooled_success)
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def test_terminal_prints_harbor_lines_per_category_and_the_pooled_headline() -> None:
+    lines = summary_lines(ledger())
+    phases = "    mean wall per phase: environment 10.0s, agent 100.0s, verifier 5.0s"
+    assert lines[:5] == [
+        "alpha | ct_abnormality (harbor): 6 trials, 2 passed, pooled 2/6 (33.3%) | pass@3 50% "
+        "| pass^3 0% | 1 infra errors (1 verifier) | OVERALL 40.0 | AGENTIC 50.0 "
+        "| $0.1000/trial",
+        phases,
+        "alpha | ehrshot (harbor): 3 trials, 2 passed, pooled 2/3 (66.7%) | pass@3 100% "
+        "| pass^3 0% | 0 infra errors (0 verifier) | OVERALL 66.7 | AGENTIC 50.0 "
+        "| $0.1000/trial",
+        phases,
+        "alpha | harbor (all categories): pooled 4/9 (44.4%) | $0.1000/trial",
+    ]
+    assert "beta | harbor (all categories): pooled 4/9 (44.4%) | cost unknown" in lines
+    assert lines[-1] == "gamma | harbor (all categories): pooled 3/3 (100.0%) | $0.1000/trial"
+    assert not any("$0.0000" in line for line in lines)
+
+
+def test_terminal_keeps_the_catalogue_lines_beside_harbor_ones() -> None:
+    plain = [
+        cell_record(
+            agent="alpha", task="t", track="vqa", overall=0.5, task_score=0.5, resolved=True
+        )
+    ]
+    mixed = summary_lines([*plain, *ledger()])
+    alone = summary_lines(plain)
+    assert alone[0] in mixed and alone[1] in mixed
+    # alpha's pooled line comes after all of alpha's groups, the catalogue's one included.
+    assert mixed.index(alone[0]) < mixed.index(
+        "alpha | harbor (all categories): pooled 4/9 (44.4%) | $0.1000/trial"
+    )
+
+
+# --------------------------------------------------------------------------- leaderboard
+
+
+def test_harbor_board_ranks_by_pooled_then_known_cost_and_splits_partial_coverage() -> None:
+    board = harbor_board(ledger())
+    assert [r["agent"] for r in board.ranked] == ["alpha", "beta"]  # tie: unknown cost last
+    assert [r["agent"] for r in board.partial] == ["gamma"]  # 100% but one task only
+    alpha, beta = board.ranked
+    assert (alpha["trials"], alpha["passed"], alpha["pooled_success"]) == (9, 4, 0.4444)
+    assert alpha["categories"] == {CT: [2, 6], EHR: [2, 3]}
+    assert beta["categories"] == {CT: [4, 6], EHR: [0, 3]}
+    assert (alpha["cost_per_trial"], beta["cost_per_trial"]) == (0.1, None)
+    assert (alpha["k"], alpha["pass_at_k"], alpha["pass_hat_k"]) == (3, 0.6667, 0.0)
+    assert (alpha["mean_turns"], alpha["mean_wall_s"]) == (11.0, 120.0)
+    assert board.categories == [CT, EHR]
+
+
+def test_a_better_rate_outranks_a_lower_cost() -> None:
+    cheap = [r for r in ledger() if r.agent != "gamma"]
+    cheap += [harbor("delta", task, run, True, cost_usd=0.5) for task in TASKS for run in range(3)]
+    assert [r["agent"] for r in harbor_board(cheap).ranked] == ["delta", "alpha", "beta"]
+
+
+def test_harbor_table_in_markdown_csv_json_and_html() -> None:
+    board = harbor_board(ledger())
+    text = render_harbor(board, "markdown")
+    lines = text.splitlines()
+    header = next(ln for ln in lines if ln.startswith("| agent"))
+    assert header == (
+        "| agent | model | coverage | trials | passed | pooled success | pass@3 | pass^3 | "
+        "cost per trial | mean turns | mean wall s | verifier errors | infra errors | "
+        "ct_abnormality c/n | ehrshot c/n |"
+    )
+    assert (
+        "| alpha | model-alpha | full | 9 | 4 | 4/9 (44.4%) | 66.7% | 0.0% | 0.1000 | 11.0 | "
+        "120.0 | 1 | 1 | 2/6 | 2/3 |" in lines
+    )
+    assert "| beta | model-beta | full | 9 | 4 | 4/9 (44.4%) | 66.7% | 33.3% | unknown |" in text
+    partial = lines.index(next(ln for ln in lines if ln.startswith("Harbor, partial coverage")))
+    assert lines[partial:][-1].startswith("| gamma | model-gamma | partial | 3 | 3 | 3/3 (100.0%)")
+    assert lines[partial:][-1].endswith("| 3/3 | - |")  # gamma never ran ehrshot
+    table = list(csv.DictReader(io.StringIO(render_harbor(board, "csv"))))
+    assert [r["agent"] for r in table] == ["alpha", "beta", "gamma"]
+    assert table[1]["cost per trial"] == "unknown" and table[0]["ct_abnormality c/n"] == "2/6"
+    assert [r["agent"] for r in json.loads(render_harbor(board, "json"))["partial"]] == ["gamma"]
+    page = render([], "html", harbor=board)
+    assert "<h2>Harbor</h2>" in page and page.index("Harbor, partial") < page.index("</body>")
+    assert render([], "markdown", harbor=board).endswith(text)
+
+
+def test_harbor_records_stay_out_of_the_catalogue_tables() -> None:
+    plain = [
+        cell_record(
+            agent="alpha", task="t", track="vqa", overall=0.5, task_score=0.5, resolved=True
+        )
+    ]
+    mixed = [*plain, *ledger()]
+    assert rows(mixed) == rows(plain)
+    assert per_system(mixed) == per_system(plain)
+    assert per_agent(mixed) == per_agent(plain)
+    assert render(rows(mixed), "markdown", harbor=harbor_board(plain)) == render(
+        rows(plain), "markdown"
+    )
+    assert harbor_board(plain).agents == []
+
+
+# --------------------------------------------------------------------------- unchanged
+
+
+def catalogue() -> list[CellResult]:
+    """A ledger of the catalogue's tasks: two agents, two tracks, three runs, an infra
+    error and an unpriced model."""
+    out = []
+    for agent, base in (("x", 0.3), ("y", 0.6)):
+        for task, track in (("t1", "vqa"), ("t2", "segmentation")):
+            for run in range(3):
+                o = min(1.0, base + 0.1 * run)
+                out.append(
+                    cell_record(
+                        agent=agent, model=f"m-{agent}", task=task, track=track, run=run,
+                        stages=StageScores(s1=1, s2=0.5, s3=o, s4=1, s5=0), agentic=o,
+                        overall=o, task_score=o, resolved=o >= 0.5, cost_usd=0.1 * (run + 1),
+                        tokens_in=10, price_known=agent == "x",
+                    )
+                )  # fmt: skip
+    out.append(cell_record(agent="x", task="t1", run=3, status="infra_error"))
+    return out
+
+
+def test_a_ledger_without_harbor_records_prints_what_it_printed_before() -> None:
+    # Captured before the Harbor figures were added.
+    x_detail = (
+        "    OVERALL 95% CI [30.0, 50.0] (n=3) | S1 100 S2 50 S3 40 S4 100 S5 0 | pass@3 100% "
+        "| codes: none | $0.2000/run, 10 tokens/run"
+    )
+    y_detail = (
+        "    OVERALL 95% CI [60.0, 80.0] (n=3) | S1 100 S2 50 S3 70 S4 100 S5 0 | pass@3 100% "
+        "| codes: none | cost unknown, 10 tokens/run"
+    )
+    assert summary_lines(catalogue()) == [
+        "x | segmentation: 3 cells, 1 resolved, 0 infra errors | OVERALL 40.0 | TASK 40.0 "
+        "| AGENTIC 40.0",
+        x_detail,
+        "x | vqa: 4 cells, 1 resolved, 1 infra errors | OVERALL 40.0 | TASK 40.0 | AGENTIC 40.0",
+        x_detail,
+        "y | segmentation: 3 cells, 3 resolved, 0 infra errors | OVERALL 70.0 | TASK 70.0 "
+        "| AGENTIC 70.0",
+        y_detail,
+        "y | vqa: 3 cells, 3 resolved, 0 infra errors | OVERALL 70.0 | TASK 70.0 | AGENTIC 70.0",
+        y_detail,
+    ]
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_ledger_without_harbor_records_gives_the_same_tables_as_before() -> None:
+    records = catalogue()
+    table, systems = rows(records), per_system(records)
+    # sha256 of the outputs captured before the Harbor table was added.
+    assert {
+        fmt: digest(render(table, fmt, systems=systems)) for fmt in ("csv", "json", "markdown")
+    } == DIGESTS
+    assert {fmt: digest(render_systems(systems, fmt)) for fmt in ("csv", "json")} == SYSTEMS
