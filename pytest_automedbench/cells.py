@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from typing_extensions import TypeIs
+
 from pytest_automedbench.results import CellKey
 
 if TYPE_CHECKING:
+    from pytest_automedbench.agents.registry import AgentEntry
     from pytest_automedbench.config import RunConfig
     from pytest_automedbench.harbor import HarborTask
     from pytest_automedbench.tasks import TaskSpec
@@ -48,7 +51,7 @@ class Cell:
         """The markers of the cell's test: its track, tier and modality; a Harbor task's
         ``harbor``, category and keywords."""
         if is_harbor(self.task):
-            return self.task.markers  # type: ignore[union-attr]
+            return self.task.markers
         return (self.task.track, self.key.tier, self.task.modality)
 
     @property
@@ -56,7 +59,7 @@ class Cell:
         return is_harbor(self.task)
 
 
-def is_harbor(task: object) -> bool:
+def is_harbor(task: object) -> TypeIs[HarborTask]:
     """Whether a task is a Harbor task folder (not one of the catalogue's)."""
     from pytest_automedbench.harbor._task import HarborTask
 
@@ -75,8 +78,8 @@ def tiers_of(config: RunConfig, task: AnyTask) -> tuple[str, ...]:
 def unavailable_reason(task: AnyTask, config: RunConfig) -> str | None:
     """Why a task's cells cannot run on this machine, known at collection."""
     if is_harbor(task):
-        return task.unavailable_reason()  # type: ignore[union-attr]
-    return data_unavailable_reason(task, config.data_root)  # type: ignore[arg-type]
+        return task.unavailable_reason()
+    return data_unavailable_reason(task, config.data_root)
 
 
 def runs_of(config: RunConfig, deterministic: bool, task: AnyTask) -> int:
@@ -107,10 +110,10 @@ def plan_cells(config: RunConfig, tasks: Sequence[AnyTask]) -> list[Cell]:
     return cells
 
 
-def _mismatch(entry: object, task: AnyTask) -> str | None:
+def _mismatch(entry: AgentEntry, task: AnyTask) -> str | None:
     from pytest_automedbench.harbor._agents import incompatibility
 
-    return incompatibility(entry, is_harbor(task))  # type: ignore[arg-type]
+    return incompatibility(entry, is_harbor(task))
 
 
 def has_tasks(folder: Path) -> bool:

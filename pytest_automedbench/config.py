@@ -47,7 +47,7 @@ from pytest_automedbench.settings import (
 from pytest_automedbench.terms import ALL_TIERS, TIERS
 
 if TYPE_CHECKING:
-    from pytest_automedbench.tasks import TaskSpec
+    from pytest_automedbench.cells import AnyTask
 
 DEFAULT_OUT = Path("automedbench-results")
 
@@ -305,7 +305,7 @@ class RunConfig(BaseModel):
         """What ``--agent name`` stands for under this configuration."""
         return resolve_agent(name, self.agent_entries(), self.agent_api_base)
 
-    def limits_for(self, entry: AgentEntry, task: TaskSpec) -> Limits:
+    def limits_for(self, entry: AgentEntry, task: AnyTask) -> Limits:
         """The agent's limits in one cell of ``task``: each limit is the agent
         definition's value when it sets one (the more specific wins), else the
         session's (``--amb-max-turns`` ... or its default); the wall clock is
@@ -454,11 +454,9 @@ def build_config(
     if merged.get("harbor"):
         # On the command line a path is the user's, relative to where they are; in the
         # pyproject file, relative to the file's folder as the other paths are.
-        origin = base_dir if "harbor" in from_file else Path.cwd()
-        merged["harbor"] = tuple(
-            (p if p.is_absolute() else origin / p).resolve()
-            for p in (Path(item).expanduser() for item in merged["harbor"])
-        )
+        anchor = base_dir if "harbor" in from_file else Path.cwd()
+        given = [Path(item).expanduser() for item in merged["harbor"]]
+        merged["harbor"] = tuple((p if p.is_absolute() else anchor / p).resolve() for p in given)
     merged.setdefault("amb_out", base_dir / DEFAULT_OUT)
     merged["agent_definitions"] = agent_definitions or {}
     if slurm:

@@ -19,9 +19,9 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pytest_automedbench.cells import AnyTask
     from pytest_automedbench.config import RunConfig
     from pytest_automedbench.results import CellKey
-    from pytest_automedbench.tasks import TaskSpec
 
 __all__ = ["Provenance", "cell_provenance", "harness_version", "judge_identity", "task_hash"]
 
@@ -59,13 +59,13 @@ def _sha(*parts: bytes) -> str:
     return digest.hexdigest()[:16]
 
 
-def task_hash(task: TaskSpec, tier: str) -> str:
+def task_hash(task: AnyTask, tier: str) -> str:
     """The task's content as one cell sees it: its task.yaml, the tier's brief and the
     evaluator's declaration (an edit to any of them is another version of the task)."""
     from pytest_automedbench.cells import is_harbor
 
     if is_harbor(task):  # a Harbor task folder: every file of it
-        return str(task.content_hash)[:16]  # type: ignore[union-attr]
+        return task.content_hash[:16]
     yaml_path = task.folder / "task.yaml"
     raw = yaml_path.read_bytes() if yaml_path.is_file() else b""
     brief = task.tiers[tier].model_dump_json().encode() if tier in task.tiers else b""
@@ -100,7 +100,7 @@ def judge_identity(config: RunConfig) -> dict[str, Any]:
     }
 
 
-def cell_limits(config: RunConfig, agent: str, task: TaskSpec) -> dict[str, Any]:
+def cell_limits(config: RunConfig, agent: str, task: AnyTask) -> dict[str, Any]:
     """The agent's limits in this cell (:meth:`RunConfig.limits_for`), as recorded."""
     return config.limits_for(config.agent(agent), task).as_record()
 
@@ -108,7 +108,7 @@ def cell_limits(config: RunConfig, agent: str, task: TaskSpec) -> dict[str, Any]
 def cell_provenance(
     config: RunConfig,
     key: CellKey,
-    task: TaskSpec,
+    task: AnyTask,
     data_hash: str | None,
     backend: str,
     images: dict[str, str],

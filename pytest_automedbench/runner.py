@@ -59,6 +59,7 @@ from pytest_automedbench.violations import Policy as ViolationPolicy
 from pytest_automedbench.violations import Violation, find_violations
 
 if TYPE_CHECKING:
+    from pytest_automedbench.cells import AnyTask
     from pytest_automedbench.egress import ConnectionRecord, EgressPolicy
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.sandbox.quota import WorkspaceQuota
@@ -90,7 +91,7 @@ KICKOFF = {
 @dataclass(frozen=True)
 class CellPlan:
     key: CellKey
-    task: TaskSpec
+    task: AnyTask
     staged: StagedData
     config: RunConfig
     run_id: str
@@ -101,6 +102,13 @@ class CellPlan:
     #: What produces the record (its configuration hash comes from it); None: computed
     #: here from the plan.
     provenance: Provenance | None = None
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The catalogue task of the cell (the steps that only catalogue cells take)."""
+        if not isinstance(self.task, TaskSpec):
+            raise TypeError(f"{self.key.cell_id} is a Harbor task, not a catalogue task")
+        return self.task
 
     def resolved_backend(self) -> str:
         return self.backend if self.backend is not None else resolve_backend(self.config.sandbox)
@@ -348,7 +356,7 @@ class CellFiles:
         return cls(
             workspace=workspace,
             outputs=workspace / OUTPUTS_DIRNAME,
-            spec=plan.task.eval_spec(plan.staged.case_ids),
+            spec=plan.spec.eval_spec(plan.staged.case_ids),
             backend=backend,
             # With the Docker backend the evaluator gets its own container too.
             placement=Placement(
@@ -356,7 +364,7 @@ class CellFiles:
                 run_id=plan.run_id,
                 docker_base=plan.config.docker_base,
             ),
-            bounds=plan.task.output_bounds(plan.staged.case_ids),
+            bounds=plan.spec.output_bounds(plan.staged.case_ids),
         )
 
 
@@ -460,7 +468,7 @@ def agent_context(plan: CellPlan, sandbox: Sandbox) -> AgentContext:
     """The cell as the agent is told it: task, tier and paths inside the sandbox."""
     ws = sandbox.workspace_path
     return AgentContext(
-        task=plan.task,
+        task=plan.spec,
         tier=plan.key.tier,
         public_dir=sandbox.public_path,
         workspace=ws,
@@ -472,7 +480,7 @@ def agent_context(plan: CellPlan, sandbox: Sandbox) -> AgentContext:
 
 def kickoff_of(plan: CellPlan, ctx: AgentContext) -> str:
     """The first user message: the tier's brief, rendered for this sandbox."""
-    brief = plan.task.tiers[plan.key.tier].render(
+    brief = plan.spec.tiers[plan.key.tier].render(
         public_dir=ctx.public_dir,
         workspace=ctx.workspace,
         outputs_dir=ctx.outputs_dir,
@@ -514,8 +522,8 @@ def run_agent_in(
         workspace_quota=workspace_quota,
     )
     limits = plan.limits()
-    deliverables = plan.task.deliverables(plan.staged.case_ids)
-    single_file_kind = None if plan.task.per_case_outputs else plan.task.track
+    deliverables = plan.spec.deliverables(plan.staged.case_ids)
+    single_file_kind = None if plan.spec.per_case_outputs else plan.spec.track
     toolbox = Toolbox(
         sandbox=sandbox,
         precheck=lambda: check_format(
@@ -668,7 +676,7 @@ def evidence_of(
     events: list[dict[str, Any]],
 ) -> CellEvidence:
     """What the cell left to score it by."""
-    task = plan.task
+    task = plan.spec
     return CellEvidence(
         judge_ctx=JudgeContext(
             tier=plan.key.tier,

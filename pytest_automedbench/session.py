@@ -162,7 +162,7 @@ class AutoMedBenchSession:
         once per machine across xdist workers."""
         if task.id not in self._staged:
             if is_harbor(task):  # the task folder itself: nothing to stage
-                self._staged[task.id] = task.staged()  # type: ignore[attr-defined]
+                self._staged[task.id] = task.staged()
             else:
                 self._staged[task.id] = self._stage(task)
         return self._staged[task.id]

@@ -43,7 +43,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -182,14 +182,23 @@ def rewrite_from_lines(
     return "\n".join(lines) + "\n", used
 
 
-def _content_hash(environment_dir: Path, extra: Mapping[str, str]) -> str:
-    """sha256 over every file of the folder (relative path and bytes, sorted) and the
-    ``extra`` entries (the base images used, with their ids)."""
+def _excluded(rel: str, exclude: Sequence[str]) -> bool:
+    """Whether a context-relative path is one of ``exclude`` or lies under one."""
+    return any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in exclude)
+
+
+def _content_hash(
+    environment_dir: Path, extra: Mapping[str, str], exclude: Sequence[str] = ()
+) -> str:
+    """sha256 over every file of the folder (relative path and bytes, sorted) but the
+    ``exclude`` ones, and the ``extra`` entries (the base images used, with their ids)."""
     h = hashlib.sha256()
     h.update(HARBOR_RECIPE_VERSION.encode() + b"\0")
     files = (p for p in environment_dir.rglob("*") if p.is_symlink() or not p.is_dir())
     for path in sorted(files):
         rel = path.relative_to(environment_dir).as_posix()
+        if _excluded(rel, exclude):
+            continue
         h.update(rel.encode(errors="surrogateescape") + b"\0")
         if path.is_symlink():
             h.update(b"link:" + os.readlink(path).encode(errors="surrogateescape"))
@@ -207,6 +216,10 @@ def build_task_image(
     docker_image: str | None = None,
     build_timeout_s: float = 600,
     say: Callable[[str], None] = print,
+    context: Path | None = None,
+    dockerfile: str | None = None,
+    build_args: Mapping[str, str] | None = None,
+    exclude: Sequence[str] = (),
 ) -> str:
     """The local image a Harbor task runs in (its tag), built when missing.
 
@@ -215,7 +228,16 @@ def build_task_image(
     Dockerfile is built as ``automedbench/harbor-env:<hash>``, the hash covering every
     file of the folder and the mapped base images (with their ids, so a rebuilt base
     rebuilds the task): built once per content, concurrent workers serialise on a file
-    lock. Nothing is ever pulled. Raises :class:`HarborImageError`."""
+    lock. Nothing is ever pulled. Raises :class:`HarborImageError`.
+
+    A docker-compose service's ``build`` (see :mod:`harbor_compose`) passes its own
+    ``context`` (default ``environment_dir``), ``dockerfile`` (relative to the context,
+    default ``Dockerfile``), ``build_args`` and ``exclude`` (context-relative paths left
+    out of both the build context and the hash: a context above ``environment/`` would
+    otherwise carry the verifier's ``tests/`` into the agent's image, and the gold a
+    bootstrap writes there would change the hash on every attempt). Only a call with
+    neither ``context`` nor ``dockerfile`` refuses a compose environment: that call means
+    "the task's one Dockerfile"."""
     client = docker_client()
     if docker_image is not None:
         for candidate in (docker_image, base_map.get(docker_image)):
@@ -228,14 +250,19 @@ def build_task_image(
             "never pulled: " + _fix_hint(docker_image)
         )
     compose = [name for name in _COMPOSE_FILES if (environment_dir / name).is_file()]
-    if compose:
+    if compose and context is None and dockerfile is None:
         raise HarborImageError(
-            f"{environment_dir / compose[0]}: Harbor tasks with a docker-compose environment "
-            "are not supported yet (only environment/Dockerfile or docker_image)"
+            f"{environment_dir / compose[0]}: a docker-compose environment is not one "
+            "Dockerfile: prepare it with sandbox.harbor_compose (load_compose, prepare_compose)"
         )
-    dockerfile = environment_dir / "Dockerfile"
-    if not dockerfile.is_file():
-        raise HarborImageError(f"{environment_dir} has no Dockerfile")
+    context_dir = environment_dir if context is None else context
+    dockerfile_rel = posixpath.normpath(dockerfile or "Dockerfile")
+    if dockerfile_rel.startswith("../") or dockerfile_rel in ("..", "."):
+        raise HarborImageError(f"{dockerfile_rel!r} lies outside the build context {context_dir}")
+    dockerfile_path = context_dir / dockerfile_rel
+    if not dockerfile_path.is_file():
+        raise HarborImageError(f"{context_dir} has no {dockerfile_rel}")
+    args = dict(build_args or {})
     ids: dict[str, str] = {}
 
     def is_local(image: str) -> bool:
@@ -244,7 +271,7 @@ def build_task_image(
             ids[image] = found
         return found is not None
 
-    text, used = rewrite_from_lines(dockerfile.read_text(), base_map, is_local)
+    text, used = rewrite_from_lines(dockerfile_path.read_text(), base_map, is_local)
     for image, local in used.items():
         if not is_local(local):
             raise HarborImageError(
@@ -253,18 +280,26 @@ def build_task_image(
     extra = {f"{image}={local}": ids[local] for image, local in used.items()}
     mapped_to = set(used.values())
     extra.update({f"local:{i}": ident for i, ident in ids.items() if i not in mapped_to})
-    tag = f"{HARBOR_REPOSITORY}:{_content_hash(environment_dir, extra)}"
+    if dockerfile_rel != "Dockerfile" or args:  # absent from the default, so old tags hold
+        extra["dockerfile"] = dockerfile_rel
+        extra.update({f"arg:{name}": value for name, value in args.items()})
+    tag = f"{HARBOR_REPOSITORY}:{_content_hash(context_dir, extra, exclude)}"
     lock = Path(tempfile.gettempdir()) / f"automedbench-{tag.replace('/', '-')}.lock"
     with FileLock(str(lock), timeout=build_timeout_s + 60):
         if _image_id(client, tag) is not None:
             return tag
-        say(f"building the Harbor task image {tag} from {dockerfile}")
+        say(f"building the Harbor task image {tag} from {dockerfile_path}")
         started = time.monotonic()
+
+        def ignore(folder: str, names: list[str]) -> set[str]:
+            rel = Path(folder).relative_to(context_dir).as_posix()
+            return {n for n in names if _excluded(posixpath.normpath(f"{rel}/{n}"), exclude)}
+
         with tempfile.TemporaryDirectory(prefix="amb-harbor-build-", dir="/var/tmp") as tmp:
-            context = Path(tmp) / "context"
-            shutil.copytree(environment_dir, context, symlinks=True)
-            (context / "Dockerfile").write_text(text)
-            _build(context, tag, build_timeout_s)
+            copy = Path(tmp) / "context"
+            shutil.copytree(context_dir, copy, symlinks=True, ignore=ignore if exclude else None)
+            (copy / dockerfile_rel).write_text(text)
+            _build(copy, tag, build_timeout_s, dockerfile=dockerfile_rel, build_args=args)
         say(f"built {tag} in {time.monotonic() - started:.0f} s")
     return tag
 
@@ -298,7 +333,14 @@ def _hang_up(response: Any) -> None:
         response.close()
 
 
-def _build(context: Path, tag: str, timeout_s: float) -> None:
+def _build(
+    context: Path,
+    tag: str,
+    timeout_s: float,
+    *,
+    dockerfile: str = "Dockerfile",
+    build_args: Mapping[str, str] | None = None,
+) -> None:
     """``docker build`` through the SDK's streaming low-level call, never pulling, within
     ``timeout_s``; a failure raises with the end of the build's output."""
     api = _build_client(timeout_s)
@@ -310,6 +352,8 @@ def _build(context: Path, tag: str, timeout_s: float) -> None:
             for item in api.build(
                 path=str(context),
                 tag=tag,
+                dockerfile=dockerfile,
+                buildargs=dict(build_args or {}),
                 pull=False,
                 rm=True,
                 forcerm=True,
@@ -402,6 +446,8 @@ class HarborContainer(Sandbox):
     Docker's per-container size quota (``storage_opt``) needs overlay2 on xfs with
     ``pquota``, which benchmark hosts rarely have, so a disk-filling task is bounded only
     by the host's disk. ``spec.workspace_dir`` is staging space on the host, never mounted.
+    ``mounts`` (``docker.types.Mount``) are added as given: a docker-compose task's named
+    volumes and binds for ``main`` (:class:`harbor_compose.PreparedCompose`).
     """
 
     def __init__(
@@ -413,8 +459,10 @@ class HarborContainer(Sandbox):
         workdir: str | None = None,
         env: Mapping[str, str] | None = None,
         storage_mb: int | None = None,
+        mounts: Sequence[Any] = (),
     ) -> None:
         super().__init__(spec)
+        self.mounts = list(mounts)
         self.image = image
         self.agent_user = agent_user
         self.env = dict(env or {})
@@ -491,13 +539,17 @@ class HarborContainer(Sandbox):
         client = docker_client()
         if not _swept:
             _swept = True
-            sweep_stale_containers(client)
+            # Best effort: a container another harness removes while the sweep lists it
+            # (a 404 between list and inspect) must not fail this attempt.
+            with contextlib.suppress(Exception):
+                sweep_stale_containers(client)
         self.spec.workspace_dir.mkdir(parents=True, exist_ok=True)
         mounts = []
         if self.spec.agent_tools is not None:
             mounts.append(bind(self.spec.agent_tools, AGENT_TOOLS, read_only=True))
         if self.spec.gateway_dir is not None:
             mounts.append(bind(self.spec.gateway_dir, GATEWAY_DIR, read_only=True))
+        mounts.extend(self.mounts)
         try:
             container = client.containers.run(
                 self.image,

@@ -134,3 +134,21 @@ def toolbox(tmp_path: Path) -> Iterator[Toolbox]:
     valid = FormatReport(valid=True, n_expected=1, n_present=1, n_valid=1, problems=[])
     yield Toolbox(sandbox=box, precheck=lambda: valid, observe=dict, remaining_s=lambda: 60.0)
     box.stop()
+
+
+@pytest.fixture(scope="session")
+def harbor_python() -> Path:
+    """The python of a venv with Harbor 0.25.0, the oracle of the Harbor format (it needs
+    Python >= 3.12, the project's venv is 3.11): ``scripts/harbor-oracle`` builds it once;
+    a failure to build it fails the tests that need it."""
+    built = subprocess.run(
+        [str(REPO / "scripts" / "harbor-oracle"), "--print"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert built.returncode == 0, f"scripts/harbor-oracle failed:\n{built.stderr[-3000:]}"
+    python = Path(built.stdout.strip().splitlines()[-1])
+    assert python.is_file(), python
+    return python

@@ -197,9 +197,14 @@ def test_cli_lists_built_in_and_file_agents(
 def test_every_agent_kind_is_one_registered_class() -> None:
     from pytest_automedbench.agents.registry import KINDS
 
-    assert set(KINDS) == {"scripted", "model", "replay", "command", "system"}
-    expected = {"scripted": (True, 0.0), "model": (False, 50.0), "replay": (True, 0.0)}
-    for name in ("reference", "qwen35", "litellm:openai/x"):
+    assert set(KINDS) == {"scripted", "model", "replay", "command", "system", "harbor"}
+    expected = {
+        "scripted": (True, 0.0),
+        "model": (False, 50.0),
+        "replay": (True, 0.0),
+        "harbor": (True, 0.0),
+    }
+    for name in ("reference", "qwen35", "litellm:openai/x", "oracle", "nop"):
         agent = resolve_agent(name)
         assert type(agent) is KINDS[agent.kind]
         assert (agent.deterministic, agent.cost_limit_usd) == expected[agent.kind]

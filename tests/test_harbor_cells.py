@@ -76,7 +76,7 @@ def test_the_example_tasks_load_with_categories_ids_and_markers() -> None:
     assert tasks["basics.hello-pytest"].category == "basics"  # else the category folder
     assert tasks["basics.hello-pytest"].markers == ("harbor", "basics", "files", "easy")
     assert tasks["edge.slow-solution"].time_limit_s == 15.0
-    assert tasks["net.offline"].config.environment.allow_internet is False
+    assert tasks["net.offline"].internet is False and tasks["net.online"].internet is True
 
 
 def _write_task(folder: Path, toml: str, instruction: str | None = "Do it.") -> Path:
@@ -98,7 +98,6 @@ def _write_task(folder: Path, toml: str, instruction: str | None = "Do it.") -> 
         ('version = "1.0"\n[metadata]\npass_threshold = "high"\n', "Do it.", ["pass_threshold"]),
         ("version = = 1", "Do it.", ["not valid TOML"]),
         ('version = "1.0"\n', None, ["instruction.md", "missing"]),
-        ('version = "1.0"\n', "  \n", ["instruction.md", "empty"]),
     ],
 )
 def test_a_malformed_task_is_an_error_naming_the_file_and_field(
@@ -192,7 +191,7 @@ def builtin_session(
     with LocalServer(_ValueHandler) as server:
         args, env = _network_args(server, base_images)
         done = _session(out, "--harbor", str(EXAMPLES), "--agent", "oracle", "--agent", "nop",
-                        "-n", "2", *args, env=env)  # fmt: skip
+                        "-n", "2", f"--alluredir={out / 'allure'}", *args, env=env)  # fmt: skip
     yield out, done
 
 
@@ -271,7 +270,7 @@ def test_the_verifier_runs_after_the_agent_and_the_agent_never_sees_tests_or_sol
 
 @pytest.mark.slow
 def test_each_attempt_is_a_harbor_trial_that_harbors_own_models_accept(
-    builtin_session: tuple[Path, subprocess.CompletedProcess[str]], harbor_python: str
+    builtin_session: tuple[Path, subprocess.CompletedProcess[str]], harbor_python: Path
 ) -> None:
     out, _ = builtin_session
     records = _records(out)
@@ -292,7 +291,7 @@ def test_each_attempt_is_a_harbor_trial_that_harbors_own_models_accept(
         """
     )
     checked = subprocess.run(
-        [harbor_python, "-c", program, *map(str, trial_dirs)],
+        [str(harbor_python), "-c", program, *map(str, trial_dirs)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert checked.returncode == 0, checked.stderr
@@ -303,17 +302,6 @@ def test_each_attempt_is_a_harbor_trial_that_harbors_own_models_accept(
             assert trial["rewards"] is None and trial["exception"] is not None
         else:
             assert trial["rewards"] == record.task_metrics
-
-
-@pytest.fixture(scope="module")
-def harbor_python() -> str:
-    """The python of a venv with Harbor 0.25.0 (scripts/harbor-oracle builds it)."""
-    done = subprocess.run(
-        [str(REPO / "scripts" / "harbor-oracle"), "--print"],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
 
 
 def _reply(call_id: str, name: str, arguments: dict[str, Any]) -> ToolCallReply:
@@ -332,7 +320,7 @@ def test_a_model_agent_and_a_replay_agent_work_inside_the_task_container(
     hello = EXAMPLES / "basics" / "hello-pytest"
     plan = {
         "language": "bash",
-        "code": "mkdir -p /logs/agent/plan && echo '# Plan: write the file' > /logs/agent/plan/plan.md",
+        "code": "mkdir -p /logs/agent/plan && echo '# Plan: write it' > /logs/agent/plan/plan.md",
     }
     script = [
         _reply("a1", "execute", plan),
@@ -353,7 +341,11 @@ def test_a_model_agent_and_a_replay_agent_work_inside_the_task_container(
           arguments:
             language: bash
             code: |
-              python3 -c "import csv, json; v=[float(r['value']) for r in csv.DictReader(open('/app/data.csv'))]; json.dump({'mean': sum(v)/len(v), 'count': len(v)}, open('/app/answer.json','w'))"
+              python3 - <<'PY'
+              import csv, json
+              v = [float(r["value"]) for r in csv.DictReader(open("/app/data.csv"))]
+              json.dump({"mean": sum(v) / len(v), "count": len(v)}, open("/app/answer.json", "w"))
+              PY
         - tool: submit_results
           arguments: {}
         """
@@ -384,3 +376,110 @@ def test_a_model_agent_and_a_replay_agent_work_inside_the_task_container(
                       "--agent", f"replay:{steps}", *bases)  # fmt: skip
     (csv,) = _records(tmp_path / "out2")
     assert csv.passed is True and csv.task_metrics["mean_ok"] == 1.0, replay.stdout[-2000:]
+    # --amb-resume takes the finished attempt over (same task content, same settings).
+    again = _session(tmp_path / "out2", "--harbor", str(EXAMPLES / "basics" / "csv-stats"),
+                     "--agent", f"replay:{steps}", "--amb-resume", *bases)  # fmt: skip
+    assert "1 passed" in again.stdout, again.stdout[-2000:]
+    assert len(_records(tmp_path / "out2")) == 1  # nothing new in the ledger
+
+
+@pytest.mark.slow
+def test_an_exported_catalogue_task_run_back_with_the_oracle_scores_the_reference(
+    tmp_path: Path, base_images: dict[str, str]
+) -> None:
+    """``automedbench export-harbor`` of the kidney task, run back through ``--harbor`` with
+    ``oracle`` on Docker, gives the TASK score the reference agent gets on the catalogue
+    cell itself (the same staged data, the same evaluator)."""
+    cache = tmp_path / "out" / "data"
+    exported = subprocess.run(
+        [sys.executable, "-m", "pytest_automedbench.cli", "export-harbor", "kidney-tumor-seg",
+         "--tier", "lite", "--out", str(tmp_path / "tasks"), "--data-cache", str(cache)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    agent_image = base_images["python:3.11-slim-bookworm"]
+    harbor = _session(tmp_path / "out", "--harbor", str(tmp_path / "tasks"), "--agent", "oracle",
+                      "--harbor-base", f"python:3.11-slim-bookworm={agent_image}")  # fmt: skip
+    (attempt,) = _records(tmp_path / "out")
+    assert attempt.passed is True, harbor.stdout[-3000:]
+    assert attempt.category == "segmentation" and attempt.task == "kidney-tumor-seg-lite"
+    catalogue = _session(tmp_path / "ref", str(REPO / "suites" / "segmentation"), "-k",
+                         "kidney-tumor-seg", "--tier", "lite", "--agent", "reference")  # fmt: skip
+    (reference,) = _records(tmp_path / "ref")
+    assert reference.status == "scored", catalogue.stdout[-3000:]
+    assert attempt.task_metrics["task"] == pytest.approx(reference.task_score, abs=1e-6)
+    assert attempt.task_metrics["macro_dice"] == pytest.approx(
+        reference.task_metrics["macro_dice"], abs=1e-6
+    )
+
+
+@pytest.mark.slow
+def test_allure_shows_an_attempt_with_its_category_and_the_verifiers_output(
+    builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = builtin_session
+    results = [json.loads(p.read_text()) for p in (out / "allure").glob("*-result.json")]
+    (csv,) = [r for r in results if "oracle-basics.csv-stats" in r["name"]]
+    labels = {(label["name"], label["value"]) for label in csv["labels"]}
+    assert ("epic", "data_analysis") in labels and ("story", "harbor") in labels
+    attached = {a["name"] for a in csv.get("attachments", [])}
+    assert {"verifier output", "reward.json", "trajectory"} <= attached, attached
+    assert csv["status"] == "passed"
+
+
+COMPOSE_TASK = {
+    "task.toml": (
+        'version = "1.0"\n[agent]\ntimeout_sec = 120.0\n[environment]\nallow_internet = false\n'
+    ),
+    "instruction.md": "Read the case id in /data/cases.json and write it to /app/answer.txt.\n",
+    "environment/Dockerfile": (
+        "FROM ubuntu:24.04\nWORKDIR /app\nCOPY environment/bootstrap.sh /bootstrap.sh\n"
+    ),
+    "environment/bootstrap.sh": (
+        "set -eu\nmkdir -p /data\n"
+        'echo \'{"case": "opaque-7"}\' > /data/cases.json\n'
+        "echo opaque-7 > /tests/gold.txt\n"
+    ),
+    "environment/docker-compose.yaml": """
+services:
+  main:
+    build: {context: .., dockerfile: environment/Dockerfile}
+    image: ${COMPOSE_PROJECT_NAME}-img
+    volumes: ["case-data:/data:ro"]
+    depends_on: {bootstrap: {condition: service_completed_successfully}}
+  bootstrap:
+    image: ${COMPOSE_PROJECT_NAME}-img
+    volumes: ["../tests:/tests:rw", "case-data:/data"]
+    command: ["/bin/bash", "/bootstrap.sh"]
+volumes:
+  case-data:
+""",
+    "tests/test.sh": (
+        'if [ "$(cat /app/answer.txt)" = "$(cat /tests/gold.txt)" ]; then r=1; else r=0; fi\n'
+        'echo "{\\"reward\\": $r}" > /logs/verifier/reward.json\n'
+    ),
+    "solution/solve.sh": (
+        "python3 -c \"import json; print(json.load(open('/data/cases.json'))['case'])\""
+        " > /app/answer.txt\n"
+    ),
+}
+
+
+@pytest.mark.slow
+def test_a_compose_environment_runs_its_bootstrap_before_the_agent(
+    tmp_path: Path, base_images: dict[str, str]
+) -> None:
+    """HealthAgentBench's pattern: a one-shot ``bootstrap`` service fills a shared volume
+    and writes the gold into the task's ``tests/`` before ``main``, the agent's container,
+    starts with the volume read-only; the verifier then finds the gold at /tests."""
+    folder = tmp_path / "compose-case"
+    for name, text in COMPOSE_TASK.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    bases = ["--harbor-base", f"ubuntu:24.04={base_images['ubuntu:24.04']}"]
+    done = _session(tmp_path / "out", "--harbor", str(folder), "--agent", "oracle",
+                    "--agent", "nop", *bases)  # fmt: skip
+    records = _by(_records(tmp_path / "out"))
+    oracle, nop = records["oracle", "compose-case", 0], records["nop", "compose-case", 0]
+    assert oracle.passed is True and nop.passed is False, done.stdout[-3000:]
+    assert (folder / "tests" / "gold.txt").read_text().strip() == "opaque-7"

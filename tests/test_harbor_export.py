@@ -33,7 +33,7 @@ from pytest_automedbench.harbor._export import (
 )
 from pytest_automedbench.tasks import TaskSpec, load_task
 
-from .conftest import REPO, SUITES
+from .conftest import SUITES
 
 TASK_ID = "kidney-tumor-seg"
 TIER = "lite"
@@ -70,20 +70,6 @@ def staged(task: TaskSpec, data_cache: Path) -> StagedData:
         generator_version=generator.version,
         layout=task.case_layout,
     )
-
-
-@pytest.fixture(scope="module")
-def harbor_python() -> str:
-    """The Python of a venv with Harbor installed (Harbor needs >= 3.12, ours is 3.11)."""
-    done = subprocess.run(
-        [str(REPO / "scripts" / "harbor-oracle"), "--print"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, f"scripts/harbor-oracle failed:\n{done.stderr[-3000:]}"
-    return done.stdout.strip().splitlines()[-1]
 
 
 def _env(exported: Path, workspace: Path, logs: Path, tests: Path | None = None) -> dict[str, str]:
@@ -159,7 +145,7 @@ def test_the_folder_holds_a_complete_harbor_task(exported: Path, task: TaskSpec)
 
 
 def test_task_toml_and_folder_load_with_harbors_own_code(
-    exported: Path, harbor_python: str, task: TaskSpec
+    exported: Path, harbor_python: Path, task: TaskSpec
 ) -> None:
     probe = (
         "import json, sys, warnings\n"
@@ -181,7 +167,7 @@ def test_task_toml_and_folder_load_with_harbors_own_code(
         "    'instruction': loaded.instruction}))\n"
     )
     done = subprocess.run(
-        [harbor_python, "-c", probe, str(exported)],
+        [str(harbor_python), "-c", probe, str(exported)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -107,22 +107,6 @@ print(json.dumps({
 """
 
 
-@pytest.fixture(scope="session")
-def oracle_python() -> Path:
-    """Harbor's venv python; a failure to build it fails the tests that need it."""
-    built = subprocess.run(
-        [str(REPO / "scripts" / "harbor-oracle"), "--print"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert built.returncode == 0, f"scripts/harbor-oracle failed:\n{built.stderr}"
-    python = Path(built.stdout.strip().splitlines()[-1])
-    assert python.is_file(), python
-    return python
-
-
 def _oracle(python: Path, job_dir: Path) -> dict[str, Any]:
     run = subprocess.run(
         [str(python), "-c", ORACLE, str(job_dir)],
@@ -224,9 +208,9 @@ def job_dir(tmp_path: Path, three_records: list[TrialRecord]) -> Path:
 
 
 def test_harbor_validates_and_round_trips_trials(
-    oracle_python: Path, job_dir: Path, task_dir: Path
+    harbor_python: Path, job_dir: Path, task_dir: Path
 ) -> None:
-    report = _oracle(oracle_python, job_dir)
+    report = _oracle(harbor_python, job_dir)
     trials = report["trials"]
     assert sorted(trials) == [
         "hello-world__aaaaaaa",
@@ -271,9 +255,9 @@ def test_harbor_validates_and_round_trips_trials(
 
 
 def test_harbor_validates_the_job_and_agrees_on_its_stats(
-    oracle_python: Path, job_dir: Path, task_dir: Path
+    harbor_python: Path, job_dir: Path, task_dir: Path
 ) -> None:
-    report = _oracle(oracle_python, job_dir)
+    report = _oracle(harbor_python, job_dir)
     assert report["job_name"] == JOB
     assert report["listed_jobs"] == [JOB]
     assert report["n_attempts"] == 3
@@ -298,20 +282,20 @@ def test_harbor_validates_the_job_and_agrees_on_its_stats(
 
 
 def test_harbor_reads_job_totals_when_every_trial_is_known(
-    oracle_python: Path, tmp_path: Path, task_dir: Path
+    harbor_python: Path, tmp_path: Path, task_dir: Path
 ) -> None:
     records = [_record(task_dir, "ddddddd"), _record(task_dir, "eeeeeee", cost_usd=0.5)]
     folder = tmp_path / "jobs" / JOB
     for record in records:
         write_trial(folder / record.trial_name, record)
     write_job(folder, records, JOB)
-    report = _oracle(oracle_python, folder)
+    report = _oracle(harbor_python, folder)
     assert report["ours"]["cost_usd"] == pytest.approx(0.625)
     assert report["ours"]["n_input_tokens"] == report["harbor"]["n_input_tokens"] == 24000
     assert report["ours"]["n_output_tokens"] == report["harbor"]["n_output_tokens"] == 1600
 
 
-def test_pass_at_k_agrees_with_harbor(oracle_python: Path, tmp_path: Path, task_dir: Path) -> None:
+def test_pass_at_k_agrees_with_harbor(harbor_python: Path, tmp_path: Path, task_dir: Path) -> None:
     other_task = tmp_path / "tasks" / "second"
     outcomes: dict[str, list[int | None]] = {
         "org/hello-world": [0, 1, 0, 0, 1],
@@ -335,7 +319,7 @@ def test_pass_at_k_agrees_with_harbor(oracle_python: Path, tmp_path: Path, task_
     for record in records:
         write_trial(folder / record.trial_name, record)
     write_job(folder, records, JOB)
-    report = _oracle(oracle_python, folder)
+    report = _oracle(harbor_python, folder)
     key = "claude-code__claude-sonnet-4-5__adhoc"
     ours = report["ours"]["evals"][key]["pass_at_k"]
     assert set(ours) == {"2", "4", "5"}
@@ -369,9 +353,9 @@ print(json.dumps({
 """
 
 
-def test_harbor_viewer_serves_the_job(oracle_python: Path, job_dir: Path) -> None:
+def test_harbor_viewer_serves_the_job(harbor_python: Path, job_dir: Path) -> None:
     run = subprocess.run(
-        [str(oracle_python), "-c", VIEWER, str(job_dir.parent), "hello-world__bbbbbbb"],
+        [str(harbor_python), "-c", VIEWER, str(job_dir.parent), "hello-world__bbbbbbb"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -49,6 +49,7 @@ def test_the_configuration_hash_covers_exactly_the_scoring_settings(tmp_path: Pa
         "max_total_tokens": 1000,
         "max_cost_usd": 5.0,
         "request_timeout_s": 60.0,
+        "harbor_base": ["ubuntu:24.04=local/ubuntu:24.04"],
     }
     assert set(changed) == set(settings.SCORING_FIELDS)
     for field, value in changed.items():

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.harbor._reward import RewardReading
     from pytest_automedbench.harbor._trial import TrialRecord
     from pytest_automedbench.runner import CellPlan
+    from pytest_automedbench.sandbox.harbor_compose import PreparedCompose
     from pytest_automedbench.sandbox.harbor_env import HarborContainer
 
 #: Where Harbor's container conventions put the verifier's and the agent's logs.
@@ -146,26 +147,23 @@ def _attempt(
 
     with phases.phase("environment", trajectory):
         image = task_image(plan, task, trajectory)
-    egress = open_egress(plan, trajectory) if task.config.environment.allow_internet else None
+    egress = open_egress(plan, trajectory) if task.internet else None
     with (
         open_gateway(plan) as gateway,
         egress if egress is not None else contextlib.nullcontext() as egress_dir,
-        open_container(plan, task, image, gateway, egress_dir) as box,
     ):
-        ctx = agent_context(task, box)
-        if plan.config.agent(plan.key.agent).name == "oracle" and task.has_solution:
-            box.copy_in(task.solution_dir, SOLUTION_DIR)
-        with phases.phase("agent", trajectory):
-            outcome = run_agent(plan, task, box, ctx, trajectory, gateway)
-        if outcome.termination in INFRA_TERMINATIONS:
-            failed = _failed(
-                plan, trajectory, infra_detail(outcome, trajectory), outcome.termination
-            )
-            return _with_harbor_fields(failed, task, phases)
-        box.kill_all()  # nothing the agent started may touch what the verifier checks
-        with phases.phase("verifier", trajectory):
-            verdict = verify(task, box, plan.cell_dir, trajectory)
-        keep_container_files(box, plan.cell_dir)
+        try:
+            box = open_container(plan, task, image, gateway, egress_dir)
+            try:
+                box.start()
+                verdict, outcome, ctx = _in_container(plan, task, box, trajectory, gateway, phases)
+            finally:
+                box.stop()
+        finally:
+            image.close()  # after the container: Docker keeps a volume in use
+    if verdict is None:  # the agent's episode was cut by the provider or the gateway
+        failed = _failed(plan, trajectory, infra_detail(outcome, trajectory), outcome.termination)
+        return _with_harbor_fields(failed, task, phases)
     if verdict.reading is None:
         error = f"verifier_error: {verdict.error}"
         failed = _failed(plan, trajectory, error, "verifier_error")
@@ -173,26 +171,86 @@ def _attempt(
     return score_attempt(plan, task, ctx, outcome, verdict.reading, trajectory, phases)
 
 
-def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> str:
-    """The task's image (built once per content hash; the build's lines are events)."""
+def _in_container(
+    plan: CellPlan,
+    task: HarborTask,
+    box: HarborContainer,
+    trajectory: TrajectoryWriter,
+    gateway: Gateway | None,
+    phases: Phases,
+) -> tuple[Verdict | None, AgentOutcome, AgentContext]:
+    """The agent's phase, then (unless the harness failed it) the verifier's."""
+    ctx = agent_context(task, box)
+    agent = plan.config.agent(plan.key.agent)
+    if agent.kind == "harbor" and agent.name == "oracle" and task.has_solution:
+        box.copy_in(task.solution_dir, SOLUTION_DIR)
+    with phases.phase("agent", trajectory):
+        outcome = run_agent(plan, task, box, ctx, trajectory, gateway)
+    if outcome.termination in INFRA_TERMINATIONS:
+        return None, outcome, ctx
+    box.kill_all()  # nothing the agent started may touch what the verifier checks
+    with phases.phase("verifier", trajectory):
+        verdict = verify(task, box, plan.cell_dir, trajectory)
+    keep_container_files(box, plan.cell_dir)
+    return verdict, outcome, ctx
+
+
+@dataclass(frozen=True)
+class TaskEnvironment:
+    """What the agent's container is made from: the task's image and, for a
+    docker-compose environment, what its one-shot services prepared (volumes, mounts,
+    the ``main`` service's settings), removed once the container is gone."""
+
+    image: str
+    compose: PreparedCompose | None = None
+
+    def close(self) -> None:
+        if self.compose is not None:
+            self.compose.close()
+
+
+def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> TaskEnvironment:
+    """The task's image (built once per content hash; the build's lines are events); for
+    a docker-compose environment, its services built and its one-shot services run."""
+    from pytest_automedbench.sandbox.harbor_compose import (
+        compose_file,
+        load_compose,
+        prepare_compose,
+    )
     from pytest_automedbench.sandbox.harbor_env import build_task_image
 
     environment = task.config.environment
+    if environment.docker_image is None and compose_file(task.environment_dir) is not None:
+        prepared = prepare_compose(
+            load_compose(task.environment_dir),
+            base_map=plan.config.harbor_base_map,
+            run_id=plan.run_id,
+            build_timeout_s=environment.build_timeout_sec,
+            say=lambda line: _say(trajectory, line),
+            memory_mb=environment.memory_mb,
+            cpus=environment.cpus,
+        )
+        trajectory.emit("environment", image=prepared.image, compose=str(prepared.volumes))
+        return TaskEnvironment(prepared.image, prepared)
     image = build_task_image(
         task.environment_dir,
         base_map=plan.config.harbor_base_map,
         docker_image=environment.docker_image,
         build_timeout_s=environment.build_timeout_sec,
-        say=lambda line: trajectory.emit("environment", message=line),
+        say=lambda line: _say(trajectory, line),
     )
     trajectory.emit("environment", image=image)
-    return image
+    return TaskEnvironment(image)
+
+
+def _say(trajectory: TrajectoryWriter, line: str) -> None:
+    trajectory.emit("environment", message=line)
 
 
 def open_container(
     plan: CellPlan,
     task: HarborTask,
-    image: str,
+    image: TaskEnvironment,
     gateway: Gateway | None,
     egress: Path | None,
 ) -> HarborContainer:
@@ -216,12 +274,16 @@ def open_container(
         gateway_dir=socket.parent if socket is not None else None,
         agent_tools=ensure_agent_tools() if socket is not None else None,
     )
+    compose = image.compose
+    user = None if task.config.agent.user is None else str(task.config.agent.user)
     return HarborContainer(
         spec,
-        image,
-        agent_user=task.config.agent.user,
-        env=task.environment_env(),
+        image.image,
+        agent_user=user if user is not None or compose is None else compose.user,
+        workdir=compose.working_dir if compose is not None else None,
+        env={**(compose.environment if compose is not None else {}), **task.environment_env()},
         storage_mb=environment.storage_mb,
+        mounts=compose.mounts if compose is not None else (),
     )
 
 
@@ -282,8 +344,9 @@ def run_agent(
         image=box.image,
     )
     box.run(["mkdir", "-p", PLAN_DIR, VERIFIER_LOGS], user="root", timeout_s=30)
-    if task.config.agent.user:  # the agent may write its plan and logs
-        box.run(["chown", "-R", task.config.agent.user, AGENT_LOGS], user="root", timeout_s=30)
+    if task.config.agent.user is not None:  # the agent may write its plan and logs
+        owner = str(task.config.agent.user)
+        box.run(["chown", "-R", owner, AGENT_LOGS], user="root", timeout_s=30)
     no_precheck = FormatReport(valid=True, n_expected=0, n_present=0, n_valid=0, problems=[])
     toolbox = Toolbox(
         sandbox=box,
@@ -333,7 +396,7 @@ def verify(
     command = f"bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS}/test-stdout.txt 2>&1"
     result = box.run(
         ["bash", "-c", command],
-        user=verifier.user or "root",
+        user="root" if verifier.user is None else str(verifier.user),
         timeout_s=verifier.timeout_sec,
         env=task.verifier_env(),
     )

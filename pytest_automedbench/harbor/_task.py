@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -65,12 +65,21 @@ class TaskSection(_Section):
 class VerifierSection(_Section):
     timeout_sec: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
-    user: str | None = None
+    user: str | int | None = None
+    #: Later Harbor versions can run the verifier in a container of its own.
+    environment_mode: Literal["shared", "separate"] | None = None
+    environment: dict[str, Any] | None = None
+
+    @property
+    def separate(self) -> bool:
+        return self.environment_mode == "separate" or (
+            self.environment_mode is None and self.environment is not None
+        )
 
 
 class AgentSection(_Section):
     timeout_sec: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
-    user: str | None = None
+    user: str | int | None = None
 
 
 class SolutionSection(_Section):
@@ -85,7 +94,10 @@ class EnvironmentSection(_Section):
     storage_mb: int = Field(default=10240, gt=0)
     gpus: int = Field(default=0, ge=0)
     gpu_types: list[str] | None = None
-    allow_internet: bool = True
+    #: Harbor 0.3.0's switch (later versions: ``network_mode``, this one deprecated).
+    allow_internet: bool | None = None
+    network_mode: Literal["no-network", "public", "allowlist"] | None = None
+    allowed_hosts: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     mcp_servers: list[Any] = Field(default_factory=list)
     skills_dir: str | None = None
@@ -172,9 +184,20 @@ class HarborTask:
         return DEFAULT_ATTEMPTS
 
     @property
+    def internet(self) -> bool:
+        """Whether the agent gets a route out at all: Harbor 0.3.0's ``allow_internet``
+        when set, else later versions' ``network_mode`` (``no-network``: none), else yes
+        (Harbor's default). The route is the session's egress policy either way."""
+        environment = self.config.environment
+        if environment.allow_internet is not None:
+            return environment.allow_internet
+        return environment.network_mode != "no-network"
+
+    @property
     def network(self) -> NetworkDecl:
-        """No task-declared hosts: Harbor says only whether the internet is allowed."""
-        return NetworkDecl()
+        """The hosts the task adds to the allow-list (``allowed_hosts`` of a later
+        Harbor's ``network_mode = "allowlist"``); Harbor 0.3.0 tasks declare none."""
+        return NetworkDecl(allow_hosts=tuple(self.config.environment.allowed_hosts))
 
     @property
     def pass_threshold(self) -> float:
@@ -248,8 +271,15 @@ class HarborTask:
         )
 
     def unavailable_reason(self) -> str | None:
-        """Why the task's cells cannot run on this machine (a variable its task.toml needs
-        is not set), known at collection: they are skipped with it."""
+        """Why the task's cells cannot run here, known at collection: they are skipped
+        with it. A variable its task.toml needs is not set; or it asks for what Harbor
+        added after 0.3.0 and this plugin does not run (a separate verifier container)."""
+        if self.config.verifier.separate:
+            return (
+                f"{self.toml}: [verifier] environment_mode = 'separate' (a verifier container "
+                "of its own, Harbor after 0.3.0) is not supported: the verifier runs in the "
+                "agent's container, as in Harbor 0.3.0"
+            )
         try:
             self.environment_env()
             self.verifier_env()
@@ -299,8 +329,6 @@ def load_harbor_task(folder: Path, root: Path | None = None) -> HarborTask:
         raise HarborTaskError(f"{instruction_path}: missing (the agent's brief)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise HarborTaskError(f"{instruction_path}: cannot be read: {exc}") from None
-    if not instruction.strip():
-        raise HarborTaskError(f"{instruction_path}: empty (the agent's brief)")
     _check_environment(folder, config)
     if not (folder / "tests" / "test.sh").is_file():
         raise HarborTaskError(f"{folder / 'tests' / 'test.sh'}: missing (the verifier)")

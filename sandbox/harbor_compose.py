@@ -1,0 +1,819 @@
+"""Harbor tasks whose environment is a ``docker-compose.yaml``: the subset run here.
+
+HealthAgentBench-style tasks keep their data out of the image: a one-shot ``bootstrap``
+service runs first, fills a named volume (``workspace-data:/workspace/data``) and writes
+the gold answers into the task's own ``tests/`` folder through a relative bind
+(``../tests:/tests``); then ``main``, the agent's container, starts with the volume
+mounted. There is no ``docker compose`` CLI on a benchmark host, so this module does the
+part of Compose those tasks need with the Docker SDK, and refuses the rest loudly rather
+than run something that only resembles the task:
+
+* :func:`load_compose` parses and checks the file (no Docker needed): per service
+  ``build``, ``image``, ``command``, ``entrypoint``, ``environment``, ``volumes``,
+  ``depends_on``, ``working_dir``, ``user``, ``network_mode: none``; top-level
+  ``volumes``. ``main`` is the agent's container; each service ``main`` depends on with
+  ``condition: service_completed_successfully`` (directly or through another such
+  service) is a one-shot run to completion before it. Anything else - a long-running
+  sidecar, ports, networks, healthchecks, privileges, binds outside the task folder - is
+  a :class:`HarborImageError` naming the file, the service and the key.
+* :func:`prepare_compose` builds the images (``build_task_image``, so ``FROM`` images are
+  mapped and never pulled), creates this attempt's volumes, runs the one-shots hardened
+  as the agent's container is, and hands back what ``main`` needs
+  (:class:`PreparedCompose`); its ``close()`` removes what it made.
+
+**No network.** Every one-shot runs with ``network_mode=none``, whatever the file says: a
+bootstrap that downloads its data (HealthAgentBench's fetch from PhysioNet, Hugging Face
+or Redivis on a cache miss) fails here; mirror the data into the task folder, or a local
+image, beforehand. For the same reason credentials (``env_file``, ``${HOME}`` token
+binds) are refused rather than handed to a container that cannot use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from pytest_automedbench.sandbox.docker import docker_client, docker_problem, owner_label
+from pytest_automedbench.sandbox.harbor_env import (
+    DROPPED_CAPS,
+    HarborImageError,
+    build_task_image,
+)
+from pytest_automedbench.sandbox.images import LABEL
+from pytest_automedbench.sandbox.owner import is_gone
+
+#: The file names Compose looks for, in its order of preference.
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+#: The service that is the agent's container (Harbor's convention).
+MAIN = "main"
+#: Keys of a service this module carries out; any other is refused.
+SERVICE_KEYS = frozenset(
+    {
+        "build",
+        "image",
+        "command",
+        "entrypoint",
+        "environment",
+        "volumes",
+        "depends_on",
+        "working_dir",
+        "user",
+        "network_mode",
+    }
+)
+#: Top-level keys understood (``version`` and ``name`` are informational in Compose).
+TOP_KEYS = frozenset({"services", "volumes", "version", "name"})
+#: Labels' role values: the stale sweeps find what a dead harness left by these.
+ONE_SHOT_ROLE = "harbor-oneshot"
+VOLUME_ROLE = "harbor-volume"
+#: Lines of a failed one-shot's output its error carries.
+LOG_TAIL_LINES = 40
+#: Limits of a one-shot container (the agent's own limits come from task.toml).
+ONE_SHOT_PIDS = 1024
+ONE_SHOT_FILE_MB = 16 * 1024
+
+Condition = Literal["service_completed_successfully", "service_started", "service_healthy"]
+_CONDITIONS = ("service_completed_successfully", "service_started", "service_healthy")
+_VAR = re.compile(
+    r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))"
+)
+_swept = False
+
+
+# ============================================================================ plan
+
+
+@dataclass(frozen=True)
+class VolumeUse:
+    """One entry of a service's ``volumes``: a named volume of the file (``source`` is
+    its name there) or a bind of a host folder inside the task folder (``source`` is its
+    absolute, resolved path)."""
+
+    kind: Literal["volume", "bind"]
+    source: str
+    target: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """A service's ``build``: the context folder, the Dockerfile relative to it, args."""
+
+    context: Path
+    dockerfile: str = "Dockerfile"
+    args: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One service as it will be run (``${VAR}`` already substituted)."""
+
+    name: str
+    build: BuildSpec | None = None
+    image: str | None = None
+    command: list[str] | str | None = None
+    entrypoint: list[str] | str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    volumes: tuple[VolumeUse, ...] = ()
+    depends_on: Mapping[str, Condition] = field(default_factory=dict)
+    working_dir: str | None = None
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class ComposePlan:
+    """A checked compose file: its services, its named volumes, and the one-shot
+    services in the order they must run before ``main``."""
+
+    file: Path
+    environment_dir: Path
+    services: Mapping[str, ServiceSpec]
+    volumes: tuple[str, ...]
+    one_shots: tuple[str, ...]
+
+    @property
+    def main(self) -> ServiceSpec:
+        return self.services[MAIN]
+
+    @property
+    def task_dir(self) -> Path:
+        return self.environment_dir.parent
+
+
+def compose_file(environment_dir: Path) -> Path | None:
+    """The environment's compose file, None when it has none (a Dockerfile task)."""
+    for name in COMPOSE_FILES:
+        if (environment_dir / name).is_file():
+            return environment_dir / name
+    return None
+
+
+class _Where:
+    """Builds errors that name the file, the service and the key."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+
+    def error(self, service: str | None, key: str | None, message: str) -> HarborImageError:
+        place = str(self.file)
+        if service is not None:
+            place += f": service {service!r}"
+        if key is not None:
+            place += f", key {key!r}" if service is not None else f": key {key!r}"
+        return HarborImageError(f"{place}: {message}")
+
+    def unsupported(self, service: str | None, key: str, why: str = "") -> HarborImageError:
+        return self.error(
+            service, key, "is not supported by this harness's docker-compose subset" + why
+        )
+
+
+def _interpolate(
+    value: Any, environ: Mapping[str, str], say_error: Callable[[str], HarborImageError]
+) -> Any:
+    """Compose's variable substitution over every string of the tree: ``$$`` is a
+    dollar, ``${VAR}``/``$VAR`` the variable, ``${VAR:-d}``/``${VAR-d}`` with a default,
+    ``${VAR:?msg}`` required. An unset variable without default is an error (as in
+    task.toml's env, not Compose's silent empty string: a missing credential or path
+    should say so before anything runs)."""
+    if isinstance(value, dict):
+        return {k: _interpolate(v, environ, say_error) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, environ, say_error) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(1):
+            return "$"
+        name = match.group(2) or match.group(5)
+        operator, word = match.group(3), match.group(4) or ""
+        present = environ.get(name)
+        if operator is not None and operator.startswith(":") and present == "":
+            present = None
+        if present is not None:
+            return present
+        if operator is not None and operator.endswith("-"):
+            return word
+        raise say_error(
+            f"${{{name}}} is not set" + (f": {word}" if word else " and has no default")
+        )
+
+    return _VAR.sub(substitute, value)
+
+
+def _strings(value: Any, what: str, fail: Callable[[str], HarborImageError]) -> list[str] | str:
+    """A command/entrypoint: a string list, or a string that is split into words as a
+    shell would (Compose's rule, and the SDK's: it is not run through ``sh -c``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return [str(v) for v in value]
+    raise fail(f"{what} must be a string or a list of strings")
+
+
+def _environment(
+    value: Any, environ: Mapping[str, str], fail: Callable[[str], HarborImageError]
+) -> dict[str, str]:
+    """``environment`` as a list (``K=V``; a bare ``K`` takes the host's value, or is
+    left out when the host has none, as Compose does) or a map (a null value likewise)."""
+    out: dict[str, str] = {}
+    if isinstance(value, list):
+        for item in value:
+            if not isinstance(item, str):
+                raise fail(f"entries must be strings KEY=VALUE, not {item!r}")
+            key, eq, text = item.partition("=")
+            if eq:
+                out[key] = text
+            elif key in environ:
+                out[key] = environ[key]
+    elif isinstance(value, dict):
+        for key, text in value.items():
+            if text is None:
+                if str(key) in environ:
+                    out[str(key)] = environ[str(key)]
+            elif isinstance(text, bool):
+                out[str(key)] = "true" if text else "false"
+            else:
+                out[str(key)] = str(text)
+    else:
+        raise fail("must be a list of KEY=VALUE or a map")
+    return out
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+class _Loader:
+    """One compose file's parse (see :func:`load_compose`)."""
+
+    def __init__(self, file: Path, environment_dir: Path, environ: Mapping[str, str]) -> None:
+        self.file = file
+        self.environment_dir = environment_dir
+        self.task_dir = environment_dir.parent.resolve()
+        self.environ = environ
+        self.where = _Where(file)
+        self.declared: set[str] = set()
+
+    def service(self, name: str, raw: Any) -> ServiceSpec:
+        where = self.where
+        if not isinstance(raw, dict):
+            raise where.error(name, None, "a service must be a mapping")
+        for key in raw:
+            if str(key).startswith("x-"):
+                continue
+            if key not in SERVICE_KEYS:
+                raise where.unsupported(name, str(key))
+
+        def fail(key: str) -> Callable[[str], HarborImageError]:
+            return lambda message: where.error(name, key, message)
+
+        data = {
+            k: _interpolate(v, self.environ, fail(str(k)))
+            for k, v in raw.items()
+            if not str(k).startswith("x-")
+        }
+        network = data.get("network_mode")
+        if network is not None and network != "none":
+            raise where.unsupported(
+                name,
+                "network_mode",
+                f" ({network!r}: only 'none'; no container here has a network)",
+            )
+        build = self.build(name, data["build"]) if "build" in data else None
+        image = data.get("image")
+        if image is not None and not isinstance(image, str):
+            raise where.error(name, "image", "must be a string")
+        if build is None and image is None:
+            raise where.error(name, None, "has neither 'build' nor 'image'")
+        command = data.get("command")
+        entrypoint = data.get("entrypoint")
+        for key in ("working_dir", "user"):
+            if key in data and not isinstance(data[key], str | int):
+                raise where.error(name, key, "must be a string")
+        working_dir = data.get("working_dir")
+        if working_dir is not None and not str(working_dir).startswith("/"):
+            raise where.error(name, "working_dir", "must be an absolute path")
+        return ServiceSpec(
+            name=name,
+            build=build,
+            image=image,
+            command=None if command is None else _strings(command, "command", fail("command")),
+            entrypoint=(
+                None
+                if entrypoint is None
+                else _strings(entrypoint, "entrypoint", fail("entrypoint"))
+            ),
+            environment=(
+                _environment(data["environment"], self.environ, fail("environment"))
+                if "environment" in data
+                else {}
+            ),
+            volumes=tuple(self.volume(name, v) for v in data.get("volumes") or []),
+            depends_on=self.depends_on(name, data.get("depends_on")),
+            working_dir=None if working_dir is None else str(working_dir),
+            user=None if data.get("user") is None else str(data["user"]),
+        )
+
+    def build(self, name: str, value: Any) -> BuildSpec:
+        where = self.where
+        if isinstance(value, str):
+            value = {"context": value}
+        if not isinstance(value, dict):
+            raise where.error(name, "build", "must be a context path or a mapping")
+        for key in value:
+            if key not in ("context", "dockerfile", "args"):
+                raise where.unsupported(name, f"build.{key}")
+        context = self.host_path(name, "build.context", str(value.get("context") or "."))
+        if not context.is_dir():
+            raise where.error(name, "build.context", f"{context} is not a folder")
+        dockerfile = str(value.get("dockerfile") or "Dockerfile")
+        if posixpath.isabs(dockerfile) or not _inside((context / dockerfile).resolve(), context):
+            raise where.error(name, "build.dockerfile", f"{dockerfile!r} is not inside {context}")
+        args = value.get("args") or {}
+        if isinstance(args, list):
+            args = dict(str(a).partition("=")[::2] for a in args)
+        if not isinstance(args, dict):
+            raise where.error(name, "build.args", "must be a list or a map")
+        return BuildSpec(
+            context=context,
+            dockerfile=posixpath.normpath(dockerfile),
+            args={str(k): "" if v is None else str(v) for k, v in args.items()},
+        )
+
+    def host_path(self, name: str, key: str, text: str) -> Path:
+        """A path relative to the environment folder, resolved (links followed), which
+        must lie inside the task folder: a task may share its own files with a
+        container, never the host's (``~/.ssh``, ``${HOME}`` tokens, other tasks)."""
+        if posixpath.isabs(text) or text.startswith("~"):
+            raise self.where.error(
+                name, key, f"{text!r}: only paths relative to {self.environment_dir} are allowed"
+            )
+        path = (self.environment_dir / text).resolve()
+        if not _inside(path, self.task_dir):
+            raise self.where.error(
+                name, key, f"{text!r} resolves to {path}, outside the task folder {self.task_dir}"
+            )
+        return path
+
+    def volume(self, name: str, value: Any) -> VolumeUse:
+        where = self.where
+        if isinstance(value, dict):
+            kind = value.get("type", "volume")
+            extra = set(value) - {"type", "source", "target", "read_only"}
+            if extra:
+                raise where.unsupported(name, f"volumes.{sorted(extra)[0]}")
+            source, target = value.get("source"), value.get("target")
+            read_only = bool(value.get("read_only", False))
+        elif isinstance(value, str):
+            parts = value.split(":")
+            if len(parts) == 1:
+                raise where.unsupported(name, "volumes", f" (anonymous volume {value!r})")
+            if len(parts) > 3:
+                raise where.error(name, "volumes", f"{value!r} is not SOURCE:TARGET[:MODE]")
+            source, target = parts[0], parts[1]
+            modes = parts[2].split(",") if len(parts) == 3 else []
+            bad = [m for m in modes if m not in ("ro", "rw")]
+            if bad:
+                raise where.unsupported(name, "volumes", f" (mode {bad[0]!r} of {value!r})")
+            read_only = "ro" in modes
+            is_path = source.startswith((".", "/", "~")) or "/" in source
+            kind = "bind" if is_path else "volume"
+        else:
+            raise where.error(name, "volumes", f"{value!r} is neither a string nor a mapping")
+        if not isinstance(source, str) or not isinstance(target, str) or not source:
+            raise where.error(name, "volumes", f"{value!r} needs a source and a target")
+        if not posixpath.isabs(target):
+            raise where.error(name, "volumes", f"target {target!r} must be an absolute path")
+        if kind == "bind":
+            path = self.host_path(name, "volumes", source)
+            return VolumeUse("bind", str(path), target, read_only)
+        if kind != "volume":
+            raise where.unsupported(name, "volumes", f" (type {kind!r})")
+        if source not in self.declared:
+            raise where.error(
+                name, "volumes", f"named volume {source!r} is not declared under top-level volumes"
+            )
+        return VolumeUse("volume", source, target, read_only)
+
+    def depends_on(self, name: str, value: Any) -> dict[str, Condition]:
+        where = self.where
+        if value is None:
+            return {}
+        if isinstance(value, list):
+            return {str(other): "service_started" for other in value}
+        if not isinstance(value, dict):
+            raise where.error(name, "depends_on", "must be a list or a map")
+        out: dict[str, Condition] = {}
+        for other, options in value.items():
+            options = options or {}
+            if not isinstance(options, dict):
+                raise where.error(name, "depends_on", f"{other!r}: must be a mapping")
+            for key in options:
+                if key != "condition":
+                    raise where.unsupported(name, f"depends_on.{other}.{key}")
+            condition = options.get("condition", "service_started")
+            if condition not in _CONDITIONS:
+                raise where.error(name, "depends_on", f"{other!r}: unknown condition {condition!r}")
+            out[str(other)] = condition
+        return out
+
+
+def load_compose(
+    environment_dir: Path,
+    *,
+    environ: Mapping[str, str] | None = None,
+    project_name: str | None = None,
+) -> ComposePlan:
+    """Parse and check ``environment_dir``'s compose file (see the module's docstring).
+
+    ``${VAR}`` comes from ``environ`` (default: this process's environment) plus
+    ``COMPOSE_PROJECT_NAME`` (``project_name``, default the task folder's name: Harbor
+    sets it per trial and tasks use it only to name the image their services share).
+    Raises :class:`HarborImageError` for anything this harness would not run faithfully."""
+    import yaml
+
+    file = compose_file(environment_dir)
+    if file is None:
+        raise HarborImageError(f"{environment_dir} has no {' / '.join(COMPOSE_FILES)}")
+    where = _Where(file)
+    try:
+        raw = yaml.safe_load(file.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise HarborImageError(f"{file}: cannot be read as YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise HarborImageError(f"{file}: the top level must be a mapping")
+    for key in raw:
+        if not str(key).startswith("x-") and key not in TOP_KEYS:
+            raise where.unsupported(None, str(key))
+    project = project_name or re.sub(
+        r"[^a-z0-9_-]", "", environment_dir.resolve().parent.name.lower()
+    )
+    env = {
+        "COMPOSE_PROJECT_NAME": project or "harbor",
+        **(os.environ if environ is None else environ),
+    }
+    if project_name is not None:
+        env["COMPOSE_PROJECT_NAME"] = project_name
+    loader = _Loader(file, environment_dir, env)
+    volumes = raw.get("volumes") or {}
+    if not isinstance(volumes, dict):
+        raise where.error(None, "volumes", "must be a mapping of volume names")
+    for volume, options in volumes.items():
+        if options:
+            key = next(iter(options)) if isinstance(options, dict) else "volumes"
+            raise where.unsupported(None, f"volumes.{volume}.{key}", " (only plain local volumes)")
+        loader.declared.add(str(volume))
+    services_raw = raw.get("services")
+    if not isinstance(services_raw, dict) or not services_raw:
+        raise HarborImageError(f"{file}: no services")
+    services = {str(n): loader.service(str(n), s) for n, s in services_raw.items()}
+    if MAIN not in services:
+        raise HarborImageError(
+            f"{file}: no service named {MAIN!r} (Harbor runs the agent in the service 'main')"
+        )
+    return ComposePlan(
+        file=file,
+        environment_dir=environment_dir,
+        services=services,
+        volumes=tuple(sorted(loader.declared)),
+        one_shots=_one_shot_order(where, services),
+    )
+
+
+def _one_shot_order(where: _Where, services: Mapping[str, ServiceSpec]) -> tuple[str, ...]:
+    """The services to run to completion before ``main``, each after those it depends
+    on. Only ``service_completed_successfully`` edges are runnable: ``service_started``
+    or ``service_healthy`` means a long-running sidecar beside the agent, and a service
+    nothing waits for would be one too; both are refused."""
+    order: list[str] = []
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "open":
+            raise where.error(name, "depends_on", f"cycle: {' -> '.join((*path, name))}")
+        state[name] = "open"
+        for other, condition in services[name].depends_on.items():
+            if other not in services:
+                raise where.error(name, "depends_on", f"no service named {other!r}")
+            if condition != "service_completed_successfully":
+                raise where.unsupported(
+                    name,
+                    f"depends_on.{other}",
+                    f" (condition {condition!r}: {other!r} would be a long-running sidecar;"
+                    " only one-shot services with condition service_completed_successfully)",
+                )
+            if other == MAIN:
+                raise where.error(name, "depends_on", "a service cannot wait for 'main' to finish")
+            visit(other, (*path, name))
+        state[name] = "done"
+        if name != MAIN:
+            order.append(name)
+
+    visit(MAIN, ())
+    for name in services:
+        if name not in state:
+            raise where.unsupported(
+                name,
+                "services",
+                f" ({name!r} is not a one-shot that 'main' waits for with "
+                "condition service_completed_successfully: long-running sidecars are not run)",
+            )
+    return tuple(order)
+
+
+# ======================================================================== running
+
+
+@dataclass
+class PreparedCompose:
+    """What one attempt's ``main`` container needs, and what to remove afterwards.
+
+    ``environment`` is ``main``'s own (task.toml's ``[environment].env`` should be laid
+    over it); ``main``'s ``command``/``entrypoint`` are not used: the agent's container
+    idles and runs the agent's commands, as Harbor's does. ``close()`` is idempotent."""
+
+    image: str
+    environment: dict[str, str]
+    working_dir: str | None
+    user: str | None
+    mounts: list[Any]
+    volumes: list[str] = field(default_factory=list)
+    containers: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Remove the one-shot containers, then the volumes (errors suppressed: anything
+        left keeps its labels for :func:`sweep_stale_volumes` and the container sweep)."""
+        client = docker_client()
+        while self.containers:
+            container_id = self.containers.pop()
+            with contextlib.suppress(Exception):
+                client.api.remove_container(container_id, force=True, v=True)
+        while self.volumes:
+            name = self.volumes.pop()
+            with contextlib.suppress(Exception):
+                client.api.remove_volume(name, force=True)
+
+    def __enter__(self) -> PreparedCompose:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _labels(role: str, run_id: str) -> dict[str, str]:
+    return {f"{LABEL}.role": role, f"{LABEL}.run": run_id, f"{LABEL}.owner": owner_label()}
+
+
+def sweep_stale_volumes(client: Any) -> list[str]:
+    """Remove the attempt volumes whose owning harness is certainly gone (the container
+    sweep of :mod:`docker` knows containers only). A volume still used by a container is
+    left for a later sweep."""
+    removed: list[str] = []
+    listing = client.api.volumes(filters={"label": f"{LABEL}.role={VOLUME_ROLE}"})
+    for volume in listing.get("Volumes") or []:
+        owner = (volume.get("Labels") or {}).get(f"{LABEL}.owner", "")
+        if is_gone(owner):
+            with contextlib.suppress(Exception):
+                client.api.remove_volume(volume["Name"], force=True)
+                removed.append(str(volume["Name"]))
+    return removed
+
+
+def _volume_name(run_id: str, token: str, name: str) -> str:
+    """A daemon-wide unique name: Docker allows ``[A-Za-z0-9][A-Za-z0-9_.-]*``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"amb-{run_id}-{token}-{name}")
+
+
+def _images(
+    plan: ComposePlan,
+    base_map: Mapping[str, str],
+    build_timeout_s: float,
+    say: Callable[[str], None],
+) -> dict[str, str]:
+    """Each service's local image. A service with ``build`` gets the built tag, and its
+    ``image:`` name becomes an alias of that tag for the services that name it without a
+    build (HealthAgentBench's ``bootstrap`` reuses ``main``'s ``${COMPOSE_PROJECT_NAME}-img``
+    this way); any other ``image`` must be local or mapped, never pulled."""
+    built: dict[str, str] = {}
+    images: dict[str, str] = {}
+    for name, service in plan.services.items():
+        if service.build is None:
+            continue
+        build = service.build
+        # The verifier's files never enter the agent's image (nor its hash: the gold a
+        # bootstrap writes into tests/ would otherwise rebuild the image every attempt).
+        hidden = [(plan.task_dir / name).resolve() for name in ("tests", "solution")]
+        exclude = [
+            folder.relative_to(build.context).as_posix()
+            for folder in hidden
+            if _inside(folder, build.context) and folder != build.context
+        ]
+        tag = build_task_image(
+            plan.environment_dir,
+            base_map=base_map,
+            build_timeout_s=build_timeout_s,
+            say=say,
+            context=build.context,
+            dockerfile=build.dockerfile,
+            build_args=build.args,
+            exclude=exclude,
+        )
+        images[name] = tag
+        if service.image is not None:
+            built[service.image] = tag
+    for name, service in plan.services.items():
+        if name in images:
+            continue
+        assert service.image is not None
+        images[name] = built.get(service.image) or build_task_image(
+            plan.environment_dir, base_map=base_map, docker_image=service.image, say=say
+        )
+    return images
+
+
+def _mounts(service: ServiceSpec, volume_names: Mapping[str, str]) -> list[Any]:
+    from docker.types import Mount
+
+    mounts = []
+    for use in service.volumes:
+        if use.kind == "bind":
+            Path(use.source).mkdir(parents=True, exist_ok=True)  # Compose makes a missing one
+            mounts.append(Mount(use.target, use.source, type="bind", read_only=use.read_only))
+        else:
+            mounts.append(
+                Mount(use.target, volume_names[use.source], type="volume", read_only=use.read_only)
+            )
+    return mounts
+
+
+def _run_one_shot(
+    client: Any,
+    plan: ComposePlan,
+    service: ServiceSpec,
+    image: str,
+    mounts: list[Any],
+    *,
+    run_id: str,
+    timeout_s: float,
+    memory_mb: int,
+    cpus: float | None,
+    prepared: PreparedCompose,
+    say: Callable[[str], None],
+) -> None:
+    """Run one one-shot service to its end, hardened as the agent's container (no
+    network, no new privileges, fewer capabilities, memory/pids/file-size limits);
+    a non-zero exit or an overrun raises with the end of its output."""
+    from docker.types import Ulimit
+
+    fsize = ONE_SHOT_FILE_MB * 1024**2
+    options: dict[str, Any] = {
+        "pids_limit": ONE_SHOT_PIDS,
+        "mem_limit": f"{memory_mb}m",
+        "memswap_limit": f"{memory_mb}m",
+        "ulimits": [Ulimit(name="fsize", soft=fsize, hard=fsize)],
+    }
+    if cpus is not None:
+        options["nano_cpus"] = int(cpus * 1e9)
+    say(f"running the one-shot service {service.name!r} of {plan.file} ({image})")
+    started = time.monotonic()
+    try:
+        container = client.containers.create(
+            image,
+            command=service.command,
+            entrypoint=service.entrypoint,
+            environment=dict(service.environment),
+            working_dir=service.working_dir,
+            user=service.user or "",
+            init=True,
+            network_mode="none",
+            hostname=service.name,
+            mounts=mounts,
+            labels=_labels(ONE_SHOT_ROLE, run_id),
+            security_opt=["no-new-privileges"],
+            cap_drop=DROPPED_CAPS,
+            **options,
+        )
+    except Exception as exc:
+        raise HarborImageError(
+            f"{plan.file}: cannot create the one-shot service {service.name!r}: {exc}"
+        ) from exc
+    prepared.containers.append(str(container.id))
+    try:
+        container.start()
+        status = container.wait(timeout=timeout_s)
+        exit_code = int(status.get("StatusCode", -1))
+    except Exception as exc:  # the SDK reports a wait timeout as a connection error
+        with contextlib.suppress(Exception):
+            container.kill()
+        exit_code = 124 if "timed out" in str(exc).lower() or "timeout" in str(exc).lower() else -1
+        if exit_code != 124:
+            raise HarborImageError(
+                f"{plan.file}: the one-shot service {service.name!r} did not run: {exc}"
+            ) from exc
+    if exit_code != 0:
+        logs = docker_client().api.logs(container.id, stdout=True, stderr=True, tail=LOG_TAIL_LINES)
+        tail = logs.decode(errors="replace").rstrip()
+        why = f"ran over {timeout_s:.0f} s" if exit_code == 124 else f"exited {exit_code}"
+        raise HarborImageError(
+            f"{plan.file}: the one-shot service {service.name!r} {why} (no network here: a "
+            f"download needs its data mirrored locally); its last output:\n{tail}"
+        )
+    say(f"{service.name!r} finished in {time.monotonic() - started:.0f} s")
+
+
+def prepare_compose(
+    plan: ComposePlan,
+    *,
+    base_map: Mapping[str, str],
+    run_id: str,
+    build_timeout_s: float = 600,
+    say: Callable[[str], None] = print,
+    run_timeout_s: float | None = None,
+    memory_mb: int = 2048,
+    cpus: float | None = None,
+) -> PreparedCompose:
+    """Build the images, create this attempt's volumes (``amb-<run id>-<random>-<name>``,
+    labelled), run the one-shots in order (each within ``run_timeout_s``, default
+    ``build_timeout_s``, with ``memory_mb``/``cpus``), and return ``main``'s image,
+    environment, working_dir, user and mounts. On any failure what was made is removed
+    before :class:`HarborImageError` is raised; otherwise the caller closes it (after the
+    agent's container is gone: a volume in use cannot be removed)."""
+    global _swept
+    if (problem := docker_problem()) is not None:
+        raise HarborImageError(f"Docker backend unavailable: {problem}")
+    client = docker_client()
+    if not _swept:
+        _swept = True
+        with contextlib.suppress(Exception):
+            sweep_stale_volumes(client)
+    images = _images(plan, base_map, build_timeout_s, say)
+    main = plan.main
+    prepared = PreparedCompose(
+        image=images[MAIN],
+        environment=dict(main.environment),
+        working_dir=main.working_dir,
+        user=main.user,
+        mounts=[],
+    )
+    try:
+        token = secrets.token_hex(4)
+        names: dict[str, str] = {}
+        for volume in plan.volumes:
+            name = _volume_name(run_id, token, volume)
+            client.api.create_volume(name, labels=_labels(VOLUME_ROLE, run_id))
+            prepared.volumes.append(name)
+            names[volume] = name
+        for one_shot in plan.one_shots:
+            service = plan.services[one_shot]
+            _run_one_shot(
+                client,
+                plan,
+                service,
+                images[one_shot],
+                _mounts(service, names),
+                run_id=run_id,
+                timeout_s=build_timeout_s if run_timeout_s is None else run_timeout_s,
+                memory_mb=memory_mb,
+                cpus=cpus,
+                prepared=prepared,
+                say=say,
+            )
+        prepared.mounts = _mounts(main, names)
+    except BaseException as exc:
+        prepared.close()
+        if isinstance(exc, HarborImageError) or not isinstance(exc, Exception):
+            raise
+        raise HarborImageError(
+            f"{plan.file}: cannot prepare the compose environment: {exc}"
+        ) from exc
+    # The one-shots are done; their containers only hold the volumes: remove them now.
+    containers, prepared.containers = prepared.containers, []
+    for container_id in containers:
+        with contextlib.suppress(Exception):
+            client.api.remove_container(container_id, force=True)
+    return prepared
+
+
+@contextlib.contextmanager
+def compose_environment(environment_dir: Path, **options: Any) -> Iterator[PreparedCompose]:
+    """:func:`load_compose` then :func:`prepare_compose`, closed on leaving."""
+    with prepare_compose(load_compose(environment_dir), **options) as prepared:
+        yield prepared

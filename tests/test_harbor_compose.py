@@ -1,0 +1,265 @@
+"""docker-compose Harbor environments (HealthAgentBench's bootstrap + main), for real.
+
+The images say ``FROM ubuntu:24.04`` as the tasks do and are mapped to the project's
+local base image (no registry here). The end-to-end checks run the bootstrap in a real
+container, start the agent's real container with the volume, and look at what each
+side sees; the refusals are checked on the parsed file alone (no Docker needed).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pytest_automedbench.sandbox import SandboxSpec
+from pytest_automedbench.sandbox.docker import docker_client, docker_problem
+from pytest_automedbench.sandbox.harbor_compose import load_compose, prepare_compose
+from pytest_automedbench.sandbox.harbor_env import (
+    HarborContainer,
+    HarborImageError,
+    relay_image_for,
+)
+from pytest_automedbench.sandbox.images import LABEL
+
+RUN_ID = f"test-compose-{uuid.uuid4().hex[:12]}"
+UBUNTU = "ubuntu:24.04"
+DOCKERFILE = (
+    f"FROM {UBUNTU}\nWORKDIR /app\nCOPY . /ctx\nCOPY environment/bootstrap.sh /bootstrap.sh\n"
+)
+BOOTSTRAP = """set -eu
+mkdir -p /data
+echo '[{"case": "opaque-1"}]' > /data/cases.json
+echo '{"answer": 42}' > /tests/gold.json
+echo bootstrap done
+"""
+COMPOSE = """
+services:
+  main:
+    build:
+      context: ..
+      dockerfile: environment/Dockerfile
+    image: ${COMPOSE_PROJECT_NAME}-img
+    volumes:
+      - workspace-data:/data:ro
+    depends_on:
+      bootstrap:
+        condition: service_completed_successfully
+    environment:
+      - PYTHONUNBUFFERED=1
+      - GREETING=${AMB_TEST_UNSET_GREETING:-hello}
+  bootstrap:
+    image: ${COMPOSE_PROJECT_NAME}-img
+    volumes:
+      - ../tests:/tests:rw
+      - workspace-data:/data
+    command: ["/bin/bash", "/bootstrap.sh"]
+volumes:
+  workspace-data:
+"""
+
+
+@pytest.fixture(scope="module")
+def base() -> str:
+    """The project's local base image (``ensure_images(...).base``), without the agent
+    and evaluator images these tests do not need."""
+    if (problem := docker_problem()) is not None:
+        pytest.fail(f"Docker cannot run here: {problem} (run scripts/system-setup test)")
+    return str(relay_image_for(docker_client(), "debootstrap"))
+
+
+def task(root: Path, compose: str = COMPOSE, bootstrap: str = BOOTSTRAP) -> Path:
+    """A HealthAgentBench-shaped task folder; its environment folder."""
+    environment = root / "environment"
+    environment.mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "tests" / "test.sh").write_text("#!/bin/bash\n")
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text("#!/bin/bash\n")
+    (environment / "Dockerfile").write_text(DOCKERFILE)
+    (environment / "bootstrap.sh").write_text(bootstrap)
+    (environment / "docker-compose.yaml").write_text(compose)
+    return environment
+
+
+def left_behind() -> list[str]:
+    """Containers and volumes of this module's run still on the daemon."""
+    client = docker_client()
+    label = f"{LABEL}.run={RUN_ID}"
+    # The low-level listing: no inspect per container, so no race with other test runs
+    # removing theirs on the same daemon.
+    containers = client.api.containers(all=True, filters={"label": label})
+    volumes = client.api.volumes(filters={"label": label}).get("Volumes") or []
+    return [str(c["Id"]) for c in containers] + [str(v["Name"]) for v in volumes]
+
+
+def test_bootstrap_fills_the_volume_and_the_gold_before_main(base: str, tmp_path: Path) -> None:
+    environment = task(tmp_path / "case_01")
+    plan = load_compose(environment)
+    assert plan.one_shots == ("bootstrap",)
+    said: list[str] = []
+    with prepare_compose(plan, base_map={UBUNTU: base}, run_id=RUN_ID, say=said.append) as ready:
+        assert ready.environment == {"PYTHONUNBUFFERED": "1", "GREETING": "hello"}
+        assert json.loads((tmp_path / "case_01" / "tests" / "gold.json").read_text()) == {
+            "answer": 42
+        }
+        spec = SandboxSpec(
+            public_dir=environment,
+            workspace_dir=tmp_path / "staging",
+            memory_mb=1024,
+            max_processes=128,
+            run_id=RUN_ID,
+        )
+        box = HarborContainer(spec, ready.image, env=ready.environment, mounts=ready.mounts)
+        box.start()
+        try:
+            read = box.exec("bash", "cat /data/cases.json; echo $GREETING", 30)
+            assert read.exit_code == 0, read
+            assert json.loads(read.stdout.splitlines()[0]) == [{"case": "opaque-1"}]
+            assert read.stdout.splitlines()[1] == "hello"
+            write = box.exec("bash", "echo x > /data/cases.json", 30)
+            assert write.exit_code != 0 and "Read-only" in write.stderr, write
+            # The build context is the task folder, but the verifier's files stay out.
+            listing = box.exec("bash", "ls /ctx; ls /tests 2>&1 || true", 30)
+            assert "environment" in listing.stdout.split()
+            assert "tests" not in listing.stdout.split() and "solution" not in listing.stdout
+            assert "gold" not in listing.stdout
+        finally:
+            box.stop()
+        # The gold now in tests/ does not change the image: the next attempt reuses it.
+        with prepare_compose(
+            load_compose(environment), base_map={UBUNTU: base}, run_id=RUN_ID, say=said.append
+        ) as again:
+            assert again.image == ready.image
+            assert again.volumes != ready.volumes
+    assert len([line for line in said if line.startswith("building")]) <= 1
+    assert left_behind() == []
+
+
+def test_a_failing_bootstrap_says_why_and_leaves_nothing(base: str, tmp_path: Path) -> None:
+    failing = "echo fetching from physionet; echo 'could not resolve host' >&2; exit 3\n"
+    environment = task(tmp_path / "case_02", bootstrap=failing)
+    with pytest.raises(HarborImageError, match="'bootstrap' exited 3") as caught:
+        prepare_compose(load_compose(environment), base_map={UBUNTU: base}, run_id=RUN_ID)
+    assert "could not resolve host" in str(caught.value)
+    assert "fetching from physionet" in str(caught.value)
+    assert left_behind() == []
+
+
+def test_one_shots_run_in_dependency_order(tmp_path: Path) -> None:
+    compose = """
+services:
+  main:
+    image: local-img
+    depends_on: {second: {condition: service_completed_successfully}}
+  second:
+    image: local-img
+    depends_on: {first: {condition: service_completed_successfully}}
+  first:
+    image: local-img
+"""
+    plan = load_compose(task(tmp_path / "t", compose=compose))
+    assert plan.one_shots == ("first", "second")
+
+
+MAIN_ONLY = """
+services:
+  main:
+    image: local-img
+{extra}
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "service", "key"),
+    [
+        ("    ports: ['8080:80']", "main", "ports"),
+        ("    networks: [backend]", "main", "networks"),
+        ("    healthcheck: {test: ['CMD', 'true']}", "main", "healthcheck"),
+        ("    privileged: true", "main", "privileged"),
+        ("    cap_add: [SYS_ADMIN]", "main", "cap_add"),
+        ("    devices: ['/dev/fuse']", "main", "devices"),
+        ("    pid: host", "main", "pid"),
+        ("    ipc: host", "main", "ipc"),
+        ("    secrets: [token]", "main", "secrets"),
+        ("    deploy: {replicas: 2}", "main", "deploy"),
+        ("    env_file: [../../.env]", "main", "env_file"),
+        ("    network_mode: host", "main", "network_mode"),
+        ("    build: {context: ., target: dev}", "main", "build.target"),
+        ("  db:\n    image: local-img", "db", "services"),
+        (
+            "    depends_on: [db]\n  db:\n    image: local-img",
+            "main",
+            "depends_on.db",
+        ),
+        (
+            "    depends_on: {db: {condition: service_healthy}}\n  db:\n    image: local-img",
+            "main",
+            "depends_on.db",
+        ),
+    ],
+)
+def test_unsupported_keys_are_named(tmp_path: Path, extra: str, service: str, key: str) -> None:
+    environment = task(tmp_path / "t", compose=MAIN_ONLY.format(extra=extra))
+    with pytest.raises(HarborImageError) as caught:
+        load_compose(environment)
+    message = str(caught.value)
+    assert "docker-compose.yaml" in message
+    assert f"service {service!r}" in message and f"key {key!r}" in message
+    assert "not supported" in message
+
+
+@pytest.mark.parametrize("key", ["networks", "secrets", "configs"])
+def test_unsupported_top_level_keys_are_named(tmp_path: Path, key: str) -> None:
+    compose = MAIN_ONLY.format(extra="") + f"{key}:\n  x: {{}}\n"
+    with pytest.raises(HarborImageError, match=f"key '{key}'.*not supported"):
+        load_compose(task(tmp_path / "t", compose=compose))
+
+
+@pytest.mark.parametrize(
+    "source", ["../../outside", "/etc", "~/.ssh", "${HOME}/.redivis/api_token", "./escape"]
+)
+def test_binds_outside_the_task_folder_are_refused(tmp_path: Path, source: str) -> None:
+    environment = task(
+        tmp_path / "t", compose=MAIN_ONLY.format(extra=f"    volumes: ['{source}:/x:ro']")
+    )
+    (environment / "escape").symlink_to(tmp_path)  # inside by name, outside once resolved
+    with pytest.raises(HarborImageError, match="service 'main', key 'volumes'"):
+        load_compose(environment)
+
+
+def test_binds_inside_the_task_folder_and_variables(tmp_path: Path) -> None:
+    extra = (
+        "    volumes: ['../tests:/tests', './data:/data:ro']\n"
+        "    environment: {A: '${AMB_X:-d}', B: '$$literal', C: '${AMB_SET}'}"
+    )
+    environment = task(tmp_path / "t", compose=MAIN_ONLY.format(extra=extra))
+    plan = load_compose(environment, environ={"AMB_SET": "set"})
+    volumes = plan.main.volumes
+    assert [(v.kind, v.source, v.target, v.read_only) for v in volumes] == [
+        ("bind", str((tmp_path / "t" / "tests").resolve()), "/tests", False),
+        ("bind", str((environment / "data").resolve()), "/data", True),
+    ]
+    assert plan.main.environment == {"A": "d", "B": "$literal", "C": "set"}
+    with pytest.raises(HarborImageError, match=r"key 'environment'.*\$\{AMB_SET\} is not set"):
+        load_compose(environment, environ={})
+
+
+def test_a_compose_file_needs_main_and_declared_volumes(tmp_path: Path) -> None:
+    with pytest.raises(HarborImageError, match="no service named 'main'"):
+        load_compose(task(tmp_path / "a", compose="services:\n  app:\n    image: x\n"))
+    undeclared = MAIN_ONLY.format(extra="    volumes: ['data:/data']")
+    with pytest.raises(HarborImageError, match="'data' is not declared"):
+        load_compose(task(tmp_path / "b", compose=undeclared))
+
+
+def test_an_overrunning_bootstrap_is_stopped(base: str, tmp_path: Path) -> None:
+    environment = task(tmp_path / "case_03", bootstrap="echo waiting; sleep 60\n")
+    with pytest.raises(HarborImageError, match="ran over 1 s") as caught:
+        prepare_compose(
+            load_compose(environment), base_map={UBUNTU: base}, run_id=RUN_ID, run_timeout_s=1
+        )
+    assert "waiting" in str(caught.value)
+    assert left_behind() == []
