@@ -483,3 +483,60 @@ def test_a_compose_environment_runs_its_bootstrap_before_the_agent(
     oracle, nop = records["oracle", "compose-case", 0], records["nop", "compose-case", 0]
     assert oracle.passed is True and nop.passed is False, done.stdout[-3000:]
     assert (folder / "tests" / "gold.txt").read_text().strip() == "opaque-7"
+
+
+@pytest.mark.slow
+def test_claude_code_solves_a_harbor_task_through_the_gateway(
+    tmp_path: Path, base_images: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real Claude Code CLI, headless in the task's container as its root user, its
+    model reached only through the cell's gateway (a scripted Anthropic-protocol upstream
+    on 127.0.0.1): its commands act in the container, the verifier passes the attempt and
+    the record has the upstream's tokens and their price."""
+    from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.results import CellKey
+    from pytest_automedbench.runner import CellPlan, run_cell
+    from tests.scripted_upstream import ScriptedUpstream, Shell, StepUsage, Text
+
+    monkeypatch.setenv("AMB_TEST_HARBOR_KEY", "sk-test-host-only")
+    task = load_harbor_task(EXAMPLES / "basics" / "hello-pytest")
+    script = [
+        Shell(
+            "mkdir -p /logs/agent/plan && echo '# Plan' > /logs/agent/plan/plan.md",
+            StepUsage(1000, 20),
+        ),
+        Shell("echo 'Hello, world!' > /app/hello.txt", StepUsage(1100, 20)),
+        Text("Done.", usage=StepUsage(1200, 10)),
+    ]
+    upstream = ScriptedUpstream(script).start()
+    try:
+        definition = {"model": "anthropic/claude-scripted-1", "api_base": upstream.url,
+                      "api_key_env": "AMB_TEST_HARBOR_KEY", "input_usd_per_mtok": 3.0,
+                      "output_usd_per_mtok": 15.0}  # fmt: skip
+        config = RunConfig(
+            amb_out=tmp_path / "out",
+            sandbox="docker",
+            sandbox_network="off",
+            agent_definitions={"scripted-model": definition},
+            harbor_base=tuple(f"{image}={local}" for image, local in base_images.items()),
+        )
+        agent = "claude-code:scripted-model"
+        plan = CellPlan(
+            key=CellKey(agent=agent, task=task.id, tier="harbor", run=0),
+            task=task,
+            staged=task.staged(),
+            config=config,
+            run_id="test-harbor-claude",
+            cell_dir=tmp_path / "cell",
+        )
+        result = run_cell(plan)
+        served = (upstream.served_input_tokens, upstream.served_output_tokens)
+    finally:
+        upstream.stop()
+    assert result.status == "scored" and result.termination == "finished", result.error
+    assert result.passed is True and result.harness == "claude-code"
+    assert (result.tokens_in, result.tokens_out) == served
+    assert result.cost_usd == pytest.approx((served[0] * 3.0 + served[1] * 15.0) / 1e6)
+    assert result.stages is not None  # its plan was read where the brief put it
+    (plan_item,) = [i for i in result.stages.items if i.id == "s1_plan_exists"]
+    assert plan_item.evidence.startswith("plan.md:"), plan_item

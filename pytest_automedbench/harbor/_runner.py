@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 VERIFIER_LOGS = "/logs/verifier"
 AGENT_LOGS = "/logs/agent"
 TESTS_DIR = "/tests"
+#: Harbor runs agents as the image's user, root as a rule; Claude Code refuses to skip its
+#: permission prompts as root unless told that it is in a sandbox (as Harbor tells it).
+AGENT_ENVIRONMENT = {"IS_SANDBOX": "1"}
 #: The agent's plan goes with its logs, out of the task's own folders.
 PLAN_DIR = f"{AGENT_LOGS}/plan"
 
@@ -281,7 +284,11 @@ def open_container(
         image.image,
         agent_user=user if user is not None or compose is None else compose.user,
         workdir=compose.working_dir if compose is not None else None,
-        env={**(compose.environment if compose is not None else {}), **task.environment_env()},
+        env={
+            **AGENT_ENVIRONMENT,
+            **(compose.environment if compose is not None else {}),
+            **task.environment_env(),
+        },
         storage_mb=environment.storage_mb,
         mounts=compose.mounts if compose is not None else (),
     )
