@@ -503,24 +503,7 @@ def run_agent_in(
     """Run the agent in its sandbox to its end; the conversation is written whatever
     happens."""
     agent = plan.config.agent(plan.key.agent)
-    trajectory.emit(
-        "start",
-        run_id=plan.run_id,
-        agent=plan.key.agent,
-        agent_kind=agent.kind,
-        model=agent.model_label,
-        task=plan.task.id,
-        tier=plan.key.tier,
-        run=plan.key.run,
-        sandbox=type(sandbox).__name__,
-        data_source=plan.staged.source,
-        cases=len(plan.staged.case_ids),
-        workspace=ctx.workspace,
-        public_dir=ctx.public_dir,
-        outputs_dir=ctx.outputs_dir,
-        plan_dir=ctx.plan_dir,
-        workspace_quota=workspace_quota,
-    )
+    emit_start(plan, trajectory, ctx, sandbox, workspace_quota=workspace_quota)
     limits = plan.limits()
     deliverables = plan.spec.deliverables(plan.staged.case_ids)
     single_file_kind = None if plan.spec.per_case_outputs else plan.spec.track
@@ -569,6 +552,35 @@ def run_agent_in(
                 "plan_dir": ctx.plan_dir,
             },
         )
+
+
+def emit_start(
+    plan: CellPlan,
+    trajectory: TrajectoryWriter,
+    ctx: AgentContext,
+    sandbox: Sandbox,
+    **extra: Any,
+) -> None:
+    """The trajectory's ``start`` event: who runs what, where, as the agent sees it."""
+    agent = plan.config.agent(plan.key.agent)
+    trajectory.emit(
+        "start",
+        run_id=plan.run_id,
+        agent=plan.key.agent,
+        agent_kind=agent.kind,
+        model=agent.model_label,
+        task=plan.task.id,
+        tier=plan.key.tier,
+        run=plan.key.run,
+        sandbox=type(sandbox).__name__,
+        data_source=plan.staged.source,
+        cases=len(plan.staged.case_ids),
+        workspace=ctx.workspace,
+        public_dir=ctx.public_dir,
+        outputs_dir=ctx.outputs_dir,
+        plan_dir=ctx.plan_dir,
+        **extra,
+    )
 
 
 def violation_policy(plan: CellPlan, public_path: str, workspace_path: str) -> ViolationPolicy:

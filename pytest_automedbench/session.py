@@ -170,21 +170,7 @@ class AutoMedBenchSession:
     def _stage(self, task: TaskSpec) -> StagedData:
         if self.config.data_root is not None:
             return self._stage_real(task, self.config.data_root)
-        source = task.data.synthetic
-        generator = get_generator(source.generator)
-        # A generator without a realistic variant already writes real sizes: same cache.
-        size = self.config.data_size if generator.realistic is not None else "small"
-        return stage_synthetic(
-            task_id=task.id,
-            generator_name=generator.name,
-            generator=generator.for_size(size),
-            cache_root=self.data_cache,
-            n_cases=source.n_cases,
-            seed=source.seed,
-            generator_version=generator.version,
-            layout=task.case_layout,
-            size=size,
-        )
+        return stage_synthetic_task(task, self.data_cache, self.config.data_size)
 
     def _stage_real(self, task: TaskSpec, data_root: Path) -> StagedData:
         """A prepared split under ``<data-root>/<task>/``, else the official layout under
@@ -198,3 +184,23 @@ class AutoMedBenchSession:
         stager = get_stager(task.data.real.stager)
         source_root = data_root / stager.dirname
         return stage_real(task.id, stager, source_root, self.data_cache, layout=task.case_layout)
+
+
+def stage_synthetic_task(task: TaskSpec, cache_root: Path, data_size: str = "small") -> StagedData:
+    """A task's synthetic split in ``cache_root``, staged once per machine (what a session
+    with ``--data-size data_size`` stages; ``export-harbor`` ships the same split)."""
+    source = task.data.synthetic
+    generator = get_generator(source.generator)
+    # A generator without a realistic variant already writes real sizes: same cache.
+    size = data_size if generator.realistic is not None else "small"
+    return stage_synthetic(
+        task_id=task.id,
+        generator_name=generator.name,
+        generator=generator.for_size(size),
+        cache_root=cache_root,
+        n_cases=source.n_cases,
+        seed=source.seed,
+        generator_version=generator.version,
+        layout=task.case_layout,
+        size=size,
+    )

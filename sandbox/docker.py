@@ -280,35 +280,15 @@ class DockerSandbox(MountedFiles):
             stream = api.exec_start(exec_id, stream=True, demux=True)
         except Exception as exc:
             raise SandboxError(f"docker exec failed: {exc}") from exc
-        chunks: dict[str, list[bytes]] = {"out": [], "err": []}
-        sizes = {"out": 0, "err": 0}
-
-        def read() -> None:
-            with contextlib.suppress(Exception):  # the stream ends when the processes die
-                for out, err in stream:
-                    for name, data in (("out", out), ("err", err)):
-                        if data and sizes[name] < MAX_STREAM_BYTES:
-                            chunks[name].append(data[: MAX_STREAM_BYTES - sizes[name]])
-                            sizes[name] += len(chunks[name][-1])
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+        streams = ExecStreams(stream)
         timed_out = False
         try:
-            reader.join(timeout_s)
-            if reader.is_alive():
-                timed_out = True
+            timed_out = not streams.wait(timeout_s)
         finally:
             self.kill_leftovers()  # nothing outlives a call, even when the caller is interrupted
-        reader.join(STOP_TIMEOUT_S)
+        streams.wait(STOP_TIMEOUT_S)
         exit_code = 124 if timed_out else self._exit_code(api, exec_id)
-        return ExecResult(
-            exit_code=exit_code,
-            stdout=b"".join(chunks["out"]).decode("utf-8", errors="replace"),
-            stderr=b"".join(chunks["err"]).decode("utf-8", errors="replace"),
-            duration_s=round(time.monotonic() - start, 3),
-            timed_out=timed_out,
-        )
+        return streams.result(exit_code, time.monotonic() - start, timed_out)
 
     @staticmethod
     def _exit_code(api: Any, exec_id: str) -> int:
@@ -370,6 +350,45 @@ class DockerSandbox(MountedFiles):
             if self._exit_code(api, exec_id) == 1:  # pgrep: no process matched
                 return
         raise SandboxError(f"processes of sandbox uid {self.uid} survive kill -9 -1")
+
+
+class ExecStreams:
+    """The stdout and stderr of a started ``docker exec`` (a demuxed stream), read on a
+    thread, each kept up to :data:`MAX_STREAM_BYTES` (a flood of output costs no memory).
+    The stream ends when the exec's processes are gone: a caller that stops waiting kills
+    them, then waits a little more for the last bytes."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+        self._sizes = {"out": 0, "err": 0}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # the stream ends when the processes die
+            for out, err in self._stream:
+                for name, data in (("out", out), ("err", err)):
+                    if data and self._sizes[name] < MAX_STREAM_BYTES:
+                        self._chunks[name].append(data[: MAX_STREAM_BYTES - self._sizes[name]])
+                        self._sizes[name] += len(self._chunks[name][-1])
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether the streams ended within ``timeout_s``."""
+        self._reader.join(timeout_s)
+        return not self._reader.is_alive()
+
+    def text(self, name: str) -> str:
+        return b"".join(self._chunks[name]).decode("utf-8", errors="replace")
+
+    def result(self, exit_code: int, duration_s: float, timed_out: bool) -> ExecResult:
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=self.text("out"),
+            stderr=self.text("err"),
+            duration_s=round(duration_s, 3),
+            timed_out=timed_out,
+        )
 
 
 def bind(source: Path, target: str, *, read_only: bool) -> Any:

@@ -59,6 +59,7 @@ from pytest_automedbench.sandbox.base import (
 )
 from pytest_automedbench.sandbox.docker import (
     STOP_TIMEOUT_S,
+    ExecStreams,
     bind,
     cgroup_procs,
     docker_client,
@@ -80,7 +81,6 @@ from pytest_automedbench.sandbox.images import (
     base_tag_for,
     ensure_base,
 )
-from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
 from pytest_automedbench.sandbox.mounted import GATEWAY_DIR
 
 #: Repository of the task images built here (the tag is a content hash).
@@ -756,32 +756,13 @@ class HarborContainer(Sandbox):
             stream = api.exec_start(exec_id, stream=True, demux=True)
         except Exception as exc:
             raise SandboxError(f"docker exec failed: {exc}") from exc
-        chunks: dict[str, list[bytes]] = {"out": [], "err": []}
-        sizes = {"out": 0, "err": 0}
-
-        def read() -> None:
-            with contextlib.suppress(Exception):  # the stream ends when the processes die
-                for out, err in stream:
-                    for name, data in (("out", out), ("err", err)):
-                        if data and sizes[name] < MAX_STREAM_BYTES:
-                            chunks[name].append(data[: MAX_STREAM_BYTES - sizes[name]])
-                            sizes[name] += len(chunks[name][-1])
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(timeout_s)
-        timed_out = reader.is_alive()
+        streams = ExecStreams(stream)
+        timed_out = not streams.wait(timeout_s)
         if timed_out:
             self.kill_all()
-        reader.join(STOP_TIMEOUT_S)
+        streams.wait(STOP_TIMEOUT_S)
         exit_code = 124 if timed_out else _exit_code(api, exec_id)
-        return ExecResult(
-            exit_code=exit_code,
-            stdout=b"".join(chunks["out"]).decode("utf-8", errors="replace"),
-            stderr=b"".join(chunks["err"]).decode("utf-8", errors="replace"),
-            duration_s=round(time.monotonic() - start, 3),
-            timed_out=timed_out,
-        )
+        return streams.result(exit_code, time.monotonic() - start, timed_out)
 
     # ------------------------------------------------------------------ leftovers
 

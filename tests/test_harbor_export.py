@@ -23,14 +23,14 @@ import SimpleITK as sitk
 
 from pytest_automedbench.cli import main
 from pytest_automedbench.evaluation import evaluate
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.harbor._export import (
     CONTAINER_PATHS,
     DEFAULT_EXPORT_BASE,
     ExportError,
     export_harbor_task,
 )
+from pytest_automedbench.session import stage_synthetic_task
 from pytest_automedbench.tasks import TaskSpec, load_task
 
 from .conftest import SUITES
@@ -58,18 +58,7 @@ def exported(task: TaskSpec, data_cache: Path, tmp_path_factory: pytest.TempPath
 @pytest.fixture(scope="module")
 def staged(task: TaskSpec, data_cache: Path) -> StagedData:
     """The split a session stages for the task (the export's cache: staged once)."""
-    source = task.data.synthetic
-    generator = get_generator(source.generator)
-    return stage_synthetic(
-        task_id=task.id,
-        generator_name=generator.name,
-        generator=generator.for_size("small"),
-        cache_root=data_cache,
-        n_cases=source.n_cases,
-        seed=source.seed,
-        generator_version=generator.version,
-        layout=task.case_layout,
-    )
+    return stage_synthetic_task(task, data_cache)
 
 
 def _env(exported: Path, workspace: Path, logs: Path, tests: Path | None = None) -> dict[str, str]:

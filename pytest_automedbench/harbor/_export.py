@@ -56,8 +56,7 @@ from pathlib import Path
 
 from pytest_automedbench.agents.base import AgentContext
 from pytest_automedbench.agents.reference import reference_steps
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.provenance import task_hash
 from pytest_automedbench.runner import KICKOFF
 from pytest_automedbench.sandbox.images import agent_requirements, evaluator_sources
@@ -122,19 +121,9 @@ def export_name(task: TaskSpec, tier: str) -> str:
 def _stage(task: TaskSpec, data_cache: Path) -> StagedData:
     """The task's synthetic split, staged exactly as a session with default settings
     stages it (small size; the same cache layout, so a session's cache is reused)."""
-    source = task.data.synthetic
-    generator = get_generator(source.generator)
-    return stage_synthetic(
-        task_id=task.id,
-        generator_name=generator.name,
-        generator=generator.for_size("small"),
-        cache_root=data_cache,
-        n_cases=source.n_cases,
-        seed=source.seed,
-        generator_version=generator.version,
-        layout=task.case_layout,
-        size="small",
-    )
+    from pytest_automedbench.session import stage_synthetic_task
+
+    return stage_synthetic_task(task, data_cache)
 
 
 def _copy_tree(src: Path, dest: Path) -> None:

@@ -324,32 +324,14 @@ def run_agent(
 ) -> AgentOutcome:
     """The agent's episode in the container; the conversation is written whatever
     happens. There is no format pre-check: a Harbor task's tests are hidden."""
-    from pytest_automedbench.runner import ViolationWatch, violation_policy
+    from pytest_automedbench.runner import ViolationWatch, emit_start, violation_policy
 
     agent = plan.config.agent(plan.key.agent)
     # The loop measures its wall clock on the trajectory, which began before the image
     # was built and the container started: the agent's own time starts now.
     task_limits = plan.limits()
     limits = replace(task_limits, wall_clock_s=task_limits.wall_clock_s + trajectory.elapsed())
-    trajectory.emit(
-        "start",
-        run_id=plan.run_id,
-        agent=plan.key.agent,
-        agent_kind=agent.kind,
-        model=agent.model_label,
-        task=task.id,
-        tier=HARBOR_TIER,
-        run=plan.key.run,
-        sandbox=type(box).__name__,
-        data_source="harbor",
-        cases=0,
-        workspace=ctx.workspace,
-        public_dir=ctx.public_dir,
-        outputs_dir=ctx.outputs_dir,
-        plan_dir=ctx.plan_dir,
-        harbor_task=task.name,
-        image=box.image,
-    )
+    emit_start(plan, trajectory, ctx, box, harbor_task=task.name, image=box.image)
     box.run(["mkdir", "-p", PLAN_DIR, VERIFIER_LOGS], user="root", timeout_s=30)
     if task.config.agent.user is not None:  # the agent may write its plan and logs
         owner = str(task.config.agent.user)
