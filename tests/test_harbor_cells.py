@@ -144,6 +144,21 @@ def test_collection_ids_markers_errors_and_the_tasks_own_tests(tmp_path: Path) -
     assert "AMB_UNSET_TOKEN_VAR" in ran.stdout and "[environment].env.TOKEN" in ran.stdout
 
 
+def test_the_harbor_paths_may_come_from_pyproject(tmp_path: Path) -> None:
+    """``harbor = [...]`` under ``[tool.automedbench]``, relative to the rootdir: only the
+    Harbor tasks are collected when no path is given (not the rootdir's own tests)."""
+    project = tmp_path / "project"
+    _write_task(project / "tasks" / "one", 'version = "1.0"\n')
+    (project / "test_unrelated.py").write_text("def test_not_a_cell():\n    pass\n")
+    (project / "pyproject.toml").write_text(
+        '[tool.automedbench]\nharbor = ["tasks"]\nagent = ["nop"]\n'
+    )
+    done = _session(project / "out", "--co", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tasks/one/task.toml::test_harbor[one-harbor-r0]" in done.stdout
+    assert "test_not_a_cell" not in done.stdout
+
+
 # --------------------------------------------------------------------------- on Docker
 
 
@@ -220,6 +235,10 @@ def test_oracle_and_nop_get_the_rewards_the_verifiers_wrote(
     slow = oracle["edge.slow-solution"]
     assert slow.termination == "time_limit" and slow.reward == 0.0, slow
     assert slow.phase_s["agent"] < 40  # cut at the task's 15 s, not the call's 60 s
+    # E1-E5 from the trajectory as for any cell: the time-out is E4, the missing
+    # submission E5; the oracle that ran its solution read its inputs (no E2).
+    assert {"E4", "E5"} <= {c.code for c in slow.error_codes}, slow.error_codes
+    assert not any(c.code == "E2" for c in csv.error_codes), csv.error_codes
     assert oracle["net.offline"].reward == 0.0  # allow_internet = false: no route at all
     for agent in ("oracle", "nop"):
         missing = records[agent, "edge.no-reward", 0]
@@ -280,8 +299,17 @@ def test_each_attempt_is_a_harbor_trial_that_harbors_own_models_accept(
     program = textwrap.dedent(
         """
         import json, sys
+        from pathlib import Path
+        from harbor.models.job.config import JobConfig
+        from harbor.models.job.result import JobResult
         from harbor.models.trial.result import TrialResult
+        from harbor.viewer.scanner import JobScanner
         out = {}
+        job = Path(sys.argv[1]).parent  # every trial of the session is in one job folder
+        JobConfig.model_validate_json((job / "config.json").read_text())
+        result = JobResult.model_validate_json((job / "result.json").read_text())
+        listed = JobScanner(job.parent).list_trials(job.name)
+        out["job"] = {"n_total_trials": result.n_total_trials, "listed": len(listed)}
         for path in sys.argv[1:]:
             result = TrialResult.model_validate_json(open(path + "/result.json").read())
             rewards = result.verifier_result.rewards if result.verifier_result else None
@@ -296,6 +324,7 @@ def test_each_attempt_is_a_harbor_trial_that_harbors_own_models_accept(
     )  # fmt: skip
     assert checked.returncode == 0, checked.stderr
     seen = json.loads(checked.stdout)
+    assert seen.pop("job") == {"n_total_trials": len(records), "listed": len(records)}
     for record, folder in zip(records, trial_dirs, strict=True):
         trial = seen[str(folder)]
         if record.status == "infra_error":

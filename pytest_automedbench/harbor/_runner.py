@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -455,7 +456,7 @@ def score_attempt(
             n_cases=0,
             public_path=ctx.workspace,
             submission_path=ctx.workspace,
-            input_markers=(),
+            input_markers=input_markers(task),
             output_markers=(),
         ),
         events=trajectory.events,
@@ -488,6 +489,17 @@ def score_attempt(
     result.reward = reward
     result.passed = passed and not score.violations
     return _with_harbor_fields(result, task, phases)
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[\w.-]+/)*[\w.-]+")
+
+
+def input_markers(task: HarborTask) -> tuple[str, ...]:
+    """What a call that reads the task's inputs mentions: the absolute paths its brief
+    names (``/app/data.csv``), and the oracle's solution folder (a call that runs the
+    solution reads what the solution reads)."""
+    named = _ABSOLUTE_PATH.findall(task.instruction)
+    return tuple(dict.fromkeys([*named, SOLUTION_DIR]))
 
 
 def _with_harbor_fields(result: CellResult, task: HarborTask, phases: Phases) -> CellResult:

@@ -1,4 +1,5 @@
 """Scores /app/answer.json: one key per check, `reward` is 1 only when both hold."""
+
 import json
 from pathlib import Path
 
