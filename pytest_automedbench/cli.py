@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_automedbench.agents.registry import (
+    HARBOR_AGENTS,
     NAMED_MODELS,
     SCRIPTED,
     SYSTEM_NAMES,
@@ -129,7 +130,11 @@ def _agent_row(entry: AgentEntry, source: str) -> dict[str, str]:
 
 def cmd_agents(args: argparse.Namespace) -> int:
     """The agents --agent accepts here: built-ins, pyproject tables, an agents file."""
-    built_in: list[AgentEntry] = [*SCRIPTED.values(), *NAMED_MODELS.values()]
+    built_in: list[AgentEntry] = [
+        *SCRIPTED.values(),
+        *HARBOR_AGENTS.values(),
+        *NAMED_MODELS.values(),
+    ]
     rows = [_agent_row(e, "built-in") for e in built_in]
     pyproject = Path.cwd() / "pyproject.toml"
     defined = parse_definitions(read_pyproject_agents(pyproject), str(pyproject))

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.config import RunConfig
     from pytest_automedbench.controller import BenchmarkController
     from pytest_automedbench.fixtures.staging import StagedData
+    from pytest_automedbench.harbor import HarborTask
     from pytest_automedbench.results import CellResult
     from pytest_automedbench.session import AutoMedBenchSession
     from pytest_automedbench.worker import BenchmarkWorker
@@ -174,7 +175,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("cell", params)
 
 
-def _harbor_task_of(metafunc: pytest.Metafunc) -> Any:
+def _harbor_task_of(metafunc: pytest.Metafunc) -> HarborTask | None:
     """The Harbor task whose ``task.toml`` module is being collected, if it is one."""
     if not _harbor_roots(metafunc.config):
         return None
