@@ -182,6 +182,10 @@ def junit_properties(result: CellResult) -> dict[str, str]:
     }
     if result.stages is not None:
         properties |= {f"amb_{k}": _points(v) for k, v in result.stages.by_stage().items()}
+    if result.tier == "harbor":  # a Harbor attempt: its verifier's verdict
+        properties["amb_reward"] = "" if result.reward is None else f"{result.reward:g}"
+        properties["amb_passed"] = "" if result.passed is None else str(result.passed).lower()
+        properties["amb_category"] = result.category or ""
     properties |= {
         "amb_error_codes": ",".join(c.code for c in result.error_codes) or "none",
         "amb_turns": str(result.turns),

@@ -205,8 +205,9 @@ def builtin_session(
     out.parent.mkdir(exist_ok=True)
     with LocalServer(_ValueHandler) as server:
         args, env = _network_args(server, base_images)
+        reports = [f"--alluredir={out / 'allure'}", f"--junitxml={out / 'junit.xml'}"]
         done = _session(out, "--harbor", str(EXAMPLES), "--agent", "oracle", "--agent", "nop",
-                        "-n", "2", f"--alluredir={out / 'allure'}", *args, env=env)  # fmt: skip
+                        "-n", "2", *reports, *args, env=env)  # fmt: skip
     yield out, done
 
 
@@ -569,3 +570,31 @@ def test_claude_code_solves_a_harbor_task_through_the_gateway(
     assert result.stages is not None  # its plan was read where the brief put it
     (plan_item,) = [i for i in result.stages.items if i.id == "s1_plan_exists"]
     assert plan_item.evidence.startswith("plan.md:"), plan_item
+
+
+@pytest.mark.slow
+def test_junit_says_what_the_ledger_says_of_each_attempt(
+    builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    out, _ = builtin_session
+    cases = ET.parse(out / "junit.xml").getroot().iter("testcase")
+    seen = {}
+    for case in cases:
+        properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+        outcome = (
+            "error"
+            if case.find("error") is not None
+            else ("failure" if case.find("failure") is not None else "passed")
+        )
+        seen[case.get("name")] = (outcome, properties)
+    outcome, properties = seen["test_harbor[oracle-basics.csv-stats-harbor-r0]"]
+    assert outcome == "passed"
+    assert (properties["amb_reward"], properties["amb_passed"]) == ("1", "true")
+    assert properties["amb_category"] == "data_analysis"
+    outcome, properties = seen["test_harbor[nop-basics.csv-stats-harbor-r0]"]
+    assert outcome == "failure" and properties["amb_passed"] == "false"
+    outcome, properties = seen["test_harbor[oracle-edge.no-reward-harbor-r0]"]
+    assert outcome == "error" and properties["amb_status"] == "infra_error"
+    assert properties["amb_reward"] == ""
