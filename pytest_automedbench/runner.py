@@ -502,7 +502,6 @@ def run_agent_in(
 ) -> AgentOutcome:
     """Run the agent in its sandbox to its end; the conversation is written whatever
     happens."""
-    agent = plan.config.agent(plan.key.agent)
     emit_start(plan, trajectory, ctx, sandbox, workspace_quota=workspace_quota)
     limits = plan.limits()
     deliverables = plan.spec.deliverables(plan.staged.case_ids)
@@ -534,12 +533,19 @@ def run_agent_in(
         gateway=gateway,
         cell_id=plan.key.cell_id,
     )
+    return run_recorded(plan, run)
+
+
+def run_recorded(plan: CellPlan, run: AgentRun) -> AgentOutcome:
+    """Run the cell's agent to its end; its conversation is written whatever happens."""
+    agent = plan.config.agent(plan.key.agent)
+    ctx = run.ctx
     try:
         return agent.run(run)
     finally:
         write_conversation(
             plan.cell_dir / "conversation.json",
-            conversation_from_events(trajectory.events),
+            conversation_from_events(run.trajectory.events),
             {
                 "agent": plan.key.agent,
                 "model": agent.model_label,

@@ -38,6 +38,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -307,20 +308,12 @@ class DockerSandbox(MountedFiles):
         if not self._procs:
             self._kill_through_daemon()
             return
-        for _ in range(200):
-            pids: set[int] = set()
-            for procs in self._procs:
-                with contextlib.suppress(OSError, ValueError):
-                    pids |= {int(p) for p in procs.read_text().split()}
-            pids.discard(self._init_pid or -1)
-            if not pids:
-                self._await_reaped()
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
-        raise SandboxError(f"processes of sandbox uid {self.uid} survive SIGKILL: {pids}")
+        survivors = sigkill_until_gone(
+            lambda: cgroup_pids(self._procs) - {self._init_pid or -1}, attempts=200
+        )
+        if survivors:
+            raise SandboxError(f"processes of sandbox uid {self.uid} survive SIGKILL: {survivors}")
+        self._await_reaped()
 
     def _await_reaped(self, timeout_s: float = 5.0) -> None:
         """Wait until the killed processes are reaped: a zombie leaves ``cgroup.procs`` at
@@ -350,6 +343,30 @@ class DockerSandbox(MountedFiles):
             if self._exit_code(api, exec_id) == 1:  # pgrep: no process matched
                 return
         raise SandboxError(f"processes of sandbox uid {self.uid} survive kill -9 -1")
+
+
+def cgroup_pids(procs_files: list[Path]) -> set[int]:
+    """The pids listed in a container's ``cgroup.procs`` files (from :func:`cgroup_procs`)."""
+    pids: set[int] = set()
+    for procs in procs_files:
+        with contextlib.suppress(OSError, ValueError):
+            pids |= {int(p) for p in procs.read_text().split()}
+    return pids
+
+
+def sigkill_until_gone(list_pids: Callable[[], set[int]], attempts: int) -> set[int]:
+    """SIGKILL what ``list_pids`` names until it names nothing (a killed process's child
+    may be forked meanwhile): the survivors after ``attempts`` rounds, empty when all went."""
+    left: set[int] = set()
+    for _ in range(attempts):
+        left = list_pids()
+        if not left:
+            return set()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    return left
 
 
 class ExecStreams:

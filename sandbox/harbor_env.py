@@ -35,7 +35,6 @@ import os
 import posixpath
 import re
 import shutil
-import signal
 import socket
 import stat
 import sys
@@ -61,10 +60,12 @@ from pytest_automedbench.sandbox.docker import (
     STOP_TIMEOUT_S,
     ExecStreams,
     bind,
+    cgroup_pids,
     cgroup_procs,
     docker_client,
     docker_problem,
     owner_label,
+    sigkill_until_gone,
     sweep_stale_containers,
 )
 from pytest_automedbench.sandbox.egress import (
@@ -767,11 +768,7 @@ class HarborContainer(Sandbox):
     # ------------------------------------------------------------------ leftovers
 
     def _cgroup_pids(self) -> set[int]:
-        pids: set[int] = set()
-        for procs in self._procs:
-            with contextlib.suppress(OSError, ValueError):
-                pids |= {int(p) for p in procs.read_text().split()}
-        return pids
+        return cgroup_pids(self._procs)
 
     def kill_all(self) -> None:
         """SIGKILL every process of the container but those recorded at start, until
@@ -781,17 +778,10 @@ class HarborContainer(Sandbox):
         if not self._procs:
             self._kill_through_daemon()
             return
-        left: set[int] = set()
-        for _ in range(500):
-            left = self._cgroup_pids() - self._keep
-            if not left:
-                self._await_reaped()
-                return
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
-        raise SandboxError(f"processes of the Harbor container survive SIGKILL: {left}")
+        left = sigkill_until_gone(lambda: self._cgroup_pids() - self._keep, attempts=500)
+        if left:
+            raise SandboxError(f"processes of the Harbor container survive SIGKILL: {left}")
+        self._await_reaped()
 
     def _await_reaped(self, timeout_s: float = 5.0) -> None:
         """Wait until Docker's init has reaped the killed processes (a zombie holds its

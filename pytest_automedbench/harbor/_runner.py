@@ -39,8 +39,6 @@ from pytest_automedbench.agents.base import INFRA_TERMINATIONS, AgentContext, Ag
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
-    conversation_from_events,
-    write_conversation,
 )
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.harbor._agents import SOLUTION_DIR
@@ -325,9 +323,13 @@ def run_agent(
 ) -> AgentOutcome:
     """The agent's episode in the container; the conversation is written whatever
     happens. There is no format pre-check: a Harbor task's tests are hidden."""
-    from pytest_automedbench.runner import ViolationWatch, emit_start, violation_policy
+    from pytest_automedbench.runner import (
+        ViolationWatch,
+        emit_start,
+        run_recorded,
+        violation_policy,
+    )
 
-    agent = plan.config.agent(plan.key.agent)
     # The loop measures its wall clock on the trajectory, which began before the image
     # was built and the container started: the agent's own time starts now.
     task_limits = plan.limits()
@@ -356,21 +358,7 @@ def run_agent(
         gateway=gateway,
         cell_id=plan.key.cell_id,
     )
-    try:
-        return agent.run(run)
-    finally:
-        write_conversation(
-            plan.cell_dir / "conversation.json",
-            conversation_from_events(trajectory.events),
-            {
-                "agent": plan.key.agent,
-                "model": agent.model_label,
-                "task": task.id,
-                "tier": HARBOR_TIER,
-                "run": plan.key.run,
-                "workspace": ctx.workspace,
-            },
-        )
+    return run_recorded(plan, run)
 
 
 def verify(
