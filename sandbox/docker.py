@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -144,11 +145,22 @@ def sweep_stale_containers(client: Any) -> list[str]:
     return removed
 
 
-def _sweep_once(client: Any) -> None:
+def _sweep_once(client: Any, *, tolerant: bool = False) -> None:
+    """The stale-container sweep, once per process (whichever sandbox starts first);
+    ``tolerant``: a container another harness removes while it is listed (a 404 between
+    list and inspect) must not fail the caller."""
     global _swept
     if not _swept:
         _swept = True
-        sweep_stale_containers(client)
+        if not tolerant:
+            sweep_stale_containers(client)
+            return
+        with contextlib.suppress(Exception):
+            sweep_stale_containers(client)
+
+
+#: The sweep, once per process, for the other container kinds (Harbor task containers).
+sweep_stale_once = partial(_sweep_once, tolerant=True)
 
 
 def cgroup_procs(pid: int, container_id: str) -> list[Path]:

@@ -66,7 +66,7 @@ from pytest_automedbench.sandbox.docker import (
     docker_problem,
     owner_label,
     sigkill_until_gone,
-    sweep_stale_containers,
+    sweep_stale_once,
 )
 from pytest_automedbench.sandbox.egress import (
     EGRESS_DIR,
@@ -108,7 +108,6 @@ _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
 _COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 _FROM = re.compile(r"^(\s*FROM\s+)(.*)$", re.IGNORECASE)
-_swept = False
 
 
 class HarborImageError(SandboxError):
@@ -534,16 +533,10 @@ class HarborContainer(Sandbox):
         return options
 
     def start(self) -> None:
-        global _swept
         if (problem := docker_problem()) is not None:
             raise SandboxError(f"Docker backend unavailable: {problem}")
         client = docker_client()
-        if not _swept:
-            _swept = True
-            # Best effort: a container another harness removes while the sweep lists it
-            # (a 404 between list and inspect) must not fail this attempt.
-            with contextlib.suppress(Exception):
-                sweep_stale_containers(client)
+        sweep_stale_once(client)  # shared with the agent containers: once per process
         self.spec.workspace_dir.mkdir(parents=True, exist_ok=True)
         mounts = []
         if self.spec.agent_tools is not None:
