@@ -183,8 +183,7 @@ def _in_container(
 ) -> tuple[Verdict | None, AgentOutcome, AgentContext]:
     """The agent's phase, then (unless the harness failed it) the verifier's."""
     ctx = agent_context(task, box)
-    agent = plan.config.agent(plan.key.agent)
-    if agent.kind == "harbor" and agent.name == "oracle" and task.has_solution:
+    if is_oracle(plan) and task.has_solution:
         box.copy_in(task.solution_dir, SOLUTION_DIR)
     with phases.phase("agent", trajectory):
         outcome = run_agent(plan, task, box, ctx, trajectory, gateway)
@@ -287,10 +286,17 @@ def open_container(
             **AGENT_ENVIRONMENT,
             **(compose.environment if compose is not None else {}),
             **task.environment_env(),
+            **(task.solution_env() if is_oracle(plan) else {}),
         },
         storage_mb=environment.storage_mb,
         mounts=compose.mounts if compose is not None else (),
     )
+
+
+def is_oracle(plan: CellPlan) -> bool:
+    """Harbor's ``oracle``: the one agent that gets the solution (and its environment)."""
+    agent = plan.config.agent(plan.key.agent)
+    return agent.kind == "harbor" and agent.name == "oracle"
 
 
 def agent_context(task: HarborTask, box: HarborContainer) -> AgentContext:

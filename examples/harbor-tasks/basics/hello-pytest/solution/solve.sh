@@ -1,2 +1,3 @@
 #!/bin/bash
-echo "Hello, world!" > /app/hello.txt
+# [solution.env] GREETING: the oracle alone gets it.
+echo "$GREETING" > /app/hello.txt
