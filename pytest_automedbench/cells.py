@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# typing.TypeIs is Python 3.13's; typing_extensions comes with pydantic (a dependency).
 from typing_extensions import TypeIs
 
 from pytest_automedbench.results import CellKey
