@@ -132,12 +132,16 @@ def sweep_stale_containers(client: Any) -> list[str]:
     """Remove the AutoMedBench containers and staging folders whose owning harness is
     certainly gone (see :mod:`owner`); anything else is left alone."""
     removed = []
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.owner"}):
-        if not is_gone(container.labels.get(f"{LABEL}.owner", "")):
+    # The low-level listing: no inspect per container, so a container another harness
+    # removes while this lists them (a 404 between list and inspect) cannot fail the sweep.
+    for entry in client.api.containers(all=True, filters={"label": f"{LABEL}.owner"}):
+        labels = entry.get("Labels") or {}
+        if not is_gone(labels.get(f"{LABEL}.owner", "")):
             continue
         with contextlib.suppress(Exception):
-            container.remove(force=True)
-            removed.append(container.name)
+            client.api.remove_container(entry["Id"], force=True)
+            names = entry.get("Names") or [entry["Id"][:12]]
+            removed.append(str(names[0]).lstrip("/"))
     for stage in Path(tempfile.gettempdir()).glob(f"{STAGE_PREFIX}*"):
         with contextlib.suppress(OSError):
             if is_gone((stage / OWNER_FILE).read_text()):

@@ -671,14 +671,16 @@ import json, sys
 from pytest_automedbench.sandbox import docker as dk
 from pytest_automedbench.sandbox.images import LABEL
 
-class Containers:  # only this test's containers: the sweep must not judge anyone else's
+class Api:  # only this test's containers: the sweep must not judge anyone else's
     def __init__(self, real):
         self.real = real
-    def list(self, all, filters):
-        return self.real.list(all=all, filters={"label": [filters["label"], sys.argv[1]]})
+    def containers(self, all, filters):
+        return self.real.containers(all=all, filters={"label": [filters["label"], sys.argv[1]]})
+    def remove_container(self, container, force):
+        return self.real.remove_container(container, force=force)
 
 class Client:
-    containers = Containers(dk.docker_client().containers)
+    api = Api(dk.docker_client().api)
 
 print(json.dumps(dk.sweep_stale_containers(Client())), flush=True)
 """
