@@ -331,20 +331,8 @@ class DockerSandbox(MountedFiles):
             raise SandboxError(f"processes of sandbox uid {self.uid} survive SIGKILL: {survivors}")
         self._await_reaped()
 
-    def _await_reaped(self, timeout_s: float = 5.0) -> None:
-        """Wait until the killed processes are reaped: a zombie leaves ``cgroup.procs`` at
-        once but holds its slot in ``pids.current`` until pid 1 reaps it, and an exec
-        started before that (after a fork bomb) fails to start with a full pids limit."""
-        counters = [procs.with_name("pids.current") for procs in self._procs]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            counts: list[int] = []
-            for counter in counters:
-                with contextlib.suppress(OSError, ValueError):
-                    counts.append(int(counter.read_text()))
-            if all(count <= 1 for count in counts):  # the reaper itself
-                return
-            time.sleep(0.01)
+    def _await_reaped(self) -> None:
+        await_reaped(self._procs, at_most=1)  # the reaper itself
 
     def _kill_through_daemon(self) -> None:
         """``kill -9 -1`` as the sandbox uid inside the container (everything of that uid
@@ -383,6 +371,23 @@ def sigkill_until_gone(list_pids: Callable[[], set[int]], attempts: int) -> set[
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
     return left
+
+
+def await_reaped(procs_files: list[Path], at_most: int, timeout_s: float = 5.0) -> None:
+    """Wait until the killed processes are reaped: a zombie leaves ``cgroup.procs`` at
+    once but holds its slot in ``pids.current`` until pid 1 reaps it, and an exec started
+    before that (after a fork bomb) fails to start with a full pids limit. ``at_most``:
+    the processes that stay (the container's own)."""
+    counters = [procs.with_name("pids.current") for procs in procs_files]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        counts: list[int] = []
+        for counter in counters:
+            with contextlib.suppress(OSError, ValueError):
+                counts.append(int(counter.read_text()))
+        if all(count <= at_most for count in counts):
+            return
+        time.sleep(0.01)
 
 
 class ExecStreams:

@@ -59,6 +59,7 @@ from pytest_automedbench.sandbox.base import (
 from pytest_automedbench.sandbox.docker import (
     STOP_TIMEOUT_S,
     ExecStreams,
+    await_reaped,
     bind,
     cgroup_pids,
     cgroup_procs,
@@ -776,19 +777,8 @@ class HarborContainer(Sandbox):
             raise SandboxError(f"processes of the Harbor container survive SIGKILL: {left}")
         self._await_reaped()
 
-    def _await_reaped(self, timeout_s: float = 5.0) -> None:
-        """Wait until Docker's init has reaped the killed processes (a zombie holds its
-        pids slot, and the next exec could fail to start under a full pids limit)."""
-        counters = [procs.with_name("pids.current") for procs in self._procs]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            counts: list[int] = []
-            for counter in counters:
-                with contextlib.suppress(OSError, ValueError):
-                    counts.append(int(counter.read_text()))
-            if all(count <= len(self._keep) for count in counts):
-                return
-            time.sleep(0.01)
+    def _await_reaped(self) -> None:
+        await_reaped(self._procs, at_most=len(self._keep))  # Docker's init and the sleep
 
     def _kill_through_daemon(self) -> None:
         """Where the container's pids are not visible here: a root ``sh`` inside kills

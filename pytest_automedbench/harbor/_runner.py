@@ -66,6 +66,9 @@ AGENT_ENVIRONMENT = {"IS_SANDBOX": "1"}
 #: The agent's plan goes with its logs, out of the task's own folders.
 PLAN_DIR = f"{AGENT_LOGS}/plan"
 
+#: A Harbor task's tests are hidden: there is no format pre-check, and nothing to report.
+NO_PRECHECK = FormatReport(valid=True, n_expected=0, n_present=0, n_valid=0, problems=[])
+
 SYSTEM_PROMPT = """You are an autonomous engineer working inside a container, on a task
 with hidden tests. You act only through tools: `execute` runs bash or Python, `read_file`
 and `write_file` read and write text files anywhere in the container, `view_image` shows
@@ -109,7 +112,6 @@ class Verdict:
 
     reading: RewardReading | None
     error: str | None
-    exit_code: int | None
 
 
 def run_harbor_cell(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
@@ -345,10 +347,9 @@ def run_agent(
     if task.config.agent.user is not None:  # the agent may write its plan and logs
         owner = str(task.config.agent.user)
         box.run(["chown", "-R", owner, AGENT_LOGS], user="root", timeout_s=30)
-    no_precheck = FormatReport(valid=True, n_expected=0, n_present=0, n_valid=0, problems=[])
     toolbox = Toolbox(
         sandbox=box,
-        precheck=lambda: no_precheck,
+        precheck=lambda: NO_PRECHECK,
         observe=lambda: {},
         remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
         watch=ViolationWatch(violation_policy(plan, ctx.public_dir, ctx.workspace), trajectory),
@@ -408,7 +409,7 @@ def verify(
         source=reading.source if reading is not None else None,
         error=error,
     )
-    return Verdict(reading, error, result.exit_code)
+    return Verdict(reading, error)
 
 
 def keep_container_files(box: HarborContainer, cell_dir: Path) -> None:
@@ -440,7 +441,6 @@ def score_attempt(
     reward = reading.rewards["reward"]
     passed = reward >= task.pass_threshold
     task_score = min(1.0, max(0.0, reward)) if math.isfinite(reward) else 0.0
-    fmt = FormatReport(valid=True, n_expected=0, n_present=0, n_valid=0, problems=[])
     evidence = CellEvidence(
         judge_ctx=JudgeContext(
             tier="pro",
@@ -454,7 +454,7 @@ def score_attempt(
             output_markers=(),
         ),
         events=trajectory.events,
-        format=fmt,
+        format=NO_PRECHECK,
         task_score=task_score,
         submitted=outcome.submitted,
         termination=outcome.termination,
@@ -472,7 +472,7 @@ def score_attempt(
         task_score=task_score,
         metrics=dict(reading.rewards),
         completion_rate=1.0,  # not a Harbor notion: left out of the record below
-        format=fmt,
+        format=NO_PRECHECK,
         cases=[],
         elapsed_s=phases.seconds.get("verifier", 0.0),
     )
