@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from .detection import DetectionEvaluator
     from .enhancement import EnhancementEvaluator
+    from .healthagent import HealthAgentEvaluator
     from .report import ReportEvaluator
     from .schema import EvalSpec, EvaluationResult, FormatReport
     from .segmentation import SegmentationEvaluator
@@ -46,6 +47,7 @@ EVALUATOR_CLASSES: dict[str, str] = {
     "vqa": "vqa:VqaEvaluator",
     "report": "report:ReportEvaluator",
     "detection": "detection:DetectionEvaluator",
+    "healthagentbench": "healthagent:HealthAgentEvaluator",
 }
 
 
@@ -72,6 +74,7 @@ def get_evaluator(spec: EvalSpec) -> Evaluator:
 _LAZY = {
     "DetectionEvaluator": "detection",
     "EnhancementEvaluator": "enhancement",
+    "HealthAgentEvaluator": "healthagent",
     "ReportEvaluator": "report",
     "SegmentationEvaluator": "segmentation",
     "VqaEvaluator": "vqa",
@@ -109,6 +112,7 @@ __all__ = [
     "Evaluator",
     "EvaluatorInputError",
     "FormatReport",
+    "HealthAgentEvaluator",
     "ReportEvaluator",
     "SegmentationEvaluator",
     "SegmentationRegion",

@@ -9,7 +9,7 @@ the evaluator refuse a spec written for a different contract.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -227,6 +227,44 @@ class DetectionSpec(BaseModel):
         return self
 
 
+HealthAgentKind = Literal[
+    "report_correction",
+    "tumor_tiles",
+    "ct_labels",
+    "ehr_audit",
+    "meds_etl",
+    "event_risk",
+    "trial_matching",
+]
+HEALTHAGENT_KINDS: tuple[HealthAgentKind, ...] = get_args(HealthAgentKind)
+#: What a kind's option may be (thresholds, k, names); each kind checks its own.
+OptionValue = float | int | str | bool
+
+
+class HealthAgentSpec(BaseModel):
+    """A HealthAgentBench category as a task of this catalogue: one deliverable per case
+    (a file, or a folder for ``meds_etl``), a graded metric per case (TASK is its mean) and
+    the benchmark's binary pass rule per case (the pass rate is the share of cases passed).
+
+    The case's hidden reference is the folder ``references/<case>/``; what it holds, and
+    what ``options`` may say, belongs to the kind (:mod:`.healthagent`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: HealthAgentKind
+    output_pattern: str
+    options: dict[str, OptionValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HealthAgentSpec:
+        _check_output_pattern(self.output_pattern, "{case}")
+        return self
+
+    def output_path(self, case_id: str) -> str:
+        """The submission-relative path of a case's deliverable."""
+        return self.output_pattern.replace("{case}", case_id)
+
+
 class EvalSpec(BaseModel):
     """Everything the evaluator needs to know about one task; written by the host."""
 
@@ -241,6 +279,7 @@ class EvalSpec(BaseModel):
     vqa: VqaSpec | None = None
     report: ReportSpec | None = None
     detection: DetectionSpec | None = None
+    healthagentbench: HealthAgentSpec | None = None
 
     @model_validator(mode="after")
     def _safe_case_ids(self) -> EvalSpec:

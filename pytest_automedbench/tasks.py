@@ -27,6 +27,7 @@ from pytest_automedbench.evaluators.schema import (
     DetectionSpec,
     EnhancementSpec,
     EvalSpec,
+    HealthAgentSpec,
     ReportSpec,
     SegmentationSpec,
     VqaSpec,
@@ -45,6 +46,7 @@ CASE_LAYOUTS: dict[str, CaseLayout] = {
     "report": "reports",
     "vqa": "questions",
     "detection": "coco",
+    "healthagentbench": "folders",
 }
 
 #: Placeholders a brief template may use; anything else is a typo caught at load time.
@@ -161,6 +163,7 @@ class EvaluationDecl(BaseModel):
     vqa: VqaSpec | None = None
     report: ReportSpec | None = None
     detection: DetectionSpec | None = None
+    healthagentbench: HealthAgentSpec | None = None
 
     def declared(self) -> list[str]:
         return [name for name in type(self).model_fields if getattr(self, name) is not None]
@@ -249,6 +252,8 @@ class TaskSpec(BaseModel):
             return ev.vqa.submission_filename
         if ev.detection is not None:
             return ev.detection.submission_filename
+        if ev.healthagentbench is not None:
+            return ev.healthagentbench.output_pattern
         raise TaskError(f"{self.folder}: track {self.track} declares no output layout")
 
     def output_path(self, case_id: str) -> str:
@@ -284,6 +289,7 @@ class TaskSpec(BaseModel):
             vqa=ev.vqa,
             report=ev.report,
             detection=ev.detection,
+            healthagentbench=ev.healthagentbench,
         )
 
 

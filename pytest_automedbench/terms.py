@@ -35,6 +35,9 @@ MODALITIES: tuple[str, ...] = (
     "dental",
     "endoscopy",
     "mixed",
+    # HealthAgentBench's text categories: structured health records, free-text documents.
+    "ehr",
+    "text",
 )
 
 ErrorCodeId = Literal["E1", "E2", "E3", "E4", "E5"]

@@ -24,9 +24,18 @@ from pathlib import Path
 
 import pytest
 
+from pytest_automedbench.evaluators.schema import HEALTHAGENT_KINDS as HEALTHAGENT_KINDS_DECLARED
 from pytest_automedbench.evaluators.schema import CaseResult, EvaluationResult
 
-from .malformed.cases import CORPUS, TRACKS, Malformed, Run, build_run, plan_runs
+from .malformed.cases import (
+    CORPUS,
+    HEALTHAGENT_KINDS,
+    TRACKS,
+    Malformed,
+    Run,
+    build_run,
+    plan_runs,
+)
 
 #: Wall-clock bound of one evaluator run: this much, plus PER_CASE_S per hostile entry.
 BASE_S = 30.0
@@ -96,9 +105,9 @@ def _case(result: EvaluationResult, case_id: str) -> CaseResult:
     return next(c for c in result.cases if c.case_id == case_id)
 
 
-def scored_zero(track: str, case: CaseResult) -> bool:
+def scored_zero(run: Run, case: CaseResult) -> bool:
     """Whether a bad case contributes nothing: every score-bearing metric at 0."""
-    m = case.metrics
+    m, track = case.metrics, run.track
     if track == "segmentation":
         return m == {"kidney_dice": 0.0, "tumor_dice": 0.0}
     if track == "enhancement":
@@ -107,11 +116,13 @@ def scored_zero(track: str, case: CaseResult) -> bool:
         return m["rouge_l"] == 0.0 and m["clinical_f1"] == 0.0 and m["cider"] == 0.0
     if track == "vqa":
         return m["score"] == 0.0 and m["exact_match"] == 0.0
+    if track == "healthagentbench":  # the graded metric and the verdict, nothing else
+        return set(m.values()) == {0.0} and m["passed"] == 0.0
     return m["n_predictions"] == 0.0  # detection: all of the image's boxes dropped
 
 
-def scored_perfect(track: str, case: CaseResult) -> bool:
-    m = case.metrics
+def scored_perfect(run: Run, case: CaseResult) -> bool:
+    m, track = case.metrics, run.track
     if track == "segmentation":
         return m == {"kidney_dice": 1.0, "tumor_dice": 1.0}
     if track == "enhancement":
@@ -120,6 +131,9 @@ def scored_perfect(track: str, case: CaseResult) -> bool:
         return m["rouge_l"] == pytest.approx(1.0) and m["clinical_f1"] == 1.0
     if track == "vqa":
         return m["score"] == 1.0
+    if track == "healthagentbench":
+        assert run.kind is not None
+        return m["passed"] == 1.0 and m[HEALTHAGENT_KINDS[run.kind].METRIC] == 1.0
     return m["n_predictions"] == 1.0 == m["n_ground_truth"]
 
 
@@ -129,6 +143,10 @@ def test_the_corpus_covers_every_track_with_at_least_50_inputs() -> None:
     assert len(set(ids)) == len(ids), [i for i, n in Counter(ids).items() if n > 1]
     per_track = Counter(entry.track for entry in CORPUS)
     assert set(per_track) == set(TRACKS) and min(per_track.values()) >= 10, per_track
+    # HealthAgentBench: every kind attacked, at least 30 entries in all.
+    per_kind = Counter(e.kind for e in CORPUS if e.track == "healthagentbench")
+    assert set(per_kind) == set(HEALTHAGENT_KINDS) == set(HEALTHAGENT_KINDS_DECLARED), per_kind
+    assert sum(per_kind.values()) >= 30 and min(per_kind.values()) >= 4, per_kind
     # Whole-file entries only exist where the submission is a single file.
     assert {e.track for e in CORPUS if e.scope == "file"} == {"vqa", "detection"}
     assert set(RUN_OF) == set(ids)
@@ -151,7 +169,7 @@ def test_malformed_input_scores_zero_with_its_reason(runner: Runner, entry: Malf
         case = _case(result, run.targets()[entry.id])
         assert case.status == entry.status, case
         assert any(entry.reason in p for p in case.problems), (entry.reason, case.problems)
-        assert scored_zero(run.track, case), case.metrics
+        assert scored_zero(run, case), case.metrics
     elif entry.scope == "submission":
         assert any(entry.reason in p for p in result.format.problems), (
             entry.reason,
@@ -161,17 +179,20 @@ def test_malformed_input_scores_zero_with_its_reason(runner: Runner, entry: Malf
         assert all(c.status == entry.status for c in result.cases), result.cases
         assert any(entry.reason in p for p in result.format.problems), result.format.problems
         assert result.task_score == 0.0
-        assert all(scored_zero(run.track, c) for c in result.cases)
+        assert all(scored_zero(run, c) for c in result.cases)
         return
 
     # The perfect cases of the same submission are still scored in full.
     for case_id in run.good:
         good = _case(result, case_id)
         assert good.status == "ok" and good.problems == [], good
-        assert scored_perfect(run.track, good), good.metrics
+        assert scored_perfect(run, good), good.metrics
 
 
-@pytest.mark.parametrize("run", [r for r in RUNS if r.name in TRACKS], ids=lambda r: r.name)
+BUNDLES = [r for r in RUNS if r.name in TRACKS or (r.kind is not None and r.name.count("/") == 1)]
+
+
+@pytest.mark.parametrize("run", BUNDLES, ids=lambda r: r.name)
 def test_every_hostile_case_of_a_bundle_is_accounted_for(runner: Runner, run: Run) -> None:
     """Exactly the attacked cases fail; submission-level oddities blame no case."""
     result = runner.outcome(run).result

@@ -323,6 +323,50 @@ FIRST_CASE = {
 }
 
 #: The S2 environment check: libraries the track's reference pipelines use.
+#: Checks the deliverables of a HealthAgentBench task, whatever its kind: present, not
+#: empty, and parseable as what their suffix says (JSON, CSV, text; a folder of files).
+CHECK_HEALTHAGENT = (
+    '''"""Check the deliverables: present, not empty, parseable."""
+import argparse
+import csv
+import json
+from pathlib import Path
+
+'''
+    + _arguments()
+    + """cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
+bad = 0
+for case in cases:
+    path = args.outputs / args.pattern.replace("{case}", case)
+    problem, size = None, ""
+    if path.is_dir():
+        files = [p for p in path.rglob("*") if p.is_file()]
+        problem = None if files else "empty folder"
+        size = f"{len(files)} files"
+    elif not path.is_file():
+        problem = f"MISSING {path}"
+    elif path.stat().st_size == 0:
+        problem = "empty file"
+    else:
+        try:
+            if path.suffix == ".json":
+                value = json.loads(path.read_text(encoding="utf-8"))
+                size = f"{type(value).__name__} of {len(value)}"
+            elif path.suffix == ".csv":
+                with path.open(newline="", encoding="utf-8") as fh:
+                    rows = list(csv.reader(fh))
+                size = f"{len(rows) - 1} rows, columns {rows[0]}"
+            else:
+                size = f"{len(path.read_text(encoding='utf-8').split())} words"
+        except (ValueError, UnicodeDecodeError, IndexError) as exc:
+            problem = f"unreadable: {exc}"
+    print(f"{case}: {size}" + (f" PROBLEM: {problem}" if problem else " OK"))
+    bad += problem is not None
+raise SystemExit(1 if bad else 0)
+"""
+)
+
+
 ENV_CHECK = {
     "segmentation": "import numpy, scipy, SimpleITK\n"
     "print('numpy', numpy.__version__, 'scipy', scipy.__version__, "
@@ -367,6 +411,7 @@ def _checker(ctx: AgentContext) -> str:
         "vqa": CHECK_VQA,
         "report": CHECK_REPORT,
         "detection": CHECK_DETECTION,
+        "healthagentbench": CHECK_HEALTHAGENT,
     }
     return scripts[ctx.task.track]
 

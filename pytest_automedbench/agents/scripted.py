@@ -157,6 +157,15 @@ for path in sorted(Path({outputs!r}).glob({glob!r})):
     path.write_text(json.dumps(predictions)[:-1] + ",]")
     print(path.name, "rewritten by hand,", len(predictions), "boxes")
 """,
+    # Each deliverable cut off half-way, as a write interrupted by a timeout leaves it (a
+    # folder deliverable: each file in it).
+    "healthagentbench": """from pathlib import Path
+for path in sorted(Path({outputs!r}).glob({glob!r})):
+    for part in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
+        data = part.read_bytes()
+        part.write_bytes(data[: len(data) // 2])
+        print(part.name, "cut to", len(data) // 2, "of", len(data), "bytes")
+""",
 }
 
 

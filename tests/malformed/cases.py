@@ -39,6 +39,7 @@ from pytest_automedbench.evaluators.schema import (
     DetectionSpec,
     EnhancementSpec,
     EvalSpec,
+    HealthAgentSpec,
     ReportSpec,
     SegmentationRegion,
     SegmentationSpec,
@@ -49,8 +50,15 @@ from pytest_automedbench.evaluators.schema import (
 nib: Any = _nib
 sitk: Any = _sitk
 
-Track = Literal["segmentation", "enhancement", "report", "vqa", "detection"]
-TRACKS: tuple[Track, ...] = ("segmentation", "enhancement", "report", "vqa", "detection")
+Track = Literal["segmentation", "enhancement", "report", "vqa", "detection", "healthagentbench"]
+TRACKS: tuple[Track, ...] = (
+    "segmentation",
+    "enhancement",
+    "report",
+    "vqa",
+    "detection",
+    "healthagentbench",
+)
 Scope = Literal["case", "submission", "file"]
 
 #: A "10 GB" file: sparse, so it costs nothing on disk, and it must never be read.
@@ -99,10 +107,19 @@ class Malformed:
     scope: Scope = "case"
     #: VQA: the attacked question's reference entry (default: closed, answer "yes").
     question: Mapping[str, Any] | None = None
+    #: HealthAgentBench: the kind of deliverable attacked (one run per kind).
+    kind: str | None = None
 
     @property
     def id(self) -> str:
+        if self.kind is not None:
+            return f"{self.track}/{self.kind}/{self.name}"
         return f"{self.track}/{self.name}"
+
+    @property
+    def bundle(self) -> str:
+        """The run that scores this entry with the others of its track (or kind)."""
+        return self.track if self.kind is None else f"{self.track}/{self.kind}"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1058,7 +1075,26 @@ DETECTION: list[Malformed] = [
     ),
 ]
 
-CORPUS: list[Malformed] = [*SEGMENTATION, *ENHANCEMENT, *REPORT, *VQA, *DETECTION]
+
+def _healthagent_kinds() -> dict[str, Any]:
+    """The HealthAgentBench kinds' corpus modules (``hab_<kind>.py`` beside this one)."""
+    import importlib
+    import pkgutil
+
+    package = Path(__file__).parent
+    modules = sorted(
+        m.name for m in pkgutil.iter_modules([str(package)]) if m.name.startswith("hab_")
+    )
+    loaded = [importlib.import_module(f"{__package__}.{name}") for name in modules]
+    return {module.KIND: module for module in loaded}
+
+
+#: Kind -> its corpus module: KIND, OUTPUT_PATTERN, OPTIONS, write_reference(folder),
+#: write_good(path) and ENTRIES (each with track "healthagentbench" and its kind).
+HEALTHAGENT_KINDS = _healthagent_kinds()
+HEALTHAGENT: list[Malformed] = [e for m in HEALTHAGENT_KINDS.values() for e in m.ENTRIES]
+
+CORPUS: list[Malformed] = [*SEGMENTATION, *ENHANCEMENT, *REPORT, *VQA, *DETECTION, *HEALTHAGENT]
 
 
 # --------------------------------------------------------------------------- runs
@@ -1071,6 +1107,8 @@ class Run:
     name: str
     track: Track
     entries: tuple[Malformed, ...]
+    #: HealthAgentBench: the kind all entries attack.
+    kind: str | None = None
 
     @property
     def good(self) -> tuple[str, ...]:
@@ -1090,11 +1128,12 @@ class Run:
 
 
 def plan_runs(corpus: list[Malformed] = CORPUS) -> list[Run]:
-    runs = [
-        Run(track, track, tuple(e for e in corpus if e.track == track and e.scope != "file"))
-        for track in TRACKS
-    ]
-    runs += [Run(e.id, e.track, (e,)) for e in corpus if e.scope == "file"]
+    bundles = dict.fromkeys(e.bundle for e in corpus if e.scope != "file")
+    runs = []
+    for bundle in bundles:
+        entries = tuple(e for e in corpus if e.bundle == bundle and e.scope != "file")
+        runs.append(Run(bundle, entries[0].track, entries, entries[0].kind))
+    runs += [Run(e.id, e.track, (e,), e.kind) for e in corpus if e.scope == "file"]
     return runs
 
 
@@ -1262,10 +1301,32 @@ def _detection(run: Run, targets: dict[str, str], refs: Path, sub: Path) -> Eval
     )
 
 
+def _healthagent(run: Run, targets: dict[str, str], refs: Path, sub: Path) -> EvalSpec:
+    assert run.kind is not None
+    kind = HEALTHAGENT_KINDS[run.kind]
+    spec = HealthAgentSpec(kind=kind.KIND, output_pattern=kind.OUTPUT_PATTERN, options=kind.OPTIONS)
+    _per_case(
+        run,
+        targets,
+        refs,
+        sub,
+        lambda c: kind.write_reference(refs / c),
+        lambda c: sub / spec.output_path(c),
+        kind.write_good,
+    )
+    return EvalSpec(
+        task_id=f"malformed-{run.kind}",
+        track="healthagentbench",
+        case_ids=run.case_ids,
+        healthagentbench=spec,
+    )
+
+
 _TRACK_BUILDERS: dict[Track, Callable[[Run, dict[str, str], Path, Path], EvalSpec]] = {
     "segmentation": _segmentation,
     "enhancement": _enhancement,
     "report": _report,
     "vqa": _vqa,
     "detection": _detection,
+    "healthagentbench": _healthagent,
 }
