@@ -110,7 +110,19 @@ class CellResult(BaseModel):
     passed: bool | None = None
     phase_s: dict[str, float] = Field(default_factory=dict)
     category: str | None = None
+    #: HealthAgentBench-track cells only (None elsewhere): the cases staged and those that
+    #: passed the category's rule (None when the cell was not scored: every case failed).
+    cases_total: int | None = None
+    cases_passed: int | None = None
     finished_at: str
+
+    def pooled_trials(self) -> tuple[int, int]:
+        """(trials, passes) that this record adds to HealthAgentBench's pooled success: a
+        HealthAgentBench-track cell is one trial per case, an unscored one failing them
+        all; any other record (a Harbor attempt) is one trial, passed when ``passed``."""
+        if self.cases_total is not None:
+            return self.cases_total, self.cases_passed or 0
+        return 1, int(self.passed is True)
 
     @property
     def key(self) -> CellKey:

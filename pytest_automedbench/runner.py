@@ -161,6 +161,9 @@ def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
         "data_hash": provenance.data_hash,
         "judge": provenance.judge,
         "limits": provenance.limits,
+        "cases_total": (
+            len(plan.staged.case_ids) if plan.task.track == "healthagentbench" else None
+        ),
     }
 
 
@@ -761,4 +764,6 @@ def build_result(
         **_base_fields(plan, plan.config.agent(plan.key.agent).model_label),
     )
     result.versions["evaluator"] = evaluation.evaluator_version
+    if result.cases_total is not None:
+        result.cases_passed = round(evaluation.metrics.get("n_passed", 0.0))
     return result

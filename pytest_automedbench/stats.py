@@ -57,7 +57,8 @@ Definitions used throughout:
   hashes were scored on different tasks or data. ``compare`` does not pair such cells
   (``Comparison.dropped_task`` / ``dropped_data``); ``differing_versions`` lists them
   for the leaderboard, which marks the rows they touch.
-* **Harbor trials** (``tier == "harbor"``, HealthAgentBench): every attempt is a trial,
+* **Harbor trials** (``tier == "harbor"``, HealthAgentBench): every attempt is a trial
+  (a cell of the native ``healthagentbench`` track: every case of it),
   an infrastructure error (a verifier that left no reward included) counted as a failed
   one, because HealthAgentBench's pooled success is successes / all attempts and a
   leaderboard that dropped errors would reward a system whose runs break. So, unlike the
@@ -557,7 +558,9 @@ class GroupStats:
 
     Harbor trials (see the module docstring; shown only when ``is_harbor``): every
     record is a trial, so ``n_trials`` = ``n_runs`` + ``n_infra``, an infra error
-    counting as a failed attempt. ``n_passed`` counts ``passed is True``,
+    counting as a failed attempt. A cell of the healthagentbench track adds one trial per
+    case (``CellResult.pooled_trials``), so ``n_trials`` there is cases x attempts.
+    ``n_passed`` counts the trials passed (``passed is True``; a case by its rule),
     ``n_verifier_errors`` the records with termination "verifier_error", ``n_harbor``
     those of tier "harbor". ``trial_k`` is the fewest attempts any cell group (agent,
     task, tier) has and ``trial_pass_at[j]`` / ``trial_pass_hat[j]`` (j in 1..k) average
@@ -598,6 +601,9 @@ class GroupStats:
     n_passed: int = 0
     n_verifier_errors: int = 0
     n_harbor: int = 0
+    #: Records that count in the pooled success: Harbor attempts and the cells of the
+    #: healthagentbench track (whose trials are their cases).
+    n_pooled: int = 0
     trial_k: int = 0
     trial_pass_at: dict[int, float] = dataclasses.field(default_factory=dict)
     trial_pass_hat: dict[int, float] = dataclasses.field(default_factory=dict)
@@ -610,7 +616,14 @@ class GroupStats:
         """Whether every record of the group is a Harbor trial (tier "harbor"): only then
         do reports show the trial figures, which would mislead on the catalogue's tasks
         (where an infra error is no trial)."""
-        return self.n_trials > 0 and self.n_harbor == self.n_trials
+        return self.n_harbor > 0 and self.n_harbor == self.n_runs + self.n_infra
+
+    @property
+    def has_pooled_success(self) -> bool:
+        """Whether every record of the group is a HealthAgentBench trial (a Harbor attempt
+        or a cell of the healthagentbench track): only then is ``pooled_success`` shown,
+        since on the catalogue's other tasks nothing passes or fails."""
+        return self.n_pooled > 0 and self.n_pooled == self.n_runs + self.n_infra
 
     @property
     def pooled_success(self) -> float:
@@ -685,6 +698,11 @@ class _Group:
         self.trial_passed = array("b")
         self.n_verifier_errors = 0
         self.n_harbor = 0
+        # HealthAgentBench's pooled success: a Harbor attempt is a trial, a native
+        # category's cell one trial per case (CellResult.pooled_trials).
+        self.pool_trials = 0
+        self.pool_passed = 0
+        self.n_pooled = 0
         self.trial_turns = 0
         self.trial_wall = array("d")
         self.phases: dict[str, array[float]] = {}
@@ -698,6 +716,10 @@ class _Group:
         self.trial_passed.append(record.passed is True)
         self.n_verifier_errors += record.termination == "verifier_error"
         self.n_harbor += record.tier == "harbor"
+        trials, passes = record.pooled_trials()
+        self.pool_trials += trials
+        self.pool_passed += passes
+        self.n_pooled += record.tier == "harbor" or record.cases_total is not None
         self.trial_turns += record.turns
         self.trial_wall.append(record.wall_s)
         if record.phase_s:
@@ -848,10 +870,11 @@ def _stats(
         else None,
         n_cost_unknown=g.n_cost_unknown,
         n_trial_cost_unknown=g.n_trial_cost_unknown,
-        n_trials=trials,
-        n_passed=int(sum(g.trial_passed)),
+        n_trials=g.pool_trials,
+        n_passed=g.pool_passed,
         n_verifier_errors=g.n_verifier_errors,
         n_harbor=g.n_harbor,
+        n_pooled=g.n_pooled,
         trial_k=trial_k,
         trial_pass_at={j + 1: float(v) for j, v in enumerate(trial_at)},
         trial_pass_hat={j + 1: float(v) for j, v in enumerate(trial_hat)},

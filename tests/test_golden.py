@@ -13,6 +13,7 @@ from pytest_automedbench.fixtures.staging import stage_synthetic
 from pytest_automedbench.tasks import TaskSpec, discover_tasks
 
 from .conftest import SUITES, run_reference_solve
+from .neutral_names import check_neutral
 
 TASKS = discover_tasks(SUITES)
 #: HealthAgentBench's tasks have their own end-to-end test (pass rule and trivial baseline
@@ -35,6 +36,7 @@ def test_reference_solution_reaches_its_band(task: TaskSpec, tmp_path: Path) -> 
         generator.version,
         layout=task.case_layout,
     )
+    check_neutral(staged.public_dir, staged.case_ids)
     outputs = tmp_path / "outputs"
     proc = run_reference_solve(task, staged.public_dir, outputs, timeout_s=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -24,6 +24,7 @@ from pytest_automedbench.tasks import TaskSpec, discover_tasks
 from pytest_automedbench.terms import TIERS
 
 from .conftest import SUITES
+from .neutral_names import check_neutral
 
 HAB_TASKS = [t for t in discover_tasks(SUITES) if t.track == "healthagentbench"]
 #: HealthAgentBench's seven categories, one task folder each.
@@ -75,6 +76,7 @@ def test_reference_passes_every_case_and_the_baseline_none(task: TaskSpec, tmp_p
     staged = _stage(task, tmp_path / "data")
     spec = task.eval_spec(staged.case_ids)
     assert len(staged.case_ids) >= 5, "too few cases for a pass rate to mean something"
+    check_neutral(staged.public_dir, staged.case_ids)
 
     _run(task, "solve.py", staged.public_dir, tmp_path / "reference")
     result = evaluate(spec, tmp_path / "reference", staged.private_dir, tmp_path / "eval-ref")

@@ -29,7 +29,9 @@ Trials (HealthAgentBench): every scored cell is a trial, and succeeds when it is
 ``successes`` the resolved ones and ``pooled_success`` = successes / trials, pooled over
 tasks, tiers and repeats (the same number as ``resolved_rate``, kept for older readers).
 Infrastructure errors are the harness's fault, not the system's: they are not trials
-(neither successes nor failures) and are counted in ``infra_errors`` only.
+(neither successes nor failures) and are counted in ``infra_errors`` only. A row of the
+native ``healthagentbench`` track counts as HealthAgentBench does: a trial per case and
+attempt, passed by the category's rule, an unscored cell failing all its cases.
 ``cost_per_trial`` is the total cost of the trials / trials (the mean cost per scored
 cell, the value of ``cost_usd_per_run``), None ("cost unknown") when any trial's cost is
 unknown (``stats.cost_known``), never $0; an infrastructure error whose cost is unknown
@@ -145,7 +147,19 @@ def _systems(
 def _trials(group: GroupStats) -> dict[str, Any]:
     """A group's trials (its scored cells), successes (the resolved ones), pooled success
     rate (successes / trials, None without a trial) and cost per trial (None when any
-    trial's cost is unknown). Infra errors are no trials: see the module docstring."""
+    trial's cost is unknown). Infra errors are no trials: see the module docstring. The
+    healthagentbench track's rows count HealthAgentBench's trials instead: every case of
+    every cell, an unscored cell failing all its cases (``GroupStats.has_pooled_success``).
+    """
+    if group.has_pooled_success:
+        trials, successes = group.n_trials, group.n_passed
+        cost = group.cost_per_trial
+        return {
+            "trials": trials,
+            "successes": successes,
+            "pooled_success": round(successes / trials, 4) if trials else None,
+            "cost_per_trial": None if cost is None else round(cost, 6),
+        }
     trials = group.n_runs
     successes = round(group.resolved_rate * trials) if trials else 0
     cost = group.cost_usd if group.trial_cost_known and trials else None

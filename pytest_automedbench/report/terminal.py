@@ -11,7 +11,9 @@ numbers are HealthAgentBench's, not the catalogue's: trials (every attempt, an i
 error counted as a failed one), passed, the pooled success, pass@k and pass^k over the
 attempts, the verifier and other infra errors, OVERALL and AGENTIC, the cost per trial and
 the mean seconds per phase. After an agent's groups comes its pooled line over all its
-Harbor categories: HealthAgentBench's headline. Other groups print as before.
+Harbor categories: HealthAgentBench's headline. Other groups print as before; the
+native healthagentbench track's first line adds the pooled success over its cases and
+attempts (``GroupStats.has_pooled_success``), beside OVERALL.
 """
 
 from __future__ import annotations
@@ -123,6 +125,8 @@ def _lines(agent: str, track: str, group: GroupStats | None, cells: list[CellRes
         f"TASK {_avg([c.task_score for c in scored])}"
         f" | AGENTIC {_avg([c.agentic for c in scored])}"
     ]
+    if group is not None and group.has_pooled_success:  # HealthAgentBench's categories
+        lines[0] += f" | pooled success {_pooled(group)} of cases x attempts"
     if group is not None and group.n_runs:
         lines.append(_detail_line(group))
     return lines
