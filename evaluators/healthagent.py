@@ -205,7 +205,7 @@ class HealthAgentEvaluator:
                     failed = CaseResult(case_id=case_id, status=exc.status, problems=[str(exc)])
                 else:
                     scored.append(verdict)
-                    metrics = {
+                    case_metrics = {
                         **verdict.metrics,
                         self.kind.metric: verdict.score,
                         "passed": float(verdict.passed),
@@ -215,7 +215,7 @@ class HealthAgentEvaluator:
                             case_id=case_id,
                             status="ok",
                             problems=cap_problems(list(verdict.notes)),
-                            metrics=metrics,
+                            metrics=case_metrics,
                         )
                     )
             if failed is not None:
@@ -230,13 +230,10 @@ class HealthAgentEvaluator:
             "n_cases": float(n),
             "n_passed": float(n_passed),
         }
-        names = sorted({k for v in scored for k in v.metrics})
-        for name in names:
-            values = [v.metrics[name] for v in scored if v.metrics.get(name) is not None]
+        for name in sorted({k for v in scored for k in v.metrics}):
+            values = [x for v in scored if (x := v.metrics.get(name)) is not None]
             if values and name not in metrics:
-                metrics[f"mean_{name}"] = float(sum(x for x in values if x is not None)) / len(
-                    values
-                )
+                metrics[f"mean_{name}"] = float(sum(values)) / len(values)
         report = format_report(top, results)
         return EvaluationResult(
             task_id=self.spec.task_id,

@@ -37,8 +37,11 @@ from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import (
     StagingError,
     case_ids_of,
+    make_ids_opaque,
     private_case_ids,
+    real_salt,
     references_manifest,
+    synthetic_salt,
     write_manifest,
 )
 from pytest_automedbench.ledger import LedgerError, LedgerProblem
@@ -180,15 +183,18 @@ def cmd_stage(args: argparse.Namespace) -> int:
             )
         cases = stager.stage(source_root, public, private, args.cases)
         source = f"real:{stager.name} from {source_root}"
+        salt = real_salt(out)  # $AMB_CASE_SALT, else a secret kept in <out>/.case-salt
     else:
         generator = get_generator(task.data.synthetic.generator)
         seed = task.data.synthetic.seed if args.seed is None else args.seed
         n_cases = task.data.synthetic.n_cases if args.cases is None else args.cases
         cases = generator.for_size(args.size)(public, private, n_cases, seed)
         source = f"synthetic:{generator.name} v{generator.version} seed {seed} size {args.size}"
+        salt = synthetic_salt(task.id, seed)
     written = case_ids_of(out, task.case_layout)
     if sorted(cases) != written:
         raise TaskError(f"{task.id}: the stager reported cases {sorted(cases)} but wrote {written}")
+    cases = list(make_ids_opaque(out, task.case_layout, salt).values())
     write_manifest(out, task.id, source, task.case_layout)
     print(f"{task.id}: {len(cases)} cases from {source} -> {public} and {private}")
     return 0

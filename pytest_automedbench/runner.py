@@ -50,6 +50,7 @@ from pytest_automedbench.sandbox.agent_systems import ensure_agent_tools
 from pytest_automedbench.sandbox.base import GATEWAY_SOCKET_NAME
 from pytest_automedbench.scoring import JudgeSettings
 from pytest_automedbench.scoring.cell import CellEvidence, CellScore, score_cell
+from pytest_automedbench.scoring.correction_judge import second_judgement
 from pytest_automedbench.scoring.models import StageScores
 from pytest_automedbench.scoring.overall import zero_stages
 from pytest_automedbench.scoring.rules import JudgeContext
@@ -241,6 +242,14 @@ def _in_workspace(
         plan.cell_dir / "evaluator",
         cell.placement,
         cell.bounds,
+    )
+    evaluation = second_judgement(
+        evaluation,
+        cell.spec.healthagentbench,
+        plan.config.judge,
+        plan.config.judge_api_base,
+        cell.outputs,
+        plan.staged.private_dir,
     )
     trajectory.emit(
         "evaluation",

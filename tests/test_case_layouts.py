@@ -12,8 +12,10 @@ from pytest_automedbench.fixtures.staging import (
     StagingError,
     case_ids_of,
     load_prepared,
+    opaque_id,
     private_case_ids,
     stage_synthetic,
+    synthetic_salt,
 )
 
 
@@ -148,8 +150,14 @@ def test_stage_synthetic_checks_a_generator_against_its_layout(tmp_path: Path) -
         return ids
 
     staged = stage_synthetic("vqa-task", "toy", generator, tmp_path, 3, 0, "1", layout="questions")
-    assert staged.case_ids == ["q_0001", "q_0002", "q_0003"]
+    salt = synthetic_salt("vqa-task", 0)
+    expected = sorted(opaque_id(salt, q) for q in ["q_0001", "q_0002", "q_0003"])
+    assert staged.case_ids == expected
     assert "public/questions.json" in staged.files
+    questions = json.loads((staged.public_dir / "questions.json").read_text(encoding="utf-8"))
+    assert sorted(q["question_id"] for q in questions) == expected
+    answers = json.loads((staged.private_dir / "answers.json").read_text(encoding="utf-8"))
+    assert sorted(answers) == expected
 
     def liar(public: Path, private: Path, n_cases: int, seed: int) -> list[str]:
         generator(public, private, n_cases, seed)

@@ -9,6 +9,7 @@ import pytest
 import SimpleITK as sitk
 
 from pytest_automedbench.cli import main
+from pytest_automedbench.fixtures.staging import opaque_id, synthetic_salt
 
 from .conftest import SUITES
 
@@ -36,9 +37,14 @@ def test_stage_writes_a_synthetic_split_and_refuses_to_overwrite(
     out = tmp_path / "staged"
     argv = ["--suites", str(SUITES), "stage", "kidney-tumor-seg", "--out", str(out)]
     assert main([*argv, "--cases", "2", "--seed", "4"]) == 0
-    assert sorted(p.name for p in (out / "public").iterdir()) == ["case_0001", "case_0002"]
-    image = sitk.ReadImage(str(out / "public" / "case_0001" / "ct.nii.gz"))
-    label = sitk.ReadImage(str(out / "private" / "case_0001" / "label.nii.gz"))
+    # The same opaque ids as the staging cache gives the task's synthetic split.
+    salt = synthetic_salt("kidney-tumor-seg", 4)
+    ids = sorted(opaque_id(salt, c) for c in ("case_0001", "case_0002"))
+    assert sorted(p.name for p in (out / "public").iterdir()) == ids
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["case_ids"] == ids
+    image = sitk.ReadImage(str(out / "public" / ids[0] / "ct.nii.gz"))
+    label = sitk.ReadImage(str(out / "private" / ids[0] / "label.nii.gz"))
     assert image.GetSize() == label.GetSize()
     assert main(argv) == 2
     assert "is not empty" in capsys.readouterr().err
@@ -74,8 +80,9 @@ def test_evaluate_rescores_a_saved_submission(
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     # A perfect case and a missing one: TASK is the mean with the missing case at 0.
-    reference = staged / "private" / "case_0001" / "label.nii.gz"
-    (outputs / "case_0001.nii.gz").write_bytes(reference.read_bytes())
+    first, second = sorted(p.name for p in (staged / "private").iterdir() if p.is_dir())
+    reference = staged / "private" / first / "label.nii.gz"
+    (outputs / f"{first}.nii.gz").write_bytes(reference.read_bytes())
     capsys.readouterr()
     argv = [
         "--suites",
@@ -95,4 +102,4 @@ def test_evaluate_rescores_a_saved_submission(
     assert 0.0 < result["task_score"] < 1.0
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "case_0002: missing" in text and "format valid: False (1/2 cases valid)" in text
+    assert f"{second}: missing" in text and "format valid: False (1/2 cases valid)" in text

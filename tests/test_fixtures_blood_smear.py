@@ -24,7 +24,12 @@ from PIL import Image
 from pytest_automedbench.evaluators import get_evaluator
 from pytest_automedbench.fixtures import blood_smear as bs
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
+from pytest_automedbench.fixtures.staging import (
+    case_ids_of,
+    opaque_id,
+    real_salt,
+    stage_real,
+)
 from pytest_automedbench.tasks import BRIEF_FIELDS, load_task
 
 from .conftest import SUITES
@@ -160,7 +165,7 @@ def test_split_follows_the_coco_contract(dataset: Path) -> None:
 
 
 def test_registry_stages_the_synthetic_split(tmp_path: Path) -> None:
-    from pytest_automedbench.fixtures.staging import stage_synthetic
+    from pytest_automedbench.fixtures.staging import stage_synthetic, synthetic_salt
 
     generator = get_generator("blood-smear")
     staged = stage_synthetic(
@@ -173,7 +178,8 @@ def test_registry_stages_the_synthetic_split(tmp_path: Path) -> None:
         generator.version,
         layout="coco",
     )
-    assert staged.case_ids == ["case_0001", "case_0002"]
+    salt = synthetic_salt("bccd-det", 3)
+    assert staged.case_ids == sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
 
 
 # --------------------------------------------------------------------------- modality
@@ -421,7 +427,14 @@ def test_max_cases_and_fallbacks(tmp_path: Path) -> None:
 def test_stage_real_uses_the_coco_layout(tmp_path: Path) -> None:
     source = build_bccd_tree(tmp_path / "src")
     staged = stage_real("bccd-det", get_stager("bccd"), source, tmp_path / "cache", layout="coco")
-    assert staged.case_ids == ["case_0001", "case_0002"]
+    salt = real_salt(tmp_path / "cache")
+    expected = sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
+    assert staged.case_ids == expected
+    for half, name in (("public", "images.json"), ("private", "annotations.json")):
+        index = json.loads((staged.root / half / name).read_text(encoding="utf-8"))
+        assert sorted(Path(im["file_name"]).stem for im in index["images"]) == expected
+    for image in json.loads((staged.public_dir / "images.json").read_text())["images"]:
+        assert (staged.public_dir / image["file_name"]).is_file()
 
 
 def test_stager_errors_name_the_culprit(tmp_path: Path) -> None:

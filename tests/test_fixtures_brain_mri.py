@@ -43,7 +43,12 @@ from pytest_automedbench.fixtures.brain_mri import (
     stage_feta,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
+from pytest_automedbench.fixtures.staging import (
+    case_ids_of,
+    opaque_id,
+    real_salt,
+    stage_real,
+)
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.integer]
@@ -447,8 +452,10 @@ def test_feta_stager_max_cases_and_registry(tmp_path: Path) -> None:
     stager = get_stager("feta")
     assert (stager.dirname, stager.credentialed, stager.stage) == ("feta_2.2", True, stage_feta)
     staged = stage_real("fetal-brain-seg", stager, root, tmp_path / "cache", max_cases=1)
-    assert staged.case_ids == ["case_0001"]
-    assert (staged.private_dir / "case_0001" / "label.nii.gz").is_file()
+    case = opaque_id(real_salt(tmp_path / "cache"), "case_0001")
+    assert staged.case_ids == [case]
+    assert (staged.private_dir / case / "label.nii.gz").is_file()
+    assert not (staged.private_dir / "case_0001").exists()
 
 
 @pytest.mark.parametrize(
@@ -572,7 +579,10 @@ def test_brats_stager_reads_2023_gli_and_max_cases(tmp_path: Path) -> None:
     stager = get_stager("brats")
     assert (stager.dirname, stager.credentialed, stager.stage) == ("BraTS", True, stage_brats)
     staged = stage_real("brain-tumor-seg", stager, root, tmp_path / "cache")
-    assert staged.case_ids == ["case_0001", "case_0002", "case_0003"]
+    salt = real_salt(tmp_path / "cache")
+    assert staged.case_ids == sorted(
+        opaque_id(salt, c) for c in ["case_0001", "case_0002", "case_0003"]
+    )
 
 
 @pytest.mark.parametrize(

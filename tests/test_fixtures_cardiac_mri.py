@@ -37,7 +37,12 @@ from pytest_automedbench.fixtures.cardiac_mri import (
     write_case,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
+from pytest_automedbench.fixtures.staging import (
+    case_ids_of,
+    opaque_id,
+    real_salt,
+    stage_real,
+)
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
@@ -535,7 +540,8 @@ def test_acdc_stager_accepts_the_database_folder(tmp_path: Path) -> None:
 def test_acdc_stager_through_the_harness(tmp_path: Path) -> None:
     build_acdc(tmp_path / "ACDC", PATIENTS)
     staged = stage_real("cardiac-seg", get_stager("acdc"), tmp_path / "ACDC", tmp_path / "cache")
-    assert staged.case_ids == [case_id(i) for i in range(6)]
+    salt = real_salt(tmp_path / "cache")
+    assert staged.case_ids == sorted(opaque_id(salt, case_id(i)) for i in range(6))
     assert staged.source == "real:acdc"
 
 

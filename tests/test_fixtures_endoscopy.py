@@ -26,7 +26,12 @@ from scipy import ndimage
 from pytest_automedbench.evaluators import get_evaluator
 from pytest_automedbench.fixtures import endoscopy as en
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
+from pytest_automedbench.fixtures.staging import (
+    case_ids_of,
+    opaque_id,
+    real_salt,
+    stage_real,
+)
 from pytest_automedbench.tasks import BRIEF_FIELDS, load_task
 
 from .conftest import SUITES
@@ -349,7 +354,8 @@ def test_max_cases_and_stage_real(tmp_path: Path) -> None:
         2,
         layout="coco",
     )
-    assert staged.case_ids == ["case_0001", "case_0002"]
+    salt = real_salt(tmp_path / "cache")
+    assert staged.case_ids == sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
 
 
 def test_stager_errors_name_the_culprit(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import SimpleITK as sitk
 
 from pytest_automedbench.fixtures.kits19 import stage_kits19
 from pytest_automedbench.fixtures.registry import get_stager
-from pytest_automedbench.fixtures.staging import stage_real
+from pytest_automedbench.fixtures.staging import opaque_id, real_salt, stage_real
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
@@ -187,6 +187,7 @@ def test_registered_and_declared_by_the_kidney_task(tmp_path: Path) -> None:
     # Through the harness's own staging: a finished, read-only split with a manifest.
     build_tree(tmp_path / "kits19")
     staged = stage_real(task.id, stager, tmp_path / "kits19", tmp_path / "cache", max_cases=2)
-    assert staged.case_ids == ["case_0001", "case_0002"]
+    salt = real_salt(tmp_path / "cache")
+    assert staged.case_ids == sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
     assert staged.source == "real:kits19"
-    assert (staged.public_dir / "case_0002" / "ct.nii.gz").is_file()
+    assert (staged.public_dir / opaque_id(salt, "case_0002") / "ct.nii.gz").is_file()

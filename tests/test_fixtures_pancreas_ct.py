@@ -44,7 +44,12 @@ from pytest_automedbench.fixtures.pancreas_phantom import (
     build_phantom,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
+from pytest_automedbench.fixtures.staging import (
+    case_ids_of,
+    opaque_id,
+    real_salt,
+    stage_real,
+)
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -573,9 +578,11 @@ def test_stage_respects_max_cases(tmp_path: Path) -> None:
 def test_stage_through_the_staging_cache(tmp_path: Path) -> None:
     root = _pants_tree(tmp_path / "data" / "PanTS", [1, 3])
     staged = stage_real("pancreas-oar-seg", get_stager("pants-oar"), root, tmp_path / "cache")
-    assert staged.case_ids == ["case_0001", "case_0002"]
-    assert (staged.public_dir / "case_0002" / "ct.nii.gz").is_file()
-    assert (staged.private_dir / "case_0002" / "label.nii.gz").is_file()
+    salt = real_salt(tmp_path / "cache")
+    assert staged.case_ids == sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
+    second = opaque_id(salt, "case_0002")
+    assert (staged.public_dir / second / "ct.nii.gz").is_file()
+    assert (staged.private_dir / second / "label.nii.gz").is_file()
 
 
 def _break(root: Path, how: str) -> str:

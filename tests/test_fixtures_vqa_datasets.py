@@ -23,7 +23,12 @@ from PIL import Image
 
 from pytest_automedbench.fixtures import vqa_datasets as vds
 from pytest_automedbench.fixtures.registry import get_stager
-from pytest_automedbench.fixtures.staging import case_ids_of, stage_real
+from pytest_automedbench.fixtures.staging import (
+    case_ids_of,
+    opaque_id,
+    real_salt,
+    stage_real,
+)
 
 
 def _image(path: Path, seed: int, fmt: str = "JPEG") -> bytes:
@@ -118,7 +123,13 @@ def test_vqa_rad_max_cases_and_staging_through_the_cache(tmp_path: Path) -> None
     staged = stage_real(
         "vqa-rad", get_stager("vqa-rad"), source, tmp_path / "cache", 2, layout="questions"
     )
-    assert staged.case_ids == ["q_0001", "q_0002"]
+    salt = real_salt(tmp_path / "cache")
+    expected = sorted(opaque_id(salt, q) for q in ["q_0001", "q_0002"])
+    assert staged.case_ids == expected
+    questions = json.loads((staged.public_dir / "questions.json").read_text(encoding="utf-8"))
+    assert sorted(q["question_id"] for q in questions) == expected
+    answers = json.loads((staged.private_dir / "answers.json").read_text(encoding="utf-8"))
+    assert sorted(answers) == expected
     assert sorted(p.name for p in (staged.public_dir / "images").iterdir()) == [
         "img_0001.jpg",
         "img_0002.jpg",

@@ -21,10 +21,14 @@ from pytest_automedbench.fixtures.staging import (
     StagingError,
     data_hash_of,
     load_prepared,
+    make_ids_opaque,
+    opaque_id,
+    real_salt,
     references_manifest,
     stage_real,
     stage_synthetic,
     synthetic_dirname,
+    synthetic_salt,
     verify,
     write_manifest,
 )
@@ -63,6 +67,12 @@ class FailingGenerator:
         raise RuntimeError("generator exploded")
 
 
+def _opaque(seed: int = 1, n_cases: int = 3) -> dict[str, str]:
+    """The ids staging gives the generator's ``case_0001``... for TASK and ``seed``."""
+    salt = synthetic_salt(TASK, seed)
+    return {f"case_{i:04d}": opaque_id(salt, f"case_{i:04d}") for i in range(1, n_cases + 1)}
+
+
 def _calls(counter: Path) -> int:
     return len(counter.read_text().splitlines()) if counter.exists() else 0
 
@@ -90,16 +100,22 @@ def test_stages_layout_and_manifest(tmp_path: Path) -> None:
     assert staged.root == root
     assert staged.public_dir == root / "public"
     assert staged.private_dir == root / "private"
-    assert staged.case_ids == ["case_0001", "case_0002", "case_0003"]
+    ids = _opaque()
+    assert staged.case_ids == sorted(ids.values())
     assert staged.source == "synthetic:counting"
     assert staged.task_id == TASK
     assert staged.seed == 1
     assert staged.schema_version == 2
     assert set(staged.files) == {
-        f"{half}/case_000{i}/{name}"
-        for i in (1, 2, 3)
+        f"{half}/{case}/{name}"
+        for case in ids.values()
         for half, name in (("public", "image.txt"), ("private", "label.txt"))
     }
+    # The renamed folders still hold the generator's bytes for their original case.
+    for index, original in enumerate(ids):
+        case = ids[original]
+        assert (staged.public_dir / case / "image.txt").read_text() == f"image 1 {index}\n"
+        assert (staged.private_dir / case / "label.txt").read_text() == f"label 1 {index}\n"
     assert all(len(digest) == 64 for digest in staged.files.values())
     on_disk = StagedData.model_validate_json((root / MANIFEST_NAME).read_text())
     assert on_disk == staged
@@ -216,14 +232,14 @@ def test_real_kidney_generator_stages_and_verifies(tmp_path: Path) -> None:
         seed=0,
         generator_version=get_generator("kidney-ct").version,
     )
-    assert staged.case_ids == ["case_0001", "case_0002"]
+    salt = synthetic_salt(TASK, 0)
+    ids = sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
+    assert staged.case_ids == ids
     assert staged.source == "synthetic:kidney-ct"
-    assert sorted(staged.files) == [
-        "private/case_0001/label.nii.gz",
-        "private/case_0002/label.nii.gz",
-        "public/case_0001/ct.nii.gz",
-        "public/case_0002/ct.nii.gz",
-    ]
+    assert sorted(staged.files) == sorted(
+        [f"private/{case}/label.nii.gz" for case in ids]
+        + [f"public/{case}/ct.nii.gz" for case in ids]
+    )
     verify(staged)
 
 
@@ -242,7 +258,8 @@ def test_the_manifest_records_a_data_hash_of_the_split(tmp_path: Path) -> None:
     assert _stage(tmp_path / "a", CountingGenerator(counter), seed=2).data_hash != staged.data_hash
     # The hash covers names as well as contents.
     renamed = dict(staged.files)
-    renamed["public/case_0009/image.txt"] = renamed.pop("public/case_0001/image.txt")
+    first = _opaque()["case_0001"]
+    renamed["public/case_0009/image.txt"] = renamed.pop(f"public/{first}/image.txt")
     assert data_hash_of(renamed) != staged.data_hash
 
 
@@ -276,9 +293,11 @@ def test_a_real_split_gets_a_data_hash_but_no_file_list(tmp_path: Path) -> None:
     stager = RealStager("fake", "1", "fake", _real_stager, "a fake dataset", "none")
     staged = stage_real(TASK, stager, source, tmp_path / "cache")
     assert staged.files == {}
+    case = opaque_id(real_salt(tmp_path / "cache"), "case_0001")
+    assert staged.case_ids == [case]
     hashes = {
-        "private/case_0001/label.txt": hashlib.sha256(b"label\n").hexdigest(),
-        "public/case_0001/image.txt": hashlib.sha256(b"image\n").hexdigest(),
+        f"private/{case}/label.txt": hashlib.sha256(b"label\n").hexdigest(),
+        f"public/{case}/image.txt": hashlib.sha256(b"image\n").hexdigest(),
     }
     assert staged.data_hash == data_hash_of(hashes)
     assert stage_real(TASK, stager, source, tmp_path / "cache").data_hash == staged.data_hash
@@ -289,13 +308,17 @@ def test_a_split_written_in_place_records_its_task_for_its_references(tmp_path: 
     (root / "public").mkdir(parents=True)
     (root / "private").mkdir()
     CountingGenerator(tmp_path / "calls")(root / "public", root / "private", 3, 1)
+    # write_manifest records the split as it is; with the ids the cache gives it, it
+    # holds the same bytes as the cached split.
+    assert make_ids_opaque(root, "folders", synthetic_salt(TASK, 1)) == _opaque()
     written = write_manifest(root, "other-task", "synthetic:counting", "folders")
     cached = _stage(tmp_path / "cache", CountingGenerator(tmp_path / "calls"))
     assert written.data_hash == cached.data_hash  # the same bytes, staged either way
+    assert written.files == cached.files
     found = references_manifest(root / "private")
     assert found is not None
     assert (found.task_id, found.data_hash) == ("other-task", written.data_hash)
-    assert found.case_ids == ["case_0001", "case_0002", "case_0003"]
+    assert found.case_ids == sorted(_opaque().values()) == cached.case_ids
     cached_found = references_manifest(cached.private_dir)
     assert cached_found is not None and cached_found.task_id == TASK
     assert references_manifest(root / "public") is None
@@ -312,23 +335,25 @@ def test_a_prepared_split_has_no_data_hash(tmp_path: Path) -> None:
 
 def test_verify_detects_modified_file(tmp_path: Path) -> None:
     staged = _stage(tmp_path / "cache", CountingGenerator(tmp_path / "calls"))
-    target = staged.private_dir / "case_0002" / "label.txt"
+    case = _opaque()["case_0002"]
+    target = staged.private_dir / case / "label.txt"
     target.chmod(0o644)
     target.write_text("tampered\n")
-    with pytest.raises(StagingError, match=r"case_0002/label\.txt"):
+    with pytest.raises(StagingError, match=rf"{case}/label\.txt"):
         verify(staged)
 
 
 def test_verify_detects_missing_and_extra_files(tmp_path: Path) -> None:
     staged = _stage(tmp_path / "cache", CountingGenerator(tmp_path / "calls"))
-    case_dir = staged.public_dir / "case_0001"
+    case = _opaque()["case_0001"]
+    case_dir = staged.public_dir / case
     case_dir.chmod(0o755)
     (case_dir / "leak.txt").write_text("a copied label")
-    with pytest.raises(StagingError, match=r"leak\.txt"):
+    with pytest.raises(StagingError, match=rf"{case}/leak\.txt"):
         verify(staged)
     (case_dir / "leak.txt").unlink()
     (case_dir / "image.txt").unlink()
-    with pytest.raises(StagingError, match=r"case_0001/image\.txt"):
+    with pytest.raises(StagingError, match=rf"{case}/image\.txt"):
         verify(staged)
 
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_automedbench import llm
-from pytest_automedbench.evaluators.schema import EvaluationResult
+from pytest_automedbench.evaluators.schema import EvaluationResult, HealthAgentSpec
 
 #: HealthAgentBench's votes and the error-free votes a case needs.
 VOTES = 5
@@ -34,6 +35,8 @@ NEEDED = 3
 TEMPERATURE = 0.7
 #: Longest FINDINGS text put in a prompt (longer submissions are invalid anyway).
 MAX_TEXT_CHARS = 8000
+#: The case's correct FINDINGS, in its reference folder.
+REFERENCE_FINDINGS = "findings.txt"
 UNAVAILABLE_KEY = "llm_correction_judge"
 
 SYSTEM_PROMPT = (
@@ -180,3 +183,46 @@ def judge_corrections(
         result.unavailable[UNAVAILABLE_KEY] = f"{judge.name} failed, rules only: {exc}"
         return result
     return apply_votes(evaluation, votes, judge.name)
+
+
+def _text(path: Path) -> str:
+    with path.open("rb") as fh:
+        return fh.read(4 * MAX_TEXT_CHARS).decode("utf-8", errors="replace")
+
+
+def correction_texts(
+    evaluation: EvaluationResult, spec: HealthAgentSpec, outputs: Path, references: Path
+) -> dict[str, tuple[str, str]]:
+    """Case -> (correct FINDINGS, submitted FINDINGS) for every case the evaluator read
+    (status ok): the others have failed already and are not asked about."""
+    return {
+        case.case_id: (
+            _text(references / case.case_id / REFERENCE_FINDINGS),
+            _text(outputs / spec.output_path(case.case_id)),
+        )
+        for case in evaluation.cases
+        if case.status == "ok"
+    }
+
+
+def second_judgement(
+    evaluation: EvaluationResult,
+    spec: HealthAgentSpec | None,
+    judge: str,
+    api_base: str | None,
+    outputs: Path,
+    references: Path,
+) -> EvaluationResult:
+    """A cell's evaluation with HealthAgentBench's LLM votes folded in: for report
+    corrections only (other kinds pass through), with the run's ``judge`` when it is an
+    LLM (``llm:MODEL``); otherwise the result says the verdict is the rules' alone."""
+    if spec is None or spec.kind != "report_correction":
+        return evaluation
+    if not judge.startswith("llm:"):
+        return judge_corrections(evaluation, {}, None, "no LLM judge configured (rules only)")
+    try:
+        asker = CorrectionJudge(judge.removeprefix("llm:"), api_base=api_base)
+    except JudgeUnavailable as exc:
+        return judge_corrections(evaluation, {}, None, f"{judge} unavailable, rules only: {exc}")
+    texts = correction_texts(evaluation, spec, outputs, references)
+    return judge_corrections(evaluation, texts, asker)
