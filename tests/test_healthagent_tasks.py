@@ -10,6 +10,7 @@ by the real evaluator, as a cell is. The seven together select as 21 cells with
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,10 +21,12 @@ import pytest
 from pytest_automedbench.evaluation import evaluate
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.scoring.rubric import load_rubric
 from pytest_automedbench.tasks import TaskSpec, discover_tasks
 from pytest_automedbench.terms import TIERS
 
-from .conftest import SUITES
+from .conftest import SUITES, read_ledger
+from .fake_openai import FakeOpenAI, TextReply
 from .neutral_names import check_neutral
 
 HAB_TASKS = [t for t in discover_tasks(SUITES) if t.track == "healthagentbench"]
@@ -101,3 +104,34 @@ def test_the_marker_selects_the_seven_in_every_tier(pytester: pytest.Pytester) -
     assert len(cells) == len(CATEGORIES) * len(TIERS) == 21, result.outlines[-20:]
     for task in HAB_TASKS:
         assert sum(f"[{task.id}-" in c for c in cells) == len(TIERS), (task.id, cells)
+
+
+@pytest.mark.slow
+def test_a_report_correction_cell_is_judged_by_rules_and_five_llm_votes(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """The reference agent's cell with an LLM judge: each case gets five votes besides the
+    rules, the record counts its cases as HealthAgentBench's trials, and the summary line
+    shows the pooled success beside OVERALL."""
+    items = {item.id: {"answer": "yes", "rationale": "shown"} for item in load_rubric().items}
+    # One reply serves both questions: the rubric's items and the correction's error count.
+    reply = {"items": items, "error_codes": [], "clinically_significant_errors": 0, "errors": []}
+    out = tmp_path / "results"
+    with FakeOpenAI(default=TextReply(json.dumps(reply))) as server:
+        result = pytester.runpytest_subprocess(
+            str(SUITES / "healthagentbench"), "-k", "xray-report-correction", "--tier", "lite",
+            "--runs", "1", f"--amb-out={out}", "-p", "no:cacheprovider",
+            "--judge=llm:openai/judge-a", f"--judge-api-base={server.url}", timeout=600,
+        )  # fmt: skip
+        bodies = [r.body for r in server.requests]
+    result.assert_outcomes(passed=1)
+    (record,) = read_ledger(out)
+    assert record["status"] == "scored", record.get("error")
+    n = record["cases_total"]
+    assert n >= 5 and record["cases_passed"] == n
+    metrics = record["task_metrics"]
+    assert metrics["llm_judged_cases"] == n and metrics["pass_rate"] == 1.0
+    votes = [b for b in bodies if "CANDIDATE FINDINGS" in b["messages"][-1]["content"]]
+    assert len(votes) == 5 * n
+    line = next(x for x in result.outlines if x.startswith("reference | healthagentbench:"))
+    assert "OVERALL" in line and f"pooled success {n}/{n} (100.0%)" in line
