@@ -1,0 +1,110 @@
+"""Hostile ``labels.json`` deliverables for the HealthAgentBench ``ct_labels`` kind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .cases import (
+    Ctx,
+    Malformed,
+    link_to,
+    make_directory,
+    make_fifo,
+    make_sparse,
+    nothing,
+    write_bytes,
+)
+
+KIND = "ct_labels"
+METRIC = "label_accuracy"
+OUTPUT_PATTERN = "{case}/labels.json"
+OPTIONS: dict[str, float | int | str | bool] = {}
+
+#: The small reference case: five requested labels, two present.
+TRUTH = {
+    "Medical material": False,
+    "Cardiomegaly": True,
+    "Emphysema": False,
+    "Lung nodule": True,
+    "Pleural effusion": False,
+}
+
+
+def write_reference(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "labels.json").write_text(json.dumps(TRUTH), encoding="utf-8")
+
+
+def write_good(path: Path) -> None:
+    path.write_text(json.dumps(TRUTH), encoding="utf-8")
+
+
+def _answers(**changes: object) -> bytes:
+    answers: dict[str, object] = dict(TRUTH)
+    for key, value in changes.items():
+        label = key.replace("_", " ")
+        if value is None and label in answers:
+            del answers[label]
+        else:
+            answers[label] = value
+    return json.dumps(answers).encode()
+
+
+def _references(ctx: Ctx) -> Path:
+    return ctx.references / str(ctx.case_id) / "labels.json"
+
+
+def _h(name: str, build: object, reason: str, status: str = "invalid") -> Malformed:
+    return Malformed(name, "healthagentbench", build, reason, status=status, kind=KIND)  # type: ignore[arg-type]
+
+
+ENTRIES: list[Malformed] = [
+    _h("missing", nothing, "missing file", status="missing"),
+    _h("empty-file", write_bytes(b""), "not valid JSON"),
+    _h("not-utf8", write_bytes(b'{"Cardiomegaly\xff": true}'), "not UTF-8"),
+    _h("a-list", write_bytes(b'["Cardiomegaly"]'), "must be a JSON object"),
+    _h(
+        "yes-string",
+        write_bytes(_answers(Cardiomegaly="yes")),
+        "label 'Cardiomegaly': must be true or false, found string 'yes'",
+    ),
+    _h(
+        "number-answer",
+        write_bytes(_answers(Lung_nodule=1)),
+        "label 'Lung nodule': must be true or false, found number 1",
+    ),
+    _h(
+        "null-answer",
+        write_bytes(json.dumps(TRUTH | {"Emphysema": None}).encode()),
+        "label 'Emphysema': must be true or false, found null",
+    ),
+    _h("nan-answer", write_bytes(b'{"Cardiomegaly": NaN}'), "label 'Cardiomegaly': must be"),
+    _h(
+        "label-left-out",
+        write_bytes(_answers(Pleural_effusion=None, Lung_nodule=None)),
+        "requested label 'Lung nodule' is missing (also 'Pleural effusion')",
+    ),
+    _h(
+        "unrequested-label",
+        write_bytes(_answers(Consolidation=False)),
+        "label 'Consolidation' was not requested for this case",
+    ),
+    _h(
+        "unknown-label",
+        write_bytes(_answers(cardiomegaly=True)),
+        "label 'cardiomegaly' is not a requested label name",
+    ),
+    _h(
+        "duplicate-label",
+        write_bytes(_answers()[:-1] + b', "Cardiomegaly": false}'),
+        "label 'Cardiomegaly' appears twice",
+    ),
+    _h(
+        "deep", write_bytes(b'{"Cardiomegaly": ' + b"[" * 40 + b"]" * 40 + b"}"), "nested more than"
+    ),
+    _h("huge-sparse", make_sparse, "over the"),
+    _h("fifo", make_fifo, "is a FIFO, not a regular file"),
+    _h("directory", make_directory, "not a regular file"),
+    _h("symlink-to-reference", link_to(_references), "symbolic link"),
+]
