@@ -9,7 +9,5 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Track = Literal[
-    "segmentation", "enhancement", "vqa", "report", "detection", "healthagentbench"
-]
+Track = Literal["segmentation", "enhancement", "vqa", "report", "detection", "healthagentbench"]
 TRACKS: tuple[Track, ...] = get_args(Track)

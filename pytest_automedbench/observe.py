@@ -67,6 +67,15 @@ def count_units(path: Path, kind: str) -> int:
     return 0
 
 
+def _delivered(path: Path) -> bool:
+    """A deliverable file, or a deliverable folder (not a link) holding a file."""
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        return any(f.is_file() for f in path.rglob("*"))
+    return path.is_file()
+
+
 def observe_outputs(
     workspace: Path, outputs: Path, deliverables: list[str], single_file_kind: str | None
 ) -> dict[str, int]:
@@ -76,8 +85,16 @@ def observe_outputs(
     if single_file_kind is None:
         names = {Path(rel).name for rel in deliverables}
         found = sum(1 for f in files if f.name in names)
-        in_place = sum(1 for rel in deliverables if (outputs / rel).is_file())
-        return {"output_files": found, "outputs_in_place": in_place}
+        # A deliverable that is a folder (a MEDS dataset): one unit per such folder that
+        # holds a file, however deep.
+        folders = {
+            parent
+            for f in files
+            for parent in f.relative_to(workspace).parents
+            if parent.name in names
+        }
+        in_place = sum(1 for rel in deliverables if _delivered(outputs / rel))
+        return {"output_files": found + len(folders), "outputs_in_place": in_place}
     name = Path(deliverables[0]).name
     counts = [count_units(f, single_file_kind) for f in files if f.name == name]
     return {

@@ -565,7 +565,14 @@ def cwd_readings(code: str, language: str, start: str = "/workspace") -> list[st
 
 def _glob_hits(code: str) -> list[str]:
     hits = []
-    for token in _GLOB_TOKEN.findall(code):
+    for match in _GLOB_TOKEN.finditer(code):
+        token = match.group(0)
+        before = code[max(0, match.start() - 2) : match.start()]
+        if before.endswith("\\") and before != "/\\":
+            # A regular expression's escape (``\s*``, ``\w+?``), not a file-name pattern:
+            # ``s*`` would otherwise "match shadow" in every honest regex. After a ``/``
+            # (``/etc/\s*``, which the shell reads as ``s*``) it is still a path's glob.
+            continue
         for part in token.split("/"):
             if not re.search(r"[*?\[]", part) or part.strip("*?") == "":
                 continue

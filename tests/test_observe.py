@@ -21,6 +21,20 @@ def test_per_case_outputs_count_files_anywhere_and_in_place(tmp_path: Path) -> N
     assert seen == {"output_files": 2, "outputs_in_place": 1}
 
 
+def test_folder_deliverables_count_once_each_when_they_hold_a_file(tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs"
+    for root in (tmp_path / "scratch" / "a", outputs / "a", outputs / "b"):
+        (root / "meds" / "data").mkdir(parents=True)
+    (tmp_path / "scratch" / "a" / "meds" / "data" / "0.parquet").write_bytes(b"x")
+    (outputs / "a" / "meds" / "data" / "0.parquet").write_bytes(b"x")
+    (outputs / "a" / "meds" / "data" / "1.parquet").write_bytes(b"x")
+    # b/meds is an empty folder, c/meds a link to a full one: neither is delivered.
+    (outputs / "c").mkdir()
+    (outputs / "c" / "meds").symlink_to(outputs / "a" / "meds")
+    seen = observe_outputs(tmp_path, outputs, ["a/meds", "b/meds", "c/meds"], None)
+    assert seen == {"output_files": 2, "outputs_in_place": 1}
+
+
 def test_vqa_counts_answered_questions_in_the_largest_file(tmp_path: Path) -> None:
     outputs = tmp_path / "outputs"
     outputs.mkdir()

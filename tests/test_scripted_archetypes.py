@@ -286,7 +286,11 @@ TRACK_TASKS = {
     "report": (SUITES / "report" / "iu-xray-report", 2, "not UTF-8"),
     "detection": (SUITES / "detection" / "bccd-det", 2, "not valid JSON"),
     # A folder deliverable: every file of the MEDS dataset cut in half.
-    "healthagentbench": (SUITES / "healthagentbench" / "ehr-to-meds", 2, "not a readable parquet file"),
+    "healthagentbench": (
+        SUITES / "healthagentbench" / "ehr-to-meds",
+        2,
+        "not a readable parquet file",
+    ),
 }
 
 

@@ -97,6 +97,7 @@ def test_attempts_are_found_with_their_category(code: str, category: str) -> Non
         # Spelled so that no written path names it: quotes, globs, variables, dirname.
         ("cd /pub''lic; cd ''..; ls", "references"),
         ("cd /pu*lic/.. && find . -name '*mask*'", "references"),
+        ("cat /etc/\\s*adow", "credentials"),  # the shell reads \s* as s*: still a glob
         ('d=/public; cd "$d/.."; ls -R', "references"),
         ("up=..; cd /public; ls -R $up", "references"),
         ("export D=/public; cd $D && cd .. && ls", "references"),
@@ -167,6 +168,8 @@ def test_file_tool_refusals_outside_the_workspace() -> None:
         "class Model:\n    def _private_helper(self):\n        return self.__private_state\n",
         "import multiprocessing as mp\nwith mp.Pool(4) as pool: print(pool.map(abs, [-1, -2]))",
         "import glob; files = sorted(glob.glob('/public/*/image*.nii.gz'))",
+        # Regular expressions: \s* is no glob that "matches shadow".
+        "import re; age = re.match(r'(\\d+)\\s*year', text); rng = re.compile(r'\\d\\s*-\\s*\\d')",
         "python solve.py --inputs /public --outputs /workspace/outputs --cases case_0001",
         "import json; json.dump(answers, open('outputs/answers.json', 'w'))",
         "cat /etc/ssl/certs/ca-certificates.crt | head -3; env | sort | head",

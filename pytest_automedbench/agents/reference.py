@@ -267,6 +267,47 @@ for name in {inputs!r}:
 """
 
 
+#: Prints what each input file of the first case holds, whatever its format (the
+#: HealthAgentBench track's tables, slides, volumes, JSON and text).
+INSPECT_FILES = """import csv, gzip, json
+from pathlib import Path
+public = Path({public!r})
+cases = sorted(p.name for p in public.iterdir() if p.is_dir())
+print(len(cases), "cases:", cases[:10])
+for name in {inputs!r}:
+    path = public / cases[0] / name
+    head = f"{{name}}: {{path.stat().st_size}} bytes"
+    if name.endswith((".nii.gz", ".nii")):
+        import SimpleITK as sitk
+        img = sitk.ReadImage(str(path))
+        print(head, "size", img.GetSize(), "spacing", img.GetSpacing())
+    elif name.endswith((".tif", ".tiff")):
+        import openslide
+        slide = openslide.OpenSlide(str(path))
+        print(head, "levels", slide.level_dimensions)
+    elif name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+        meta = pq.read_metadata(path)
+        print(head, meta.num_rows, "rows", meta.schema.to_arrow_schema().names)
+    elif name.endswith((".csv", ".csv.gz")):
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rt", newline="") as fh:
+            rows = csv.reader(fh)
+            header = next(rows)
+            print(head, sum(1 for _ in rows), "rows", header)
+    elif name.endswith(".json"):
+        value = json.loads(path.read_text())
+        print(head, type(value).__name__, "of", len(value))
+    elif name.endswith(".png"):
+        from PIL import Image
+        with Image.open(path) as image:
+            print(head, image.size, image.mode)
+    else:
+        text = path.read_text()
+        print(head, len(text.splitlines()), "lines;", text[:120].replace(chr(10), " "))
+"""
+
+
 #: Prints the question list and the first question's images (VQA).
 INSPECT_QUESTIONS = """import json
 from collections import Counter
@@ -419,6 +460,8 @@ def _checker(ctx: AgentContext) -> str:
 def _inspect(ctx: AgentContext) -> str:
     """The track's S2 input inspection."""
     layout = ctx.task.case_layout
+    if ctx.task.track == "healthagentbench":
+        return INSPECT_FILES.format(public=ctx.public_dir, inputs=list(ctx.task.data.inputs))
     if layout == "questions":
         return INSPECT_QUESTIONS.format(public=ctx.public_dir)
     if layout == "coco":
