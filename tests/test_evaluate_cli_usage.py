@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from pytest_automedbench.cli import main
-from pytest_automedbench.fixtures.staging import MANIFEST_NAME, data_hash_of
+from pytest_automedbench.fixtures.staging import (
+    MANIFEST_NAME,
+    data_hash_of,
+    opaque_id,
+    synthetic_salt,
+)
+from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
 
@@ -41,7 +47,11 @@ def evaluate_argv(task: str, submission: Path, references: Path) -> list[str]:
 def test_stage_records_the_task_and_data_hash(staged: Path) -> None:
     manifest = json.loads((staged / MANIFEST_NAME).read_text())
     assert manifest["task_id"] == TASK
-    assert manifest["case_ids"] == ["q_0001", "q_0002", "q_0003", "q_0004"]
+    seed = load_task(SUITES / "vqa" / TASK).data.synthetic.seed
+    originals = ["q_0001", "q_0002", "q_0003", "q_0004"]
+    assert manifest["case_ids"] == sorted(
+        opaque_id(synthetic_salt(TASK, seed), q) for q in originals
+    )
     assert manifest["data_hash"] == data_hash_of(manifest["files"])
     assert "private/answers.json" in manifest["files"]
 
