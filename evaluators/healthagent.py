@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 import stat
 import time
 from collections.abc import Mapping
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .safe_io import SubmissionFileError, cap_problems, not_regular_problem
+from .safe_io import SubmissionFileError, cap_problems, not_regular_problem, walk_no_links
 from .schema import (
     CaseResult,
     EvalSpec,
@@ -39,7 +38,7 @@ from .schema import (
     HealthAgentSpec,
     OptionValue,
 )
-from .submission import format_report, require_references, scan_submission, short_error
+from .submission import format_report, require_references, scan_submission
 
 EVALUATOR_VERSION = "healthagent-1.0.0"
 
@@ -119,29 +118,11 @@ def deliverable_folder(submission: Path, rel: str) -> Path:
     """``submission/rel`` when it is a real folder reached without symlinks (for a
     deliverable that is a folder, as a MEDS dataset is); :class:`SubmissionFileError`
     otherwise, naming ``rel``."""
-    current = submission
-    parts = Path(rel).parts
-    for depth, part in enumerate(parts):
-        current = current / part
-        shown = "/".join(parts[: depth + 1])
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            raise SubmissionFileError("missing", f"{rel}: missing folder") from None
-        except OSError as exc:
-            raise SubmissionFileError(
-                "invalid", f"{shown}: unreadable ({short_error(exc)})"
-            ) from exc
-        if stat.S_ISLNK(st.st_mode):
-            raise SubmissionFileError(
-                "invalid", f"{shown}: is a symbolic link; symlinks are not followed"
-            )
-        if not stat.S_ISDIR(st.st_mode):
-            if depth == len(parts) - 1 and stat.S_ISREG(st.st_mode):
-                raise SubmissionFileError("invalid", f"{shown}: expected a folder, found a file")
-            if depth == len(parts) - 1:
-                raise SubmissionFileError("invalid", not_regular_problem(shown, st.st_mode))
-            raise SubmissionFileError("invalid", f"{shown}: expected a folder, found a file")
+    current, st = walk_no_links(submission, rel, "folder")
+    if stat.S_ISREG(st.st_mode):
+        raise SubmissionFileError("invalid", f"{rel}: expected a folder, found a file")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SubmissionFileError("invalid", not_regular_problem(rel, st.st_mode))
     return current
 
 

@@ -66,12 +66,10 @@ def _nofollow_opener(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
-def read_submission_bytes(submission: Path, rel: str, max_bytes: int) -> bytes:
-    """The bytes of ``submission/rel``, never following a symlink and never over ``max_bytes``.
-
-    Raises :class:`SubmissionFileError` (status "missing" or "invalid") with a message
-    that starts with ``rel``.
-    """
+def walk_no_links(submission: Path, rel: str, missing: str) -> tuple[Path, os.stat_result]:
+    """``submission/rel`` and its lstat, reached without following a symlink and through
+    folders only; :class:`SubmissionFileError` naming the component otherwise (``missing``:
+    the message's noun when nothing is there, "file" or "folder")."""
     current = submission
     parts = list(Path(rel).parts)
     st: os.stat_result | None = None
@@ -81,7 +79,7 @@ def read_submission_bytes(submission: Path, rel: str, max_bytes: int) -> bytes:
         try:
             st = os.lstat(current)
         except FileNotFoundError:
-            raise SubmissionFileError("missing", f"{rel}: missing file") from None
+            raise SubmissionFileError("missing", f"{rel}: missing {missing}") from None
         except OSError as exc:
             raise SubmissionFileError(
                 "invalid", f"{shown}: unreadable ({short_error(exc)})"
@@ -93,6 +91,16 @@ def read_submission_bytes(submission: Path, rel: str, max_bytes: int) -> bytes:
         if depth < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
             raise SubmissionFileError("invalid", f"{shown}: expected a folder, found a file")
     assert st is not None
+    return current, st
+
+
+def read_submission_bytes(submission: Path, rel: str, max_bytes: int) -> bytes:
+    """The bytes of ``submission/rel``, never following a symlink and never over ``max_bytes``.
+
+    Raises :class:`SubmissionFileError` (status "missing" or "invalid") with a message
+    that starts with ``rel``.
+    """
+    current, st = walk_no_links(submission, rel, "file")
     if not stat.S_ISREG(st.st_mode):
         raise SubmissionFileError("invalid", not_regular_problem(rel, st.st_mode))
     if st.st_size > max_bytes:
