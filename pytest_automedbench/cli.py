@@ -293,6 +293,28 @@ def cmd_judge_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rejudge(args: argparse.Namespace) -> int:
+    """Judge a ledger's stored cells again with each --judge and report how far the judges
+    agree, how the scores shift and whether the agents' ranking holds (see rejudge.py)."""
+    from pytest_automedbench.rejudge import format_report, parse_judges, rejudge, write_json
+
+    report = rejudge(
+        args.ledger,
+        parse_judges(args.judge, args.judge_api_base or ()),
+        _load(args.suites),
+        suites=args.suites,
+        votes=args.judge_votes,
+        n_boot=args.bootstrap,
+        seed=args.seed,
+        run_id=args.run,
+    )
+    _warn_unreadable(report.problems)
+    print(format_report(report))
+    if args.json is not None:
+        write_json(report, args.json)
+    return 0
+
+
 def _warn_unreadable(problems: list[LedgerProblem]) -> None:
     """One stderr line per skipped ledger line: the valid records still count."""
     for problem in problems:
@@ -594,6 +616,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agree.add_argument("--run", default=None, help="only this run id")
     agree.set_defaults(func=cmd_judge_agreement)
+    redo = sub.add_parser(
+        "rejudge",
+        help="judge a ledger's stored cells again with other judges: agreement, score "
+        "shifts, ranking stability",
+        description=(
+            "Re-judge every stored, scored cell of LEDGER from its saved evidence (trajectory, "
+            "plan folder, the evaluator's stored verdict) with each --judge; no agent or "
+            "evaluator runs again and the ledger is not modified. Reports per-item agreement "
+            "and Cohen's kappa per pair of judges, mean S1-S3, AGENTIC and OVERALL per judge "
+            "with their shift against the first judge and the stored scores, and Kendall's "
+            "tau between the judges' rankings of the agents with a bootstrap interval."
+        ),
+    )
+    redo.add_argument("ledger", type=Path, help="a ledger.jsonl")
+    redo.add_argument(
+        "--judge",
+        action="append",
+        required=True,
+        metavar="JUDGE",
+        help="'rules' or 'llm:MODEL' (repeatable; the first is the one shifts are against)",
+    )
+    redo.add_argument(
+        "--judge-api-base",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="the LLM judges' endpoint: once for all, or once per LLM judge in their order",
+    )
+    redo.add_argument("--judge-votes", type=int, default=1, help="answers per LLM judgement")
+    redo.add_argument(
+        "--json", type=Path, default=None, metavar="OUT", help="also write the report here"
+    )
+    redo.add_argument(
+        "--bootstrap", type=int, default=1000, metavar="N", help="resamples (default 1000)"
+    )
+    redo.add_argument("--seed", type=int, default=0)
+    redo.add_argument("--run", default=None, help="only this run id")
+    redo.set_defaults(func=cmd_rejudge)
     board = sub.add_parser("leaderboard", help="agent x track leaderboard from ledgers")
     board.add_argument("ledgers", type=Path, nargs="+", help="one or more ledger.jsonl")
     board.add_argument("--format", choices=("markdown", "csv", "json", "html"), default="markdown")

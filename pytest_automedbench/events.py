@@ -50,6 +50,11 @@ Kinds and their fields (``turn`` on most of them):
     refused or could not serve (``status``, ``error``, ``attempts``), and a gateway that
     stopped serving (``error``). Their turns are ``message`` and ``tool_result`` events
     read from the wire (``source``: ``"wire"``, ``native_tool``: the system's tool name).
+``egress``, ``runtime``
+    what the sandbox saw the agent do: a connection through the egress proxy, and what
+    the runtime probe recorded in the agent's Python (``probe``: ``optimizer_step`` or
+    ``backward``, ``detail``, ``count``, ``tensors``, ``module_parameters``, ``pid``,
+    ``argv``, ``at``: its wall-clock time); see :mod:`pytest_automedbench.protocol`.
 
 Light on purpose: the progress monitor re-reads trajectories every few seconds, so this
 module imports nothing beyond the standard library.
@@ -433,6 +438,23 @@ class EgressEvent(Event):
     duration_s: float | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeEvent(Event):
+    """What the sandbox's runtime probe saw in one of the agent's Python processes (one
+    event per process and kind, with its final count): evidence for the inference-only
+    protocol."""
+
+    KIND = "runtime"
+    probe: str | None = None
+    detail: str | None = None
+    count: int | None = None
+    tensors: int | None = None
+    module_parameters: bool | None = None
+    pid: int | None = None
+    argv: list[Any] = field(default_factory=list)
+    at: float | None = None
+
+
 _BASE_FIELDS = frozenset(f.name for f in dataclasses.fields(Event))
 #: The event class of each kind.
 EVENT_TYPES: dict[str, type[Event]] = {}
@@ -455,6 +477,7 @@ for _cls in (
     RequestFailedEvent,
     GatewayErrorEvent,
     EgressEvent,
+    RuntimeEvent,
 ):
     _cls._SPEC = {
         f.name: _FIELD_READERS.get(f.name) or _READERS[str(f.type)]

@@ -71,6 +71,11 @@ class CellResult(BaseModel):
     #: Isolation violations found by the monitor (category, evidence, seq, tool); any one
     #: sets S1-S5 = 0, excludes TASK (task_score None, the metrics kept) and OVERALL = 0.
     violations: list[dict[str, Any]] = Field(default_factory=list)
+    #: The task's inference-only protocol (``forbidden``: training is a violation, in
+    #: ``violations`` as category ``training``; ``allowed``), and the evidence of training
+    #: found in the cell's code and by the sandbox's runtime probe, in either case.
+    training_policy: str | None = None
+    training: list[dict[str, Any]] = Field(default_factory=list)
     #: E1-E5 diagnosed by the rules, and those the LLM judge added (kept apart).
     error_codes: list[ErrorCode] = Field(default_factory=list)
     error_codes_llm: list[ErrorCode] = Field(default_factory=list)

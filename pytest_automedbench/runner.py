@@ -42,6 +42,7 @@ from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult
 from pytest_automedbench.events import read_events, spent_so_far
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.observe import observe_outputs
+from pytest_automedbench.protocol import TrainingPolicy
 from pytest_automedbench.provenance import Provenance, cell_provenance
 from pytest_automedbench.redact import redact
 from pytest_automedbench.results import CellKey, CellResult
@@ -57,7 +58,7 @@ from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import TaskSpec
 from pytest_automedbench.terms import OUTPUTS_DIRNAME
 from pytest_automedbench.violations import Policy as ViolationPolicy
-from pytest_automedbench.violations import Violation, find_violations
+from pytest_automedbench.violations import Violation, find_violations, violation_reason
 
 if TYPE_CHECKING:
     from pytest_automedbench.cells import AnyTask
@@ -162,6 +163,7 @@ def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
         "data_hash": provenance.data_hash,
         "judge": provenance.judge,
         "limits": provenance.limits,
+        "training_policy": training_policy(plan),
         "cases_total": (
             len(plan.staged.case_ids) if plan.task.track == "healthagentbench" else None
         ),
@@ -228,7 +230,8 @@ def _in_workspace(
     with (
         open_gateway(plan) as gateway,
         open_egress(plan, trajectory) as egress,
-        open_sandbox(plan, cell, gateway, egress) as sandbox,
+        open_probe(trajectory) as probe,
+        open_sandbox(plan, cell, gateway, egress, probe) as sandbox,
     ):
         ctx = agent_context(plan, sandbox)
         outcome = run_agent_in(plan, cell, sandbox, ctx, trajectory, gateway, quota)
@@ -454,12 +457,40 @@ def open_egress(plan: CellPlan, trajectory: TrajectoryWriter) -> Iterator[Path |
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextmanager
+def open_probe(trajectory: TrajectoryWriter) -> Iterator[Path]:
+    """A folder for the sandbox's runtime probe (:mod:`..sandbox.runtime_probe`), its
+    start-up hook in it; when the agent is done, what the probe recorded becomes
+    ``runtime`` events in the trajectory (also when the cell fails), and the folder goes."""
+    from pytest_automedbench.protocol import read_probe_folder
+    from pytest_automedbench.sandbox import runtime_probe
+
+    folder = Path(tempfile.mkdtemp(prefix="amb-probe-"))
+    try:
+        hook = folder / runtime_probe.SITE_HOOK_NAME
+        shutil.copyfile(runtime_probe.__file__, hook)
+        hook.chmod(0o644)
+        folder.chmod(0o1777)  # every sandbox uid adds records; none replaces the hook
+        yield folder
+    finally:
+        try:
+            for line in read_probe_folder(folder):
+                trajectory.emit("runtime", **line)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def open_sandbox(
-    plan: CellPlan, cell: CellFiles, gateway: Gateway | None = None, egress: Path | None = None
+    plan: CellPlan,
+    cell: CellFiles,
+    gateway: Gateway | None = None,
+    egress: Path | None = None,
+    probe: Path | None = None,
 ) -> Sandbox:
     """The cell's agent sandbox (a context manager: started on entry, stopped on exit);
     with a gateway, its socket's folder is bound in and the agent systems' tools too;
-    with an egress folder, the proxy's socket is the sandbox's route out."""
+    with an egress folder, the proxy's socket is the sandbox's route out; with a probe
+    folder, the runtime probe records in it."""
     socket = gateway.unix_socket if gateway is not None else None
     return create_sandbox(
         cell.backend,
@@ -467,6 +498,7 @@ def open_sandbox(
             public_dir=plan.staged.public_dir,
             workspace_dir=cell.workspace,
             egress_dir=egress,
+            probe_dir=probe,
             gpus=plan.config.gpus,
             run_id=plan.run_id,
             docker_base=plan.config.docker_base,
@@ -611,7 +643,14 @@ def violation_policy(plan: CellPlan, public_path: str, workspace_path: str) -> V
             str(plan.staged.private_dir),
             str(plan.config.amb_out / "ledger.jsonl"),
         ),
+        training=training_policy(plan) or "allowed",
     )
+
+
+def training_policy(plan: CellPlan) -> TrainingPolicy | None:
+    """The catalogue task's inference-only protocol; None for a Harbor task (its own
+    format has no such rule)."""
+    return plan.task.protocol.training if isinstance(plan.task, TaskSpec) else None
 
 
 @dataclass(frozen=True)
@@ -661,7 +700,7 @@ def failure_result(
         update={
             "status": "scored",
             "termination": termination or ended,
-            "stages": zero_stages(zero, f"isolation violation: {violations[0].evidence}"),
+            "stages": zero_stages(zero, violation_reason(violations[0])),
             "agentic": 0.0,
             "task_score": None,
             "overall": 0.0,
@@ -759,6 +798,7 @@ def build_result(
         completion_rate=evaluation.completion_rate,
         format_problems=evaluation.format.problems[:20],
         violations=[v.as_dict() for v in score.violations],
+        training=[finding.as_dict() for finding in score.training],
         error_codes=score.error_codes,
         error_codes_llm=score.error_codes_llm,
         stage_activity=score.activity,

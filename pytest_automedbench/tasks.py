@@ -34,6 +34,7 @@ from pytest_automedbench.evaluators.schema import (
 )
 from pytest_automedbench.fixtures.registry import RegistryError, check_declared
 from pytest_automedbench.fixtures.staging import CaseLayout
+from pytest_automedbench.protocol import TrainingPolicy
 from pytest_automedbench.terms import MODALITIES, TIERS, Tier, Track
 
 if TYPE_CHECKING:
@@ -119,6 +120,17 @@ class NetworkDecl(BaseModel):
         return tuple(dict.fromkeys(normalise_pattern(host) for host in value))
 
 
+class ProtocolDecl(BaseModel):
+    """The task's rules of work (``protocol:`` in task.yaml). ``training``: ``forbidden``
+    (AutoMedBench's inference-only protocol, the default) makes training or fine-tuning
+    in the cell a protocol violation; ``allowed`` records the evidence without a penalty
+    (a task whose method is to fit a model). See :mod:`pytest_automedbench.protocol`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    training: TrainingPolicy = "forbidden"
+
+
 class OutputBounds(BaseModel):
     """What a submission may hold (``outputs:`` in task.yaml), for the host's copies of it:
     beyond it the copy stops and the agent is told in its format check. Each bound left
@@ -192,6 +204,7 @@ class TaskSpec(BaseModel):
     method_keywords: list[str] = Field(min_length=1)
     data: DataSpec
     network: NetworkDecl = Field(default_factory=NetworkDecl)
+    protocol: ProtocolDecl = Field(default_factory=ProtocolDecl)
     outputs: OutputBounds = Field(default_factory=OutputBounds)
     evaluation: EvaluationDecl
     rating: RatingBands

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from pytest_automedbench.protocol import TrainingPolicy, find_training
+
 VIOLATION_CATEGORIES = (
     "references",
     "other_cells",
@@ -52,6 +54,8 @@ VIOLATION_CATEGORIES = (
     "harness_tampering",
     "network_internal",
     "label_hosts",
+    # Not isolation: the inference-only protocol (training where the task forbids it).
+    "training",
 )
 
 #: Why the egress proxy refused a connection, when the refusal is itself evidence: a host
@@ -195,6 +199,9 @@ class Policy:
     forbidden_host_paths: tuple[str, ...] = ()
     #: Host names of internal endpoints (the LLM judge's API base, a proxy).
     forbidden_hosts: tuple[str, ...] = ()
+    #: The task's inference-only protocol: ``forbidden`` makes training a violation
+    #: (category ``training``, see :mod:`pytest_automedbench.protocol`).
+    training: TrainingPolicy = "forbidden"
 
 
 @dataclass(frozen=True)
@@ -211,6 +218,13 @@ class Violation:
             "seq": self.seq,
             "tool": self.tool,
         }
+
+
+def violation_reason(violation: Violation) -> str:
+    """Why a violation zeroes a cell, as its stage items say it."""
+    if violation.category == "training":
+        return f"protocol violation (training where the task forbids it): {violation.evidence}"
+    return f"isolation violation: {violation.evidence}"
 
 
 @dataclass
@@ -669,6 +683,9 @@ def find_violations(events: Sequence[dict[str, Any]], policy: Policy) -> list[Vi
             _scan_text(scan, [path], event, f"{tool} {path}")
             if len(scan.found) == before and event.get("error") and _outside(path):
                 scan.add("host_escape", f"{tool} {path} climbs out of the workspace", event)
+    if policy.training == "forbidden":
+        for finding in find_training(events):
+            scan.found.append(Violation("training", finding.evidence, finding.seq, finding.tool))
     return _dedupe(scan.found)
 
 

@@ -49,6 +49,12 @@ class SandboxSpec(BaseModel):
     #: ``off``). The isolating backends start every command behind the egress relay then.
     egress_dir: Path | None = None
 
+    #: A host folder for the runtime probe (:mod:`.runtime_probe`): it holds the probe's
+    #: start-up hook and receives its records; bound read-write at ``PROBE_MOUNT`` and put
+    #: on the agent's ``PYTHONPATH``. The harness makes it world-writable and sticky, so
+    #: the agent adds records but cannot replace the hook. None: no probe.
+    probe_dir: Path | None = None
+
     @property
     def network(self) -> bool:
         """Whether the agent can reach anything outside (through the egress proxy)."""

@@ -63,6 +63,7 @@ from pytest_automedbench.sandbox.mounted import (
     relayed,
 )
 from pytest_automedbench.sandbox.owner import is_gone, process_identity
+from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT
 from pytest_automedbench.sandbox.seccomp import bubblewrap_filter
 
 #: Staging folders live here, named with this prefix; a file inside names the owner.
@@ -154,6 +155,7 @@ class BubblewrapSandbox(MountedFiles):
             "agent-tools",
             "gateway",
             "egress",
+            "probe",
             "tmp",
         ):
             (stage / name).mkdir()
@@ -210,6 +212,9 @@ class BubblewrapSandbox(MountedFiles):
         egress = self.spec.egress_dir
         if egress is not None:
             mounts.append((egress, stage / "egress"))
+        probe = self.spec.probe_dir
+        if probe is not None:
+            mounts.append((probe, stage / "probe"))
         bwrap = [
             "bwrap",
             "--die-with-parent",
@@ -249,13 +254,17 @@ class BubblewrapSandbox(MountedFiles):
             bwrap += ["--ro-bind", str(stage / "gateway"), GATEWAY_DIR]
         if egress is not None:
             bwrap += ["--ro-bind", str(stage / "egress"), EGRESS_DIR]
+        if probe is not None:
+            bwrap += ["--bind", str(stage / "probe"), PROBE_MOUNT]
         bwrap += ["--bind", str(stage / "tmp"), "/tmp", "--proc", "/proc", "--dev", "/dev"]
         # /dev/shm and the root itself would otherwise be unbounded tmpfs the agent can fill.
         bwrap += ["--size", str(self.spec.tmp_mb * 1024**2), "--tmpfs", "/dev/shm"]
         # The kernel state no namespace separates (keyrings, io_uring, ...): see seccomp.py.
         bwrap += ["--seccomp", str(SECCOMP_FD)]
         bwrap += ["--unshare-net", "--remount-ro", "/", "--clearenv", "--chdir", WORKSPACE]
-        environment = agent_environment(agent_tools=tools is not None, egress=egress is not None)
+        environment = agent_environment(
+            agent_tools=tools is not None, egress=egress is not None, probe=probe is not None
+        )
         for key, value in environment.items():
             bwrap += ["--setenv", key, value]
         memory = self.spec.memory_mb * 1024**2

@@ -61,6 +61,7 @@ from pytest_automedbench.sandbox.mounted import (
     relayed,
 )
 from pytest_automedbench.sandbox.owner import is_gone, process_identity
+from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT
 
 NOBODY = 65534
 #: Seconds any single Docker API call may take; teardown never waits longer.
@@ -232,6 +233,8 @@ class DockerSandbox(MountedFiles):
             mounts.append(bind(self.spec.gateway_dir, GATEWAY_DIR, read_only=True))
         if self.spec.egress_dir is not None:
             mounts.append(bind(self.spec.egress_dir, EGRESS_DIR, read_only=True))
+        if self.spec.probe_dir is not None:
+            mounts.append(bind(self.spec.probe_dir, PROBE_MOUNT, read_only=False))
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
             mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
         options = container_options(self.spec)
@@ -291,7 +294,9 @@ class DockerSandbox(MountedFiles):
                 user=f"{self.uid}:{self.uid}",
                 workdir=WORKSPACE,
                 environment=agent_environment(
-                    agent_tools=self.spec.agent_tools is not None, egress=self.spec.network
+                    agent_tools=self.spec.agent_tools is not None,
+                    egress=self.spec.network,
+                    probe=self.spec.probe_dir is not None,
                 ),
             )["Id"]
             stream = api.exec_start(exec_id, stream=True, demux=True)

@@ -67,6 +67,8 @@ class LocalSandbox(Sandbox):
         # The interpreter running the harness is the one the agent gets: it has the
         # scientific stack installed. Its folder goes first on PATH.
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+        if self.spec.probe_dir is not None:
+            env.update(PYTHONPATH=str(self.spec.probe_dir), AMB_PROBE_DIR=str(self.spec.probe_dir))
         return env
 
     def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:

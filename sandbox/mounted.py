@@ -23,6 +23,7 @@ from pytest_automedbench.sandbox.egress import (
     with_relay,
 )
 from pytest_automedbench.sandbox.local import copy_tree_no_links
+from pytest_automedbench.sandbox.runtime_probe import PROBE_DIR_ENV, PROBE_MOUNT
 
 PUBLIC = "/public"
 WORKSPACE = "/workspace"
@@ -134,12 +135,15 @@ def passwd_files(uid: int) -> dict[str, str]:
     }
 
 
-def agent_environment(agent_tools: bool = False, egress: bool = False) -> dict[str, str]:
+def agent_environment(
+    agent_tools: bool = False, egress: bool = False, probe: bool = False
+) -> dict[str, str]:
     """The agent's whole environment (an allow-list: no provider or judge key exists
     in it), the same in every isolating backend; ``agent_tools``: the agent systems'
     programs (bound at ``AGENT_TOOLS``) come first on the PATH (the pins win over any
     ``claude`` or ``codex`` in the host's /usr); ``egress``: the proxy variables that
-    send HTTP(S) clients to the egress relay."""
+    send HTTP(S) clients to the egress relay; ``probe``: the runtime probe's folder
+    (bound at ``PROBE_MOUNT``) on the Python path, where its start-up hook is."""
     path = f"{VENV}/bin:/usr/local/bin:/usr/bin:/bin"
     env = {
         "PATH": ":".join((*AGENT_TOOLS_PATHS, path)) if agent_tools else path,
@@ -157,7 +161,14 @@ def agent_environment(agent_tools: bool = False, egress: bool = False) -> dict[s
         env.update(SSL_CERT_FILE=CA_BUNDLE, REQUESTS_CA_BUNDLE=CA_BUNDLE, PIP_CERT=CA_BUNDLE)
     if egress:
         env.update(proxy_environment())
+    if probe:
+        env.update(probe_environment(PROBE_MOUNT))
     return env
+
+
+def probe_environment(folder: str) -> dict[str, str]:
+    """The variables that load the runtime probe's start-up hook from ``folder``."""
+    return {"PYTHONPATH": folder, PROBE_DIR_ENV: folder}
 
 
 def relayed(spec: SandboxSpec, argv: list[str]) -> list[str]:

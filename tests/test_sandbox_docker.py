@@ -650,7 +650,10 @@ def test_sweep_removes_only_containers_of_dead_owners(client: Any, images: Image
                 labels={f"{LABEL}.role": "agent", f"{LABEL}.run": RUN_ID, f"{LABEL}.owner": owner},
             )
         removed = dk.sweep_stale_containers(client)
-        assert containers["dead"].name in removed
+        # Another xdist worker's first sandbox sweeps too (once per process, with the same
+        # rule): it may remove the dead owner's container first, and then this sweep has
+        # nothing of it to list. Either way the container is gone; a sweep that judged
+        # wrongly leaves it running.
         with pytest.raises(docker.errors.NotFound):
             client.containers.get(containers["dead"].id)
         for role in ("alive", "self", "elsewhere", "bare"):

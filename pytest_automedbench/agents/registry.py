@@ -330,6 +330,7 @@ SCRIPTED: dict[str, ScriptedAgent] = {
         ScriptedAgent("empty", "submits nothing"),
         ScriptedAgent("cheater", "tries to read the references and leave the sandbox, then works"),
         ScriptedAgent("stuck", "repeats a call that makes no progress until a limit stops it"),
+        ScriptedAgent("trainer", "the reference pipeline plus a fine-tuning run (forbidden)"),
     )
 }
 

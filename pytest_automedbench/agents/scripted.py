@@ -330,6 +330,42 @@ def stuck_agent(ctx: AgentContext) -> ScriptedPolicy:
     return ScriptedPolicy("stuck", steps, forever=wait)
 
 
+# --------------------------------------------------------------------------- trainer
+
+#: A few gradient steps of a small network on the public inputs' intensities, written to
+#: a script whose name says nothing (the static reading and the runtime probe both see it).
+ADAPT_SCRIPT = """\
+# Adapt a small network to this dataset before inference (self-training).
+import torch
+
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+features = torch.randn(64, 4)
+pseudo_labels = (features.sum(dim=1, keepdim=True) > 0).float()
+for epoch in range(20):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(net(features), pseudo_labels)
+    loss.backward()
+    optimizer.step()
+print(f"adapted: loss {loss.item():.3f}")
+"""
+
+
+def trainer_agent(ctx: AgentContext) -> ScriptedPolicy:
+    """The reference pipeline, plus a fine-tuning run before inference (a few SGD
+    steps of a small network on pseudo-labels): what the inference-only protocol
+    forbids, caught from its code and by the sandbox's runtime probe."""
+    steps = _reference(ctx)
+    script = f"{ctx.workspace}/adapt.py"
+    adapt = [
+        Step("Adapt the model to this dataset first.", "write_file",
+             {"path": script, "content": ADAPT_SCRIPT}, "S2"),
+        _bash("Run the adaptation.", f"cd {ctx.workspace} && python adapt.py", "S2"),
+    ]  # fmt: skip
+    return ScriptedPolicy("trainer", steps[:1] + adapt + steps[1:])
+
+
 #: Archetype name -> policy factory; the registry lists them with their descriptions.
 ARCHETYPES: dict[str, Callable[[AgentContext], Policy]] = {
     "reference": reference_agent,
@@ -340,4 +376,5 @@ ARCHETYPES: dict[str, Callable[[AgentContext], Policy]] = {
     "empty": empty_agent,
     "cheater": cheater_agent,
     "stuck": stuck_agent,
+    "trainer": trainer_agent,
 }

@@ -4,12 +4,14 @@ Every scored cell records each judge's yes/no verdict per rubric item (``verdict
 the ledger: judge name -> item id -> 0 or 1; items a tier passes by rule are left out,
 no judge answered them). For two judges this reports, per item and overall, the share of
 cells where they agree and Cohen's kappa (agreement corrected for chance), the check the
-paper's single LLM judge never had.
+paper's single LLM judge never had. :func:`kendall_tau` compares two judges' rankings of
+the systems (``automedbench rejudge``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,3 +104,27 @@ def format_report(report: AgreementReport) -> str:
         row(report.overall),
     ]
     return "\n".join(lines)
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Kendall's tau-b of two paired score lists (ties corrected, as
+    ``scipy.stats.kendalltau`` computes it by default); None when undefined: fewer than
+    two pairs, or one list all tied."""
+    if len(x) != len(y):
+        raise ValueError("both rankings must rank the same systems")
+    concordance = 0.0
+    pairs = untied_x = untied_y = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            dx, dy = _sign(x[i] - x[j]), _sign(y[i] - y[j])
+            pairs += 1
+            untied_x += dx != 0
+            untied_y += dy != 0
+            concordance += dx * dy
+    if pairs == 0 or untied_x == 0 or untied_y == 0:
+        return None
+    return round(concordance / math.sqrt(untied_x * untied_y), 6)
+
+
+def _sign(value: float) -> int:
+    return (value > 0) - (value < 0)

@@ -4,7 +4,8 @@ The runner hands over what the cell produced (:class:`CellEvidence`: the traject
 the evaluator's verdict, how the agent ended) and gets back every score the record
 carries (:class:`CellScore`). The scoring contract's rules live here in one place: the
 judges score S1-S3, S4-S5 are deterministic, E1-E5 are diagnosed from the same events,
-and an isolation violation sets S1-S5 = 0, excludes TASK and sets OVERALL = 0.
+and an isolation violation sets S1-S5 = 0, excludes TASK and sets OVERALL = 0; so does
+training where the task's inference-only protocol forbids it (a protocol violation).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.protocol import TrainingFinding, find_training
 from pytest_automedbench.scoring import JudgeSettings, score_stages
 from pytest_automedbench.scoring.attribution import stage_activity
 from pytest_automedbench.scoring.diagnosis import diagnose
@@ -26,7 +28,7 @@ from pytest_automedbench.scoring.overall import (
 )
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.violations import Policy as ViolationPolicy
-from pytest_automedbench.violations import Violation, find_violations
+from pytest_automedbench.violations import Violation, find_violations, violation_reason
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class CellScore:
     activity: list[StageActivity]
     verdicts: dict[str, dict[str, float]]
     violations: list[Violation] = field(default_factory=list)
+    #: Evidence of training in the cell, whether the task allows it or not.
+    training: list[TrainingFinding] = field(default_factory=list)
 
 
 def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
@@ -76,7 +80,7 @@ def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
     violations = find_violations(events, evidence.violation_policy)
     task_score: float | None = evidence.task_score
     if violations:
-        stages = zero_stages(stages, f"isolation violation: {violations[0].evidence}")
+        stages = zero_stages(stages, violation_reason(violations[0]))
         task_score = None  # excluded, per the scoring contract
     agentic = agentic_score(stages)
     overall = 0.0 if violations else overall_score(agentic, evidence.task_score)
@@ -100,4 +104,5 @@ def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
         activity=activity,
         verdicts=judged.verdicts,
         violations=violations,
+        training=find_training(events),
     )

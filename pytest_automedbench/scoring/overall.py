@@ -25,14 +25,14 @@ def agentic_score(stages: StageScores) -> float:
 
 
 def zero_stages(stages: StageScores, reason: str) -> StageScores:
-    """S1-S5 = 0 (an isolation violation): every item kept with its evidence, scored 0,
+    """S1-S5 = 0 (an isolation or protocol violation): every item kept with its evidence, scored 0,
     and the reason added to each stage."""
     items = [item.model_copy(update={"score": 0.0, "auto": False}) for item in stages.items]
     items += [
         ItemResult(
             stage=stage,
             id=f"{stage.lower()}-violation",
-            question="No isolation violation",
+            question="No isolation or protocol violation",
             score=0.0,
             evidence=reason,
         )
