@@ -152,5 +152,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
+def exit_now(code: int) -> None:
+    """End the process once the verdict is written, without the interpreter's teardown:
+    pyarrow's native thread pools can abort the process there ("terminate called without an
+    active exception", SIGABRT; apache/arrow#34314), which would turn a written verdict
+    into an evaluator failure. Everything this process wrote is flushed first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

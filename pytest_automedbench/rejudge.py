@@ -8,8 +8,8 @@ rubric again from that evidence through :func:`pytest_automedbench.scoring.score
 as the runner does, and the scores follow the contract of
 :func:`pytest_automedbench.scoring.cell.score_cell`: S4-S5 from the format report, AGENTIC
 from the fixed stage weights, OVERALL from AGENTIC and the stored TASK, and a cell with an
-isolation violation (as stored) keeps S1-S5 = 0 and OVERALL = 0. No agent and no evaluator
-runs again, and the ledger is only read.
+isolation or protocol violation (as stored) keeps S1-S5 = 0 and OVERALL = 0. No agent and
+no evaluator runs again, and the ledger is only read.
 
 The report:
 
@@ -66,7 +66,7 @@ from pytest_automedbench.scoring.rubric import load_rubric
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.stats import latest_per_cell
 from pytest_automedbench.tasks import TaskSpec
-from pytest_automedbench.terms import OUTPUTS_DIRNAME
+from pytest_automedbench.violations import Violation, violation_reason
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -278,9 +278,12 @@ def _submitted(record: CellResult, events: list[dict[str, Any]]) -> bool:
 
 
 def _violation(record: CellResult) -> str | None:
+    """Why the record's first violation zeroes the cell (isolation or protocol), or None."""
     if not record.violations:
         return None
-    return str(record.violations[0].get("evidence", "recorded in the ledger"))
+    first = record.violations[0]
+    category = str(first.get("category", ""))
+    return violation_reason(Violation(category, str(first.get("evidence", "in the ledger"))))
 
 
 def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -> StoredCell:
@@ -303,16 +306,13 @@ def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -
     violation = _violation(record)
     if record.task_score is None and violation is None:
         raise MissingEvidence("the ledger record has no 'task_score'")
-    ctx = JudgeContext(
-        tier=record.tier,
-        track=record.track,
-        plan_dir=cell_dir / "workspace" / "plan",
-        method_keywords=task.method_keywords,
-        n_cases=int(start["cases"]),
-        public_path=str(start["public_dir"]),
-        submission_path=str(start["outputs_dir"]),
-        input_markers=tuple(task.data.inputs),
-        output_markers=(f"{OUTPUTS_DIRNAME}/",),
+    ctx = JudgeContext.of_cell(
+        task,
+        record.tier,
+        cell_dir / "workspace",
+        int(start["cases"]),
+        str(start["public_dir"]),
+        str(start["outputs_dir"]),
     )
     evidence = Evidence(
         ctx=ctx,
@@ -362,7 +362,7 @@ class JudgedCell:
 def _scores_of(stages: StageScores, evidence: Evidence) -> CellScores:
     """AGENTIC and OVERALL of judged stages, by the scoring contract."""
     if evidence.violation is not None:
-        stages = zero_stages(stages, f"isolation violation: {evidence.violation}")
+        stages = zero_stages(stages, evidence.violation)
     agentic = agentic_score(stages)
     overall = 0.0 if evidence.violation is not None else overall_score(agentic, evidence.task_score)
     return CellScores(stages.s1, stages.s2, stages.s3, agentic, overall)

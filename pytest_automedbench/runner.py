@@ -747,16 +747,13 @@ def evidence_of(
     """What the cell left to score it by."""
     task = plan.spec
     return CellEvidence(
-        judge_ctx=JudgeContext(
-            tier=plan.key.tier,
-            track=task.track,
-            plan_dir=cell.workspace / "plan",
-            method_keywords=task.method_keywords,
-            n_cases=len(plan.staged.case_ids),
-            public_path=ctx.public_dir,
-            submission_path=ctx.outputs_dir,
-            input_markers=tuple(task.data.inputs),
-            output_markers=(f"{OUTPUTS_DIRNAME}/",),
+        judge_ctx=JudgeContext.of_cell(
+            task,
+            plan.key.tier,
+            cell.workspace,
+            len(plan.staged.case_ids),
+            ctx.public_dir,
+            ctx.outputs_dir,
         ),
         events=events,
         format=evaluation.format,

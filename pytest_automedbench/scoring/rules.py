@@ -17,11 +17,15 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_automedbench.events import Event, ToolCall, parse_events, tool_calls
 from pytest_automedbench.scoring.models import ItemResult
 from pytest_automedbench.scoring.rubric import Rubric, load_rubric
+from pytest_automedbench.terms import OUTPUTS_DIRNAME
+
+if TYPE_CHECKING:
+    from pytest_automedbench.tasks import TaskSpec
 
 #: A trajectory as the judges take it: its dicts, or typed events.
 Events = Sequence[Mapping[str, Any] | Event]
@@ -57,6 +61,30 @@ class JudgeContext:
     input_markers: tuple[str, ...]
     #: Strings whose presence in a call's code means it touches the outputs.
     output_markers: tuple[str, ...]
+
+    @classmethod
+    def of_cell(
+        cls,
+        task: TaskSpec,
+        tier: str,
+        workspace: Path,
+        n_cases: int,
+        public_path: str,
+        submission_path: str,
+    ) -> JudgeContext:
+        """The context of one catalogue cell: its workspace on the host (the plan folder
+        is in it), its inputs and outputs as the agent saw them."""
+        return cls(
+            tier=tier,
+            track=task.track,
+            plan_dir=workspace / "plan",
+            method_keywords=task.method_keywords,
+            n_cases=n_cases,
+            public_path=public_path,
+            submission_path=submission_path,
+            input_markers=tuple(task.data.inputs),
+            output_markers=(f"{OUTPUTS_DIRNAME}/",),
+        )
 
 
 def executed_calls(events: Iterable[Mapping[str, Any] | Event]) -> list[ToolCall]:
