@@ -25,10 +25,10 @@ from typing import Any
 import yaml
 
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.scoring.deterministic import score_s4, score_s5
+from pytest_automedbench.scoring import score_stages
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.models import ERROR_CODES, StageScores
-from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
+from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.terms import ERROR_CODE_IDS
 
 __all__ = [
@@ -210,22 +210,7 @@ def rule_stages(
     ctx: JudgeContext, events: list[dict[str, Any]], report: FormatReport, submitted: bool
 ) -> StageScores:
     """The rule judge's stage scores, as the runner stores them in ``result.json``."""
-    items = judge_rules(ctx, events)
-    s4, s4_items = score_s4(report)
-    s5, s5_items = score_s5(report, submitted)
-
-    def mean(stage: str) -> float:
-        scores = [i.score for i in items if i.stage == stage]
-        return sum(scores) / len(scores) if scores else 0.0
-
-    return StageScores(
-        s1=mean("S1"),
-        s2=mean("S2"),
-        s3=mean("S3"),
-        s4=s4,
-        s5=s5,
-        items=[*items, *s4_items, *s5_items],
-    )
+    return score_stages(ctx, events, report, submitted).stages
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
