@@ -13,7 +13,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from pytest_automedbench.agents.base import LIMIT_KEYS, Limits
@@ -103,7 +104,26 @@ class RunConfig(BaseModel):
 
     agents: tuple[str, ...] = _setting("agents")
     tier: str = _setting("tier")
-    runs: int | None = Field(default=None, ge=1, description=BY_FIELD["runs"].help)
+    runs: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        default=None, description=BY_FIELD["runs"].help
+    )
+    runs_width: float = Field(
+        default=BY_FIELD["runs_width"].default,
+        gt=0.0,
+        le=100.0,
+        description=BY_FIELD["runs_width"].help,
+    )
+    runs_min: int = Field(
+        default=BY_FIELD["runs_min"].default, ge=2, description=BY_FIELD["runs_min"].help
+    )
+    runs_max: int = Field(
+        default=BY_FIELD["runs_max"].default, ge=2, description=BY_FIELD["runs_max"].help
+    )
+    runs_max_cost: float | None = Field(
+        default=None, gt=0.0, description=BY_FIELD["runs_max_cost"].help
+    )
+    holdout: str = _setting("holdout")
+    holdout_seed: int = Field(default=0, ge=0, description=BY_FIELD["holdout_seed"].help)
     sandbox: str = _setting("sandbox")
     sandbox_network: str = _setting("sandbox_network")
     sandbox_allow_hosts: tuple[str, ...] = _setting("sandbox_allow_hosts")
@@ -175,6 +195,15 @@ class RunConfig(BaseModel):
         if value not in choices:
             raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
         return SANDBOX_ALIASES.get(value, value) if info.field_name == "sandbox" else value
+
+    @model_validator(mode="after")
+    def _runs_bounds(self) -> RunConfig:
+        if self.runs_min > self.runs_max:
+            raise ValueError(
+                f"runs_min ({self.runs_min}) is more than runs_max ({self.runs_max}): "
+                "--runs auto would have no repeat count to stop at"
+            )
+        return self
 
     @field_validator("tier", mode="before")
     @classmethod
@@ -335,6 +364,8 @@ class RunConfig(BaseModel):
             for field in SCORING_FIELDS
             if field not in _HASHED_WHEN_CHANGED or getattr(self, field) != BY_FIELD[field].default
         }
+        if self.holdout == "original":  # the seed derives nothing from the original split
+            payload.pop("holdout_seed", None)
         payload["data_root"] = str(self.data_root)
         if self.sandbox_network != "off":
             # "on" meant the host's network before every route out went through the
@@ -350,12 +381,23 @@ class RunConfig(BaseModel):
 
     def describe(self) -> list[str]:
         runs = str(self.runs) if self.runs is not None else "task default (1 for scripted agents)"
+        if self.runs == "auto":
+            cost = f", ${self.runs_max_cost:g} per group" if self.runs_max_cost else ""
+            runs = (
+                f"auto (until the OVERALL interval is under {self.runs_width:g} points, "
+                f"{self.runs_min}-{self.runs_max} runs{cost})"
+            )
+        holdout = (
+            f"  holdout: perturbed (seed {self.holdout_seed})"
+            if self.holdout == "perturbed"
+            else ""
+        )
         return [
             f"agents: {', '.join(self.agents)}",
             f"tier: {self.tier}  runs: {runs}  sandbox: {self.sandbox} "
             f"(network {self.sandbox_network}, workspace {self.sandbox_disk_mb} MiB / "
             f"{self.sandbox_inodes} files)  judge: {self.judge}",
-            f"data-root: {self.data_root or f'(synthetic data, {self.data_size})'}  "
+            f"data-root: {self.data_root or f'(synthetic data, {self.data_size})'}{holdout}  "
             f"results: {self.amb_out}  executor: {self.executor}",
             f"limits per cell: {self.max_turns} turns, {self.time_factor:g}x the task's time, "
             f"{self.max_total_tokens} tokens, ${self.max_cost_usd:g}, "
@@ -372,6 +414,8 @@ _HASHED_WHEN_CHANGED = frozenset(LIMIT_KEYS) | {
     "sandbox_disk_mb",
     "sandbox_inodes",
     "harbor_base",
+    "holdout",
+    "holdout_seed",
 }
 #: Backend names as the configuration hash knows them.
 _LEGACY_HASH_NAMES = {"bubblewrap": "local"}

@@ -28,6 +28,16 @@ from pytest_automedbench.terms import ALL_TIERS, TIERS
 #: The built-in limits of an agent in one cell (the defaults of the limit settings).
 _LIMITS = Limits()
 
+#: ``--runs auto``: repeats are added per group until its interval is narrow enough.
+RUNS_AUTO = "auto"
+
+
+def runs_value(value: str) -> int | str:
+    """A ``--runs`` value: a count of repeats, or ``auto``."""
+    if value.strip().lower() == RUNS_AUTO:
+        return RUNS_AUTO
+    return int(value)
+
 
 class _OptionGroup(Protocol):
     """What :func:`add_options` needs of an option group (pytest's, or argparse's)."""
@@ -113,9 +123,44 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "runs",
         "--runs",
-        "repeats per cell (default: the task's, 1 for deterministic agents)",
+        "repeats per cell (default: the task's, 1 for deterministic agents); 'auto': add "
+        "repeats to each (agent, task, tier) until its OVERALL interval is narrower than "
+        "--runs-width, between --runs-min and --runs-max runs",
+        type=runs_value,
+        metavar="N|auto",
+    ),
+    Setting(
+        "runs_width",
+        "--runs-width",
+        "--runs auto: the width (high - low, OVERALL on its 0-100 scale) of the 95 "
+        "percent bootstrap interval at which a group stops adding repeats (default: 10)",
+        default=10.0,
+        type=float,
+        metavar="POINTS",
+    ),
+    Setting(
+        "runs_min",
+        "--runs-min",
+        "--runs auto: repeats every group runs before its interval is looked at (default: 3)",
+        default=3,
         type=int,
         metavar="N",
+    ),
+    Setting(
+        "runs_max",
+        "--runs-max",
+        "--runs auto: the most repeats of one group (default: 20)",
+        default=20,
+        type=int,
+        metavar="N",
+    ),
+    Setting(
+        "runs_max_cost",
+        "--runs-max-cost",
+        "--runs auto: no further repeat of a group once its measured cost reaches this "
+        "many USD (default: no cost cap)",
+        type=float,
+        metavar="USD",
     ),
     Setting(
         "sandbox",
@@ -347,6 +392,26 @@ SETTINGS: tuple[Setting, ...] = (
         default=(),
         metavar="IMAGE=LOCAL",
         repeatable=True,
+        scoring=True,
+    ),
+    Setting(
+        "holdout",
+        "--holdout",
+        "which split of each dataset cells see: original (default) or perturbed (derived "
+        "from --holdout-seed: re-identified cases, flips and rotations with references "
+        "transformed alike, intensity shifts, re-rendered questions, shuffled choices, "
+        "reordered report sentences)",
+        default="original",
+        choices=("original", "perturbed"),
+        scoring=True,
+    ),
+    Setting(
+        "holdout_seed",
+        "--holdout-seed",
+        "seed of the perturbed holdout (default: 0)",
+        default=0,
+        type=int,
+        metavar="N",
         scoring=True,
     ),
     Setting(

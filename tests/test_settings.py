@@ -50,11 +50,18 @@ def test_the_configuration_hash_covers_exactly_the_scoring_settings(tmp_path: Pa
         "max_cost_usd": 5.0,
         "request_timeout_s": 60.0,
         "harbor_base": ["ubuntu:24.04=local/ubuntu:24.04"],
+        "holdout": "perturbed",
     }
-    assert set(changed) == set(settings.SCORING_FIELDS)
+    assert set(changed) | {"holdout_seed"} == set(settings.SCORING_FIELDS)
     for field, value in changed.items():
         other = build_config({field: value}, {}, None, tmp_path)
         assert other.scoring_hash() != base.scoring_hash(), field
+    # The holdout's seed changes the perturbed split, and nothing of the original one.
+    perturbed = build_config({"holdout": "perturbed"}, {}, None, tmp_path)
+    reseeded = build_config({"holdout": "perturbed", "holdout_seed": 7}, {}, None, tmp_path)
+    assert reseeded.scoring_hash() != perturbed.scoring_hash()
+    original_seeded = build_config({"holdout_seed": 7}, {}, None, tmp_path)
+    assert original_seeded.scoring_hash() == base.scoring_hash()
     same = build_config({"runs": 3, "progress_s": 0.0, "tier": ["lite", "pro"]}, {}, None, tmp_path)
     assert same.scoring_hash() == base.scoring_hash()
     # A limit given at its default is the default: the records stay comparable.
