@@ -169,8 +169,14 @@ class AutoMedBenchSession:
 
     def _stage(self, task: TaskSpec) -> StagedData:
         if self.config.data_root is not None:
-            return self._stage_real(task, self.config.data_root)
-        return stage_synthetic_task(task, self.data_cache, self.config.data_size)
+            base = self._stage_real(task, self.config.data_root)
+        else:
+            base = stage_synthetic_task(task, self.data_cache, self.config.data_size)
+        if self.config.holdout == "perturbed":
+            from pytest_automedbench.fixtures.perturb import stage_perturbed
+
+            return stage_perturbed(task, base, self.data_cache, self.config.holdout_seed)
+        return base
 
     def _stage_real(self, task: TaskSpec, data_root: Path) -> StagedData:
         """A prepared split under ``<data-root>/<task>/``, else the official layout under
