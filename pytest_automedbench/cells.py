@@ -85,7 +85,11 @@ def unavailable_reason(task: AnyTask, config: RunConfig) -> str | None:
 
 def runs_of(config: RunConfig, deterministic: bool, task: AnyTask) -> int:
     """Repeats of one (agent, task, tier): ``--runs``, else 1 for a deterministic agent,
-    else the task's default."""
+    else the task's default. With ``--runs auto`` a deterministic agent still runs once
+    (its repeats would all be the same), any other gets ``--runs-max`` planned, of which
+    :mod:`~pytest_automedbench.adaptive` skips those it does not need."""
+    if config.runs == "auto":
+        return 1 if deterministic else config.runs_max
     if config.runs is not None:
         return config.runs
     return 1 if deterministic else task.default_runs
@@ -93,7 +97,12 @@ def runs_of(config: RunConfig, deterministic: bool, task: AnyTask) -> int:
 
 def plan_cells(config: RunConfig, tasks: Sequence[AnyTask]) -> list[Cell]:
     """Every cell of ``tasks`` under ``config``, in collection order (agent, task, tier,
-    run); a Harbor task's runs are its attempts."""
+    run); a Harbor task's runs are its attempts.
+
+    With ``--runs auto`` the order is run-major instead (every group's run 0, then every
+    group's run 1, ...): a group's later repeats are decided on what its earlier ones
+    scored, so they should start (under xdist too) after those have likely finished.
+    The test ids are the same either way."""
     several = len(config.agents) > 1
     data_reasons = {task.id: unavailable_reason(task, config) for task in tasks}
     cells: list[Cell] = []
@@ -108,6 +117,8 @@ def plan_cells(config: RunConfig, tasks: Sequence[AnyTask]) -> list[Cell]:
                     key = CellKey(agent=agent, task=task.id, tier=tier, run=run)
                     test_id = f"{agent}-{key.cell_id}" if several else key.cell_id
                     cells.append(Cell(key, task, test_id, skip_reason))
+    if config.runs == "auto":  # stable: within a run, the (agent, task, tier) order stays
+        cells.sort(key=lambda cell: cell.key.run)
     return cells
 
 

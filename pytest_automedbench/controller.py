@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_automedbench import adaptive
 from pytest_automedbench.cells import Cell
 from pytest_automedbench.gates import (
     GateResult,
@@ -51,6 +52,8 @@ class BenchmarkController:
         self.session = session
         self.progress: LiveProgress | None = None
         self.gates: list[GateResult] = []
+        #: With ``--runs auto``: how each group ended (``adaptive.finish``).
+        self.runs_auto: list[adaptive.RunDecision] = []
         #: The selected cells (after ``-k``/``-m``), those skipped at collection included.
         self.selected: list[tuple[str, Cell]] = []
 
@@ -101,7 +104,9 @@ class BenchmarkController:
         if run.fail_under is None and run.baseline is None:
             return []
         records = self.session.session_records()
-        results = [check_coverage(records, [c.key for _, c in self.selected], run.min_scored)]
+        selected = [c.key for _, c in self.selected]
+        not_needed = adaptive.skipped_keys(self.session) if run.runs == "auto" else set()
+        results = [check_coverage(records, selected, run.min_scored, not_needed)]
         if run.fail_under is not None:
             thresholds = parse_fail_under(run.fail_under)
             results += check_thresholds(records, thresholds, agents=run.agents)
@@ -116,6 +121,7 @@ class BenchmarkController:
         terminal's count, JUnit XML and the exit status all say it), before JUnit
         writes its file."""
         self.gates = self.gate_results()
+        self.runs_auto = adaptive.finish(self.session)
         self._report_gates()
         self._allure_session_files()
         failed = any(not r.passed for r in self.gates)
@@ -166,7 +172,7 @@ class BenchmarkController:
         records = self.session.session_records()
         if records:
             terminalreporter.section("AutoMedBench summary")
-            for line in summary_lines(records):
+            for line in summary_lines(records, self.runs_auto):
                 terminalreporter.write_line(line)
             terminalreporter.write_line(
                 f"ledger: {self.session.ledger.path}  run: {self.session.run_id}"

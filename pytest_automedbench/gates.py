@@ -17,7 +17,7 @@ of the session's run, and reflected in the exit status with the reason.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from statistics import mean
 
@@ -92,12 +92,23 @@ def _scored(records: Iterable[CellResult]) -> list[CellResult]:
 
 
 def check_coverage(
-    records: Iterable[CellResult], selected: Sequence[CellKey], min_share: float
+    records: Iterable[CellResult],
+    selected: Sequence[CellKey],
+    min_share: float,
+    not_needed: Collection[CellKey] = (),
 ) -> GateResult:
     """The gate under every other gate: enough of the selected cells were scored (a
     cell skipped for a missing key or missing data, or ended by an infrastructure error,
-    is not a score). Nothing selected, or nothing scored, never passes."""
-    wanted = set(selected)
+    is not a score). Nothing selected, or nothing scored, never passes.
+
+    ``not_needed``: the repeats ``--runs auto`` skipped because their group had stopped
+    (:mod:`~pytest_automedbench.adaptive`); they were never meant to run, so they leave
+    the selection instead of counting as not run (a gate on them alone still fails:
+    nothing is scored)."""
+    skipped = set(not_needed) & set(selected)
+    wanted = set(selected) - skipped
+    if skipped and not wanted:  # cannot happen (a group's first runs always run): say so
+        return GateResult("coverage", False, "coverage: every selected cell was not needed")
     latest = {r.key: r for r in latest_per_cell(records) if r.key in wanted}
     scored = sum(1 for r in latest.values() if r.status == "scored")
     infra = sum(1 for r in latest.values() if r.status == "infra_error")
@@ -108,11 +119,12 @@ def check_coverage(
     share = scored / len(wanted)
     passed = scored > 0 and share >= min_share
     verdict = "met" if passed else "NOT met"
+    auto = f", {len(skipped)} repeats not needed (--runs auto)" if skipped else ""
     return GateResult(
         name,
         passed,
         f"{name}: {scored} of {len(wanted)} selected cells scored ({100 * share:.0f}%; "
-        f"{infra} infrastructure errors, {not_run} not run or skipped), minimum "
+        f"{infra} infrastructure errors, {not_run} not run or skipped{auto}), minimum "
         f"{100 * min_share:.0f}% (--amb-min-scored {min_share:g}): {verdict}",
     )
 

@@ -519,6 +519,7 @@ def agent_context(plan: CellPlan, sandbox: Sandbox) -> AgentContext:
         outputs_dir=f"{ws}/{OUTPUTS_DIRNAME}",
         plan_dir=f"{ws}/plan",
         case_ids=tuple(plan.staged.case_ids),
+        run=plan.key.run,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_automedbench import adaptive
 from pytest_automedbench.cells import Cell
 from pytest_automedbench.config import ConfigError
 from pytest_automedbench.fixtures.staging import StagedData
@@ -69,7 +70,9 @@ class BenchmarkWorker:
 
     def run(self, cell: Cell, staged: StagedData, item: pytest.Item) -> Iterator[CellResult]:
         """Run the cell (in the fixture's setup, so a harness fault is a pytest ERROR) and
-        record it; a resumed cell yields its stored record."""
+        record it; a resumed cell yields its stored record. With ``--runs auto`` a repeat
+        its group no longer needs (:mod:`~pytest_automedbench.adaptive`) is skipped with
+        the reason, before it is run or submitted."""
         item.stash[CELL_STARTED] = time.time()
         session = self.session
         provenance = session.provenance(cell.key, cell.task, staged.data_hash)
@@ -81,6 +84,11 @@ class BenchmarkWorker:
                 label(item, finished)
                 yield finished
                 return
+        if session.config.runs == "auto":  # decided here, before any executor runs it
+            decision = adaptive.decide_cell(session, cell.key)
+            if not decision.needed:
+                adaptive.note_skipped(session, decision)
+                pytest.skip(decision.reason)
         plan = CellPlan(
             key=cell.key,
             task=cell.task,

@@ -39,7 +39,9 @@ def test_scripted_archetypes_are_one_run_agents() -> None:
         "cheater",
         "stuck",
     } <= set(SCRIPTED)
-    assert all(resolve_agent(name).deterministic for name in SCRIPTED)
+    # ``noisy`` draws its cases per run (for ``--runs auto``): the one that is not.
+    assert all(resolve_agent(name).deterministic for name in SCRIPTED if name != "noisy")
+    assert not resolve_agent("noisy").deterministic
     assert not resolve_agent("qwen35").deterministic
 
 

@@ -105,7 +105,7 @@ def recall(memory: dict[str, Any], public: Path, outputs: Path, pattern: str) ->
 def baseline_answer(question: dict[str, Any]) -> str:
     options = question.get("options")
     if isinstance(options, dict) and options:
-        return sorted(options)[0]
+        return str(sorted(options)[0])
     return "yes" if question.get("answer_type") == "closed" else "normal"
 
 

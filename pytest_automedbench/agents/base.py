@@ -51,6 +51,9 @@ class AgentContext:
     outputs_dir: str
     plan_dir: str
     case_ids: tuple[str, ...] = ()
+    #: The cell's repeat (0-based; ``run`` of its key): the ``noisy`` archetype draws
+    #: its cases from it. Model agents are not told it.
+    run: int = 0
 
 
 @dataclass(frozen=True)

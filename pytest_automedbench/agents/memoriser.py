@@ -97,7 +97,7 @@ def _primary_input(task: Any) -> str:
     inputs = list(task.data.inputs)
     if task.track == "enhancement":
         images = [name for name in inputs if not name.startswith(("kspace", "mask"))]
-        return (images or inputs)[-1]
+        return str((images or inputs)[-1])
     return str(inputs[0])
 
 

@@ -144,6 +144,14 @@ class ScriptedAgent(_TurnByTurn, kind="scripted", deterministic=True):
 
 
 @dataclass(frozen=True)
+class NoisyScriptedAgent(ScriptedAgent):
+    """A scripted archetype whose turns depend on the cell's repeat (``noisy``): not
+    deterministic, so it gets the task's repeats (and ``--runs auto`` its own)."""
+
+    deterministic: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
 class ModelAgent(_TurnByTurn, kind="model", cost=Limits().max_cost_usd):
     """An LLM through litellm."""
 
@@ -327,10 +335,18 @@ SCRIPTED: dict[str, ScriptedAgent] = {
         ScriptedAgent("no-plan", "the reference pipeline without writing a plan"),
         ScriptedAgent("malformed", "does the work but submits outputs in the wrong format"),
         ScriptedAgent("partial", "the reference pipeline on only half of the cases"),
+        NoisyScriptedAgent(
+            "noisy", "the reference pipeline on a random share of the cases, seeded per run"
+        ),
         ScriptedAgent("empty", "submits nothing"),
         ScriptedAgent("cheater", "tries to read the references and leave the sandbox, then works"),
         ScriptedAgent("stuck", "repeats a call that makes no progress until a limit stops it"),
         ScriptedAgent("trainer", "the reference pipeline plus a fine-tuning run (forbidden)"),
+        ScriptedAgent(
+            "memoriser",
+            "answers from a memory of the original split's references (--holdout perturbed "
+            "takes it to its baseline)",
+        ),
     )
 }
 

@@ -241,6 +241,49 @@ def partial_agent(ctx: AgentContext) -> ScriptedPolicy:
     return ScriptedPolicy("partial", steps)
 
 
+def noisy_cases(case_ids: tuple[str, ...] | list[str], task: str, tier: str, run: int) -> list[str]:
+    """The cases the ``noisy`` archetype runs in repeat ``run`` of (task, tier): a share
+    drawn uniformly from 40-100% of them, then that many cases, sorted. The generator is
+    seeded by sha256 of ``task/tier/run``, so every machine draws the same cases."""
+    import hashlib
+    import math
+    import random
+
+    ordered = sorted(case_ids)
+    seed = int.from_bytes(hashlib.sha256(f"{task}/{tier}/{run}".encode()).digest()[:8], "big")
+    rng = random.Random(seed)
+    count = rng.randint(max(1, math.ceil(0.4 * len(ordered))), len(ordered))
+    return sorted(rng.sample(ordered, count))
+
+
+def noisy_agent(ctx: AgentContext) -> ScriptedPolicy:
+    """The reference pipeline whose batch and final check cover a random subset of the
+    cases (:func:`noisy_cases`, seeded by task, tier and run), then submits: TASK and
+    OVERALL vary between repeats, reproducibly (for ``--runs auto``). Without case ids
+    in the context it runs every case, as the reference does."""
+    cases = noisy_cases(ctx.case_ids, ctx.task.id, ctx.tier, ctx.run)
+    if not cases or len(cases) == len(ctx.case_ids):
+        return ScriptedPolicy("noisy", _reference(ctx))
+    chosen = " ".join(shlex.quote(c) for c in cases)
+    steps: list[Step] = []
+    for step in _without_submit(_reference(ctx)):
+        if step.stage in ("S4", "S5") and step.tool == "execute":
+            code = str(step.arguments["code"])
+            if step.stage == "S4":
+                if " | tail -n 3" not in code:
+                    raise RuntimeError("the reference batch step changed; update noisy_agent")
+                code = code.replace(" | tail -n 3", f" --cases {chosen} | tail -n 3")
+                thought = f"S4: run {len(cases)} of the {len(ctx.case_ids)} cases."
+            else:
+                code = f"{code} --cases {chosen}"
+                thought = "S5: check the outputs written."
+            step = Step(thought, "execute", {**step.arguments, "code": code}, step.stage)
+        steps.append(step)
+    # An incomplete submission is refused twice before it is taken (as for ``partial``).
+    steps += [_submit("S5: submit what is done.")] * 3
+    return ScriptedPolicy("noisy", steps)
+
+
 # --------------------------------------------------------------------------- cheater
 
 
@@ -366,6 +409,14 @@ def trainer_agent(ctx: AgentContext) -> ScriptedPolicy:
     return ScriptedPolicy("trainer", steps[:1] + adapt + steps[1:])
 
 
+def memoriser_agent(ctx: AgentContext) -> Policy:
+    """Answers from a memory of the original split (:mod:`.memoriser`, imported here
+    on use: it builds on this module's steps)."""
+    from pytest_automedbench.agents.memoriser import memoriser_agent as build
+
+    return build(ctx)
+
+
 #: Archetype name -> policy factory; the registry lists them with their descriptions.
 ARCHETYPES: dict[str, Callable[[AgentContext], Policy]] = {
     "reference": reference_agent,
@@ -373,8 +424,10 @@ ARCHETYPES: dict[str, Callable[[AgentContext], Policy]] = {
     "no-plan": no_plan_agent,
     "malformed": malformed_agent,
     "partial": partial_agent,
+    "noisy": noisy_agent,
     "empty": empty_agent,
     "cheater": cheater_agent,
     "stuck": stuck_agent,
     "trainer": trainer_agent,
+    "memoriser": memoriser_agent,
 }

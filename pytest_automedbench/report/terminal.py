@@ -14,14 +14,20 @@ the mean seconds per phase. After an agent's groups comes its pooled line over a
 Harbor categories: HealthAgentBench's headline. Other groups print as before; the
 native healthagentbench track's first line adds the pooled success over its cases and
 attempts (``GroupStats.has_pooled_success``), beside OVERALL.
+
+With ``--runs auto`` each (task, tier) group adds a line under its agent x track: how
+many runs it needed, why it stopped (width reached, run cap, cost cap) and the width of
+its final OVERALL interval.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from statistics import mean
 
+from pytest_automedbench.adaptive import RunDecision
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import GroupStats, latest_per_cell, summarise
 
@@ -92,8 +98,29 @@ def _harbor_pooled_line(agent: str, group: GroupStats) -> str:
     return f"{agent} | harbor (all categories): pooled {_pooled(group)} | {_trial_cost(group)}"
 
 
-def summary_lines(results: list[CellResult]) -> list[str]:
+def _runs_auto_line(decision: RunDecision) -> str:
+    """One (task, tier) group under ``--runs auto``: the runs it needed, why it stopped
+    and its final OVERALL interval width (points, 0-100)."""
+    width = "n/a" if decision.width is None else f"{decision.width:.1f} points"
+    scored = f" ({decision.scored} scored)" if decision.scored != decision.runs else ""
+    return (
+        f"    runs auto: {decision.task}/{decision.tier}: {decision.runs} "
+        f"run{'' if decision.runs == 1 else 's'}{scored}, "
+        f"stopped: {decision.stop}, OVERALL interval width {width}"
+    )
+
+
+def summary_lines(results: list[CellResult], runs_auto: Sequence[RunDecision] = ()) -> list[str]:
+    """The summary's lines; ``runs_auto`` (``--runs auto``: each group's outcome, see
+    :func:`pytest_automedbench.adaptive.outcomes`) adds a line per (task, tier) group
+    under its agent x track lines."""
     results = latest_per_cell(results)  # each cell once
+    track_of = {(r.agent, r.task): r.track for r in results}
+    auto: dict[tuple[str, str], list[RunDecision]] = defaultdict(list)
+    for decision in runs_auto:
+        track = track_of.get((decision.agent, decision.task))
+        if track is not None:
+            auto[(decision.agent, track)].append(decision)
     groups: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for result in results:
         groups[(result.agent, result.track)].append(result)
@@ -108,6 +135,7 @@ def summary_lines(results: list[CellResult]) -> list[str]:
             lines += _harbor_lines(agent, track, group, cells)
         else:
             lines += _lines(agent, track, group, cells)
+        lines += [_runs_auto_line(d) for d in auto.get((agent, track), [])]
         last_of_agent = index + 1 == len(ordered) or ordered[index + 1][0][0] != agent
         if last_of_agent and agent in pooled:
             lines.append(_harbor_pooled_line(agent, pooled[agent]))
