@@ -398,8 +398,8 @@ SETTINGS: tuple[Setting, ...] = (
         "holdout",
         "--holdout",
         "which split of each dataset cells see: original (default) or perturbed (derived "
-        "from --holdout-seed: re-identified cases, flips and rotations with references "
-        "transformed alike, intensity shifts, re-rendered questions, shuffled choices, "
+        "from --holdout-seed: re-identified cases, rotations with references and headers "
+        "turned alike, intensity shifts, re-rendered questions, shuffled choices, "
         "reordered report sentences)",
         default="original",
         choices=("original", "perturbed"),

@@ -34,6 +34,14 @@ TISSUES = {
 }
 
 
+def question_clause(text: str) -> str:
+    """The question itself: the last sentence that asks (ends in '?'), without a framing
+    sentence around it ("Looking at the image: ...", "... Answer from the image.")."""
+    parts = re.split(r"(?<=[.:!?])\s+", text.strip())
+    asked = [part for part in parts if part.endswith("?")]
+    return asked[-1] if asked else text
+
+
 def analyse(rgb: np.ndarray) -> dict[str, Any]:
     size = rgb.shape[0]
     f = size / 256.0
@@ -80,7 +88,7 @@ def analyse(rgb: np.ndarray) -> dict[str, Any]:
 
 
 def answer(question: str, kind: str, info: dict[str, Any]) -> str:
-    q = question.lower()
+    q = question_clause(question).lower()
     malignant, glands, inflamed, enlarged, arrangement, finding = TISSUES[info["tissue"]]
     normal = finding == "normal"
 

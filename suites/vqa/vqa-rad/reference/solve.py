@@ -24,6 +24,14 @@ from PIL import Image
 from scipy import ndimage
 
 
+def question_clause(text: str) -> str:
+    """The question itself: the last sentence that asks (ends in '?'), without a framing
+    sentence around it ("Looking at the image: ...", "... Answer from the image.")."""
+    parts = re.split(r"(?<=[.:!?])\s+", text.strip())
+    asked = [part for part in parts if part.endswith("?")]
+    return asked[-1] if asked else text
+
+
 def _components(mask: np.ndarray, min_area: float) -> tuple[np.ndarray, list[int]]:
     labels, n = ndimage.label(mask)
     if n == 0:
@@ -110,7 +118,7 @@ def analyse(gray: np.ndarray) -> dict[str, Any]:
 
 def answer(question: str, kind: str, info: dict[str, Any]) -> str:
     """Answer one question from the image measurements."""
-    q = question.lower()
+    q = question_clause(question).lower()
     lesions = info["lesions"]
     sides = {les["side"] for les in lesions}
     organs = {les["organ"] for les in lesions}
