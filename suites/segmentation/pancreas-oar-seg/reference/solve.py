@@ -114,7 +114,13 @@ def finish_organ(core, smooth, spacing_zyx, taken):
 
 
 def segment(ct_path: Path, out_path: Path) -> None:
-    image = sitk.ReadImage(str(ct_path))
+    stored = sitk.ReadImage(str(ct_path))
+    # The rules below are anatomical (patient's right, front, head): read the volume in
+    # LPS order whatever order the file stores it in, write the labels back in the file's.
+    stored_order = sitk.DICOMOrientImageFilter.GetOrientationFromDirectionCosines(
+        stored.GetDirection()
+    )
+    image = sitk.DICOMOrient(stored, "LPS")
     hu = sitk.GetArrayFromImage(image).astype(np.float32)  # z, y, x
     sx, sy, sz = image.GetSpacing()
     spacing_zyx = (sz, sy, sx)
@@ -193,6 +199,7 @@ def segment(ct_path: Path, out_path: Path) -> None:
         label[mask & (label == 0)] = LABELS[name]
     out = sitk.GetImageFromArray(label)
     out.CopyInformation(image)
+    out = sitk.DICOMOrient(out, stored_order)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     sitk.WriteImage(out, str(out_path), True)
 
