@@ -208,6 +208,28 @@ def first_half(case_ids: tuple[str, ...] | list[str]) -> list[str]:
     return ordered[: max(1, len(ordered) // 2)]
 
 
+def _on_some_cases(
+    ctx: AgentContext, cases: str, batch_thought: str, check_thought: str, prefix: str = ""
+) -> list[Step]:
+    """The reference pipeline, without its submission, whose batch (S4) and final check
+    (S5) cover only ``cases`` (a shell word list; ``prefix`` runs before each)."""
+    steps: list[Step] = []
+    for step in _without_submit(_reference(ctx)):
+        if step.stage in ("S4", "S5") and step.tool == "execute":
+            code = str(step.arguments["code"])
+            if step.stage == "S4":
+                if " | tail -n 3" not in code:
+                    raise RuntimeError("the reference batch step changed; update _on_some_cases")
+                code = code.replace(" | tail -n 3", f" --cases {cases} | tail -n 3")
+                thought = batch_thought
+            else:
+                code = f"{code} --cases {cases}"
+                thought = check_thought
+            step = Step(thought, "execute", {**step.arguments, "code": prefix + code}, step.stage)
+        steps.append(step)
+    return steps
+
+
 def partial_agent(ctx: AgentContext) -> ScriptedPolicy:
     """The reference pipeline whose batch and final check cover only the first half of
     the cases; it then submits what it has, three times, as an agent out of time would.
@@ -219,20 +241,13 @@ def partial_agent(ctx: AgentContext) -> ScriptedPolicy:
     else:
         program = FIRST_HALF.format(public=ctx.public_dir, layout=ctx.task.case_layout)
         prefix, cases = f"HALF=$(python -c {shlex.quote(program)})\n", "$HALF"
-    steps: list[Step] = []
-    for step in _without_submit(_reference(ctx)):
-        if step.stage in ("S4", "S5") and step.tool == "execute":
-            code = str(step.arguments["code"])
-            if step.stage == "S4":
-                if " | tail -n 3" not in code:
-                    raise RuntimeError("the reference batch step changed; update partial_agent")
-                code = code.replace(" | tail -n 3", f" --cases {cases} | tail -n 3")
-                thought = "S4: run the first half of the cases (no time for the rest)."
-            else:
-                code = f"{code} --cases {cases}"
-                thought = "S5: check the outputs written so far."
-            step = Step(thought, "execute", {**step.arguments, "code": prefix + code}, step.stage)
-        steps.append(step)
+    steps = _on_some_cases(
+        ctx,
+        cases,
+        "S4: run the first half of the cases (no time for the rest).",
+        "S5: check the outputs written so far.",
+        prefix,
+    )
     steps += [
         _submit("S5: submit what is done."),
         _submit("S5: the rest will not be ready; submit again."),
@@ -265,20 +280,12 @@ def noisy_agent(ctx: AgentContext) -> ScriptedPolicy:
     if not cases or len(cases) == len(ctx.case_ids):
         return ScriptedPolicy("noisy", _reference(ctx))
     chosen = " ".join(shlex.quote(c) for c in cases)
-    steps: list[Step] = []
-    for step in _without_submit(_reference(ctx)):
-        if step.stage in ("S4", "S5") and step.tool == "execute":
-            code = str(step.arguments["code"])
-            if step.stage == "S4":
-                if " | tail -n 3" not in code:
-                    raise RuntimeError("the reference batch step changed; update noisy_agent")
-                code = code.replace(" | tail -n 3", f" --cases {chosen} | tail -n 3")
-                thought = f"S4: run {len(cases)} of the {len(ctx.case_ids)} cases."
-            else:
-                code = f"{code} --cases {chosen}"
-                thought = "S5: check the outputs written."
-            step = Step(thought, "execute", {**step.arguments, "code": code}, step.stage)
-        steps.append(step)
+    steps = _on_some_cases(
+        ctx,
+        chosen,
+        f"S4: run {len(cases)} of the {len(ctx.case_ids)} cases.",
+        "S5: check the outputs written.",
+    )
     # An incomplete submission is refused twice before it is taken (as for ``partial``).
     steps += [_submit("S5: submit what is done.")] * 3
     return ScriptedPolicy("noisy", steps)
