@@ -10,7 +10,6 @@ perturbed ones, so its TASK falls from its references' to exactly its baseline's
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +39,7 @@ from pytest_automedbench.fixtures.staging import StagedData, verify
 from pytest_automedbench.session import stage_synthetic_task
 from pytest_automedbench.tasks import TaskSpec, discover_tasks
 
-from .conftest import SUITES, read_ledger
+from .conftest import SUITES, read_ledger, run_reference_solve
 
 TASKS = {task.id: task for task in discover_tasks(SUITES)}
 
@@ -212,13 +211,8 @@ def test_radiographs_are_not_turned_upside_down(cache: Path) -> None:
 
 
 def _reference_task_score(task: TaskSpec, split: StagedData, work: Path) -> float:
-    libraries = {str(lib.parent) for lib in task.reference_libraries}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sorted(libraries))}
-    subprocess.run(
-        [sys.executable, str(task.reference_dir / "solve.py"), "--inputs", str(split.public_dir),
-         "--outputs", str(work / "outputs"), "--pattern", task.output_pattern],
-        check=True, capture_output=True, env=env,
-    )  # fmt: skip
+    done = run_reference_solve(task, split.public_dir, work / "outputs", timeout_s=300)
+    assert done.returncode == 0, done.stderr[-2000:]
     result = evaluate(task.eval_spec(split.case_ids), work / "outputs", split.private_dir, work)
     assert result.format.valid, result.format.problems[:3]
     return result.task_score

@@ -9,7 +9,10 @@ in its scores can only come from that behaviour.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import random
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -260,10 +263,6 @@ def noisy_cases(case_ids: tuple[str, ...] | list[str], task: str, tier: str, run
     """The cases the ``noisy`` archetype runs in repeat ``run`` of (task, tier): a share
     drawn uniformly from 40-100% of them, then that many cases, sorted. The generator is
     seeded by sha256 of ``task/tier/run``, so every machine draws the same cases."""
-    import hashlib
-    import math
-    import random
-
     ordered = sorted(case_ids)
     seed = int.from_bytes(hashlib.sha256(f"{task}/{tier}/{run}".encode()).digest()[:8], "big")
     rng = random.Random(seed)
