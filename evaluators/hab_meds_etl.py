@@ -11,7 +11,10 @@ Deliverable (per case, a folder at the output pattern, e.g. ``<case>/meds``):
 * ``metadata/codes.parquet``: ``code`` string (unique, no nulls), ``description``
   string, ``parent_codes`` list<string>.
 * ``metadata/dataset.json``: an object with the non-empty strings ``dataset_name``,
-  ``dataset_version``, ``etl_name``, ``etl_version`` and ``meds_version``.
+  ``dataset_version``, ``etl_name``, ``etl_version`` and ``meds_version``; the schema's
+  other fields are optional, but one that is there must have its type (``created_at`` an
+  ISO 8601 date-time, ``license`` and the URIs strings, the ``*_columns`` lists of
+  strings).
 
 A symlink, a file that is not parquet, a missing or mistyped column, a null ``subject_id``
 or ``code``, a NaN, a bad ``dataset.json``: the case is invalid, the message names the
@@ -65,6 +68,19 @@ MAX_DEPTH = 4
 EVENT_KEYS = ("subject_id", "time", "code", "numeric_value")
 ROW_KEYS = (*EVENT_KEYS, "text_value")
 META_KEYS = ("dataset_name", "dataset_version", "etl_name", "etl_version", "meds_version")
+#: The other fields of MEDS's dataset metadata schema, by type: optional, but a value
+#: that is there must have the schema's type.
+OPTIONAL_META = {
+    "created_at": "datetime",
+    "license": "string",
+    "location_uri": "string",
+    "description_uri": "string",
+    "raw_source_id_columns": "strings",
+    "code_modifier_columns": "strings",
+    "additional_value_modality_columns": "strings",
+    "site_id_columns": "strings",
+    "other_extension_columns": "strings",
+}
 #: dataset.json fields that must equal the reference's (the ETL's own name is free).
 META_MATCHED = ("dataset_name", "dataset_version", "meds_version")
 
@@ -217,7 +233,6 @@ def _first_null(column: Any) -> int:
 
 
 def _read_shard(submission: Path, rel: str, budget: int) -> tuple[pa.Table, list[str], int]:
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     pf, data = _parquet(submission, rel, budget)
@@ -234,8 +249,22 @@ def _read_shard(submission: Path, rel: str, budget: int) -> tuple[pa.Table, list
         raise SubmissionFileError(
             "invalid", f"{rel}: column numeric_value is NaN at row {row} (use null)"
         )
-    text = table["text_value"] if has_text else pa.nulls(table.num_rows, pa.string())
-    events = pa.table(
+    notes = [f"{rel}: extra columns ignored: {listed(extra)}"] if extra else []
+    return canonical_events(table), notes, len(data)
+
+
+def canonical_events(table: pa.Table) -> pa.Table:
+    """The five row keys in one set of types, whichever of the schema's accepted types a
+    file used (``string`` or ``large_string`` for ``code`` and ``text_value``; MEDS's own
+    schema declares ``text_value`` as ``large_string``): tables from different writers
+    then compare, join and concatenate without a type error. An absent ``text_value`` is
+    all null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = table.column_names
+    text = table["text_value"] if "text_value" in names else pa.nulls(table.num_rows, pa.string())
+    return pa.table(
         {
             "subject_id": table["subject_id"],
             "time": table["time"],
@@ -244,8 +273,6 @@ def _read_shard(submission: Path, rel: str, budget: int) -> tuple[pa.Table, list
             "text_value": pc.cast(text, pa.string()),
         }
     )
-    notes = [f"{rel}: extra columns ignored: {listed(extra)}"] if extra else []
-    return events, notes, len(data)
 
 
 def _read_codes(submission: Path, rel: str) -> frozenset[str]:
@@ -287,7 +314,39 @@ def _read_meta(submission: Path, rel: str) -> dict[str, str]:
                 f"{rel}: {key} must be a non-empty string, got {bounded_repr(field)}",
             )
         meta[key] = field
+    problems = [p for key, kind in OPTIONAL_META.items() if (p := _meta_type(value, key, kind))]
+    if problems:
+        raise SubmissionFileError("invalid", f"{rel}: {'; '.join(problems)}")
     return meta
+
+
+def _meta_type(value: Mapping[str, Any], key: str, kind: str) -> str | None:
+    """What is wrong with ``value[key]`` against MEDS's dataset metadata schema, if
+    anything (every field of that schema is optional: absent is fine, null is not)."""
+    if key not in value:
+        return None
+    field = value[key]
+    if kind == "string" and not isinstance(field, str):
+        return f"{key} must be a string, got {bounded_repr(field)}"
+    if kind == "strings" and not (
+        isinstance(field, list) and all(isinstance(item, str) for item in field)
+    ):
+        return f"{key} must be a list of strings, got {bounded_repr(field)}"
+    if kind == "datetime" and not _is_iso_datetime(field):
+        return f"{key} must be an ISO 8601 date-time string, got {bounded_repr(field)}"
+    return None
+
+
+def _is_iso_datetime(field: object) -> bool:
+    import datetime
+
+    if not isinstance(field, str):
+        return False
+    try:
+        datetime.datetime.fromisoformat(field)
+    except ValueError:
+        return False
+    return True
 
 
 def _count_table(events: pa.Table, keys: tuple[str, ...]) -> pa.Table:
@@ -351,7 +410,11 @@ def rows_equal(expected: pa.Table, submitted: pa.Table) -> bool:
 
 
 def read_reference(folder: Path) -> tuple[pa.Table, dict[str, Any]]:
-    """The reference MEDS dataset of a case (trusted: a defect is an EvaluatorInputError)."""
+    """The reference MEDS dataset of a case (trusted, but checked: a reference that does
+    not meet the schema -- a missing or mistyped column, an unreadable file -- is an
+    :class:`EvaluatorInputError`, an unusable reference, never the agent's failure). Its
+    rows come back in the same canonical types as a submission's
+    (:func:`canonical_events`), so the two always compare."""
     import json
 
     import pyarrow as pa
@@ -361,11 +424,23 @@ def read_reference(folder: Path) -> tuple[pa.Table, dict[str, Any]]:
     files = sorted((meds / "data").rglob("*.parquet"))
     if not files:
         raise EvaluatorInputError(f"reference {meds / 'data'}: no parquet file")
+    tables = []
+    for file in files:
+        try:
+            schema = pq.read_schema(file)
+            _check_schema(schema, str(file), EVENT_KEYS, ("text_value",))
+            columns = [c for c in ROW_KEYS if c in schema.names]
+            tables.append(canonical_events(pq.read_table(file, columns=columns)))
+        except SubmissionFileError as exc:
+            raise EvaluatorInputError(f"reference unusable: {exc}") from exc
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise EvaluatorInputError(f"reference {file}: unreadable ({short_error(exc)})") from exc
     try:
-        tables = [pq.read_table(f, columns=list(ROW_KEYS)) for f in files]
         meta = json.loads((meds / "metadata" / "dataset.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, pa.ArrowException) as exc:
+    except (OSError, ValueError) as exc:
         raise EvaluatorInputError(f"reference {meds}: unreadable ({short_error(exc)})") from exc
+    if not isinstance(meta, dict):
+        raise EvaluatorInputError(f"reference {meds}/metadata/dataset.json: not a JSON object")
     return pa.concat_tables(tables), meta
 
 

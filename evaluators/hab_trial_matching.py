@@ -17,8 +17,10 @@ Graded metric ``recall_at_50``: the share of the case's eligible trials (referen
 among the first ``k`` ranked ids (option ``k``, default 50). HealthAgentBench's pass rule: every
 eligible trial is in the top ``k`` (recall@k = 1.0). Also reported: ``ndcg_at_10`` with the
 graded labels as gains (2 eligible, 1 excluded, 0 not relevant), discount ``1 / log2(rank + 1)``,
-normalised by the ideal ordering of all the case's labels (scikit-learn's ``ndcg_score``
-definition), and the counts ``n_eligible``, ``n_excluded``, ``eligible_in_top_k``, ``n_ranked``.
+normalised by the ideal ordering of all the case's labels: trec_eval's ``ndcg_cut.10``
+convention, where an id that is not ranked gains nothing (scikit-learn's ``ndcg_score``
+agrees only when the top 10 is fully ranked; it scores unranked items as tied), and the
+counts ``n_eligible``, ``n_excluded``, ``eligible_in_top_k``, ``n_ranked``.
 
 Reference folder of a case: ``qrels.json``, ``{"labels": {trial_id: 0 | 1 | 2, ...}}`` with one
 entry per trial of ``trials.jsonl`` and at least one label 2.
@@ -64,7 +66,7 @@ def recall_at_k(ranking: Sequence[str], eligible: set[str], k: int) -> float:
 def ndcg_at_k(ranking: Sequence[str], labels: Mapping[str, int], k: int) -> float:
     """NDCG@k with linear gains ``labels[id]`` and discount ``1 / log2(rank + 1)`` (rank from
     1), over the ideal DCG of the best ordering of every label; 0 when no label is positive.
-    An id without a label, or not ranked, gains nothing."""
+    An id without a label, or not ranked, gains nothing: trec_eval's ``ndcg_cut``."""
     dcg = sum(labels.get(tid, 0) / math.log2(rank + 2) for rank, tid in enumerate(ranking[:k]))
     ideal = sorted(labels.values(), reverse=True)[:k]
     idcg = sum(gain / math.log2(rank + 2) for rank, gain in enumerate(ideal))

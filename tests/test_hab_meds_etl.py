@@ -287,3 +287,126 @@ def test_stager_names_what_is_missing(tmp_path: Path) -> None:
     shutil.copyfile(hosp / "d_labitems.csv.gz", hosp / "prescriptions.csv.gz")
     with pytest.raises(ValueError, match=r"prescriptions\.csv\.gz: missing columns subject_id"):
         stage(tmp_path / "demo", tmp_path / "p", tmp_path / "q", None)
+
+
+def _official_reference(folder: Path, table: pa.Table) -> None:
+    """A reference written in MEDS's own schema (``meds.DataSchema``: ``text_value`` is
+    ``large_string`` there) with a dataset.json that MEDS's own metadata schema accepts."""
+    import meds
+
+    (folder / "data").mkdir(parents=True)
+    (folder / "metadata").mkdir()
+    official = table.select(meds.DataSchema.schema().names).cast(meds.DataSchema.schema())
+    assert official.schema.field("text_value").type == pa.large_string()
+    pq.write_table(official, folder / "data" / "0.parquet")
+    meta = {
+        "dataset_name": "ehr-extract-01",
+        "dataset_version": "1.0",
+        "etl_name": "reference",
+        "etl_version": "1",
+        "meds_version": fx.MEDS_VERSION,
+        "created_at": "2026-01-02T03:04:05",
+    }
+    meds.DatasetMetadataSchema.validate(meta)
+    (folder / "metadata" / "dataset.json").write_text(json.dumps(meta))
+
+
+def test_a_reference_in_meds_own_schema_reads_an_identical_submission(tmp_path: Path) -> None:
+    table = random_events(np.random.default_rng(8), 40)
+    _official_reference(tmp_path / "ref" / "meds", table)
+    verdict = _score(tmp_path, tmp_path / "ref", table)
+    assert verdict.passed and verdict.score == 1.0, verdict.notes
+
+
+def test_a_submission_in_meds_own_schema_reads_against_a_string_reference(
+    tmp_path: Path, reference
+) -> None:  # type: ignore[no-untyped-def]
+    folder, table = reference
+    _official_reference(tmp_path / "sub" / "c" / "meds", table)
+    codes = sorted(set(table["code"].to_pylist()))
+    described = pa.table(
+        {
+            "code": pa.array(codes, pa.string()),
+            "description": pa.nulls(len(codes), pa.string()),
+            "parent_codes": pa.nulls(len(codes), pa.list_(pa.string())),
+        }
+    )
+    pq.write_table(described, tmp_path / "sub" / "c" / "meds" / "metadata" / "codes.parquet")
+    scorer = MedsEtlScorer({})
+    verdict = scorer.score(scorer.read(tmp_path / "sub", "c/meds"), folder)
+    assert verdict.passed, verdict.notes
+
+
+def test_an_unusable_reference_is_reported_as_such(tmp_path: Path) -> None:
+    """A reference that breaks the schema is the task's defect (an EvaluatorInputError,
+    which the harness reports as an infrastructure error), not a 0 for the agent."""
+    from pytest_automedbench.evaluators.schema import EvaluatorInputError
+
+    table = random_events(np.random.default_rng(9), 20)
+    _meds(tmp_path / "ref" / "meds", table)
+    broken = table.set_column(0, "subject_id", pc_cast(table["subject_id"], pa.string()))
+    pq.write_table(broken, tmp_path / "ref" / "meds" / "data" / "a.parquet")
+    _meds(tmp_path / "sub" / "c" / "meds", table)
+    scorer = MedsEtlScorer({})
+    parsed = scorer.read(tmp_path / "sub", "c/meds")
+    with pytest.raises(EvaluatorInputError, match=r"reference unusable: .*subject_id is string"):
+        scorer.score(parsed, tmp_path / "ref")
+
+
+def pc_cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    import pyarrow.compute as pc
+
+    return pc.cast(column, to)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("created_at", 5),
+        ("created_at", "2026-01-02T03:04:05"),
+        ("license", 3),
+        ("license", "CC-BY-4.0"),
+        ("location_uri", ["x"]),
+        ("site_id_columns", [1]),
+        ("site_id_columns", ["site"]),
+        ("raw_source_id_columns", "hadm_id"),
+        ("other_extension_columns", None),
+    ],
+)
+def test_dataset_json_fields_are_type_checked_as_meds_schema_does(
+    tmp_path: Path, reference, field: str, value: object
+) -> None:  # type: ignore[no-untyped-def]
+    """The optional fields of dataset.json: a value of the wrong type makes the case
+    invalid with the field named, exactly where MEDS's own metadata schema refuses it."""
+    import meds
+
+    from pytest_automedbench.evaluators.safe_io import SubmissionFileError
+
+    folder, table = reference
+    _meds(tmp_path / "sub" / "c" / "meds", table)
+    meta_path = tmp_path / "sub" / "c" / "meds" / "metadata" / "dataset.json"
+    meta = json.loads(meta_path.read_text())
+    meta[field] = value
+    meta_path.write_text(json.dumps(meta))
+    try:
+        meds.DatasetMetadataSchema.validate(meta)
+        schema_ok = True
+    except Exception:
+        schema_ok = False
+    scorer = MedsEtlScorer({})
+    if schema_ok:
+        assert scorer.score(scorer.read(tmp_path / "sub", "c/meds"), folder).passed
+    else:
+        with pytest.raises(SubmissionFileError, match=field):
+            scorer.read(tmp_path / "sub", "c/meds")
+
+
+def test_created_at_must_be_a_date_time(tmp_path: Path, reference) -> None:  # type: ignore[no-untyped-def]
+    from pytest_automedbench.evaluators.safe_io import SubmissionFileError
+
+    _, table = reference
+    _meds(tmp_path / "sub" / "c" / "meds", table)
+    meta_path = tmp_path / "sub" / "c" / "meds" / "metadata" / "dataset.json"
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "created_at": "soon"}))
+    with pytest.raises(SubmissionFileError, match="created_at must be an ISO 8601"):
+        MedsEtlScorer({}).read(tmp_path / "sub", "c/meds")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pytrec_eval
 from sklearn.metrics import ndcg_score
 
 from pytest_automedbench.evaluators.hab_trial_matching import (
@@ -81,6 +82,27 @@ def test_ndcg_matches_scikit_learn() -> None:
         scores = np.full(n, -1.0)
         scores[order] = np.arange(length, 0, -1, dtype=float)
         expected = ndcg_score(gains[None, :], scores[None, :], k=10)
+        assert ndcg_at_k(ranking, labels, 10) == pytest.approx(expected, abs=1e-12)
+
+
+def test_ndcg_matches_trec_eval_ndcg_cut() -> None:
+    """trec_eval's ``ndcg_cut.10`` (through pytrec_eval) is the convention, short rankings
+    included: ids not ranked gain nothing (scikit-learn would score them as tied)."""
+    rng = np.random.default_rng(12)
+    for _ in range(200):
+        n = int(rng.integers(3, 60))
+        gains = rng.integers(0, 3, size=n)
+        if gains.max() == 0:
+            gains[0] = 2
+        ids = [f"T{i:03d}" for i in range(n)]
+        labels = {tid: int(g) for tid, g in zip(ids, gains, strict=True)}
+        length = int(rng.integers(0, n + 1))
+        ranking = [ids[int(i)] for i in rng.permutation(n)[:length]]
+        if rng.random() < 0.3:
+            ranking.append("NOT-JUDGED")
+        run = {"q": {tid: float(len(ranking) - rank) for rank, tid in enumerate(ranking)}}
+        evaluator = pytrec_eval.RelevanceEvaluator({"q": labels}, {"ndcg_cut.10"})
+        expected = evaluator.evaluate(run)["q"]["ndcg_cut_10"] if ranking else 0.0
         assert ndcg_at_k(ranking, labels, 10) == pytest.approx(expected, abs=1e-12)
 
 
