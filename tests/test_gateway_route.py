@@ -74,7 +74,14 @@ def test_the_relay_carries_each_protocol_and_keeps_the_command_status(served: Ga
         '-d "not json" "$AMB_GATEWAY_URL/v1/chat/completions"',
     )
     assert "not a JSON object" in own.stdout
-    assert not list((served.log_dir).glob("*.jsonl"))  # nothing was metered: no request ran
+    # Nothing was metered; the refusals are noted, without their bodies: the three
+    # unknown tokens in the gateway's own note, the bad body as a digest in the cell's log.
+    noted = (served.log_dir / "unauthenticated.jsonl").read_text().splitlines()
+    assert [json.loads(n)["status"] for n in noted] == [401, 401, 401]
+    [line] = [json.loads(n) for n in lease.log_path.read_text().splitlines()]
+    assert line["status"] == 400 and line["input_tokens"] == 0 and line["request"] == {}
+    assert line["request_digest"]["bytes"] == len("not json")
+    assert "not json" not in lease.log_path.read_text()
 
 
 def test_a_relay_without_its_gateway_closes_each_connection(tmp_path: Path) -> None:

@@ -153,8 +153,12 @@ class CellLease:
         error: str | None,
         latency_s: float,
         attempts: list[Attempt],
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
-        """Add one request to the totals and append its line to the log."""
+        """Add one request to the totals and append its line to the log. ``request`` is
+        what the log keeps of the body (whole when served; see :mod:`._log`); ``extra``
+        adds fields to the line (``dropped_fields``, ``refused_fields``,
+        ``request_digest``, ``tampering``)."""
         priced = self.price(tokens) if reply is not None else Priced(0.0, True)
         requested = request.get("model")
         line = {
@@ -178,6 +182,7 @@ class CellLease:
             ],
             "request": request,
             "response": reply,
+            **(extra or {}),
         }
         text = self.redact(json.dumps(line, default=str))
         with self._lock:

@@ -16,15 +16,12 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Protocol
 
 import litellm
 from litellm.anthropic_interface import messages as anthropic_messages
 
-ProtocolName = Literal["chat", "responses", "messages"]
-
-#: Fields the gateway owns: the model is the cell's, and the upstream call never streams.
-_GATEWAY_FIELDS: Final = frozenset({"model", "stream", "stream_options"})
+from ._fields import GATEWAY_FIELDS, ProtocolName
 
 
 @dataclass(frozen=True)
@@ -66,11 +63,12 @@ def _bridge(upstream: Upstream) -> dict[str, Any]:
 
 
 def _upstream_request(upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The client's body (less the fields the gateway decides) with the cell's upstream:
-    its model, key, endpoint and time-out, and litellm's own retries off (the gateway
-    retries and records each attempt)."""
+    """The fields of the client's body that :func:`._fields.screen` kept, with the
+    cell's upstream: its model, key, endpoint and time-out, and litellm's own retries
+    off (the gateway retries and records each attempt). ``body`` must be screened: the
+    keyword arguments are litellm's routing as well as the request."""
     return {
-        **{k: v for k, v in body.items() if k not in _GATEWAY_FIELDS},
+        **{k: v for k, v in body.items() if k not in GATEWAY_FIELDS},
         "model": upstream.model,
         "api_key": upstream.api_key,
         "api_base": upstream.api_base,

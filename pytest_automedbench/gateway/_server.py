@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -30,13 +31,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ._config import Budget, Prices, RetryPolicy
+from ._fields import GATEWAY_FIELDS, screen
 from ._lease import Attempt, CellLease, Listener
+from ._log import MAX_BODY_BYTES, BodyTooLarge, body_digest, failed_request, read_capped
 from ._protocols import PROTOCOLS, ProtocolName, TokenCounts, Upstream, WireProtocol
 
 #: Statuses worth another try: rate limits, timeouts and provider-side failures.
 RETRYABLE: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _NO_TOKENS: Final = TokenCounts(0, 0, 0)
 _SAFE_CELL_ID: Final = re.compile(r"[^A-Za-z0-9._-]+")
+#: Requests without a valid token noted in ``unauthenticated.jsonl`` (then only counted).
+UNAUTHENTICATED_LOG_LINES: Final = 100
 
 
 class UpstreamError(Exception):
@@ -84,8 +89,13 @@ class Gateway:
         retry: RetryPolicy | None = None,
         host: str = "127.0.0.1",
         unix_socket: Path | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.log_dir = Path(log_dir)
+        #: Larger request bodies are refused with 413 without being read further.
+        self.max_body_bytes = max_body_bytes
+        #: Requests that named no open lease (their bodies are never read).
+        self.unauthenticated = 0
         self.retry = retry or RetryPolicy()
         self.host = host
         #: Also serve on this unix socket (mode 0666: the sandbox's uid connects to it
@@ -260,57 +270,111 @@ class Gateway:
         return None
 
     async def _handle(self, protocol: WireProtocol, request: Request) -> Response:
+        """Authenticate, read (capped), screen (allow-list), budget, call, record.
+
+        Every request of a known token is one log line; a request that is not served
+        (refused, or failed upstream) is logged as a digest and its conversation's tail
+        (:func:`._log.failed_request`), never whole, so an agent cannot fill the host's
+        disk with requests it was refused."""
         lease = self._lease_for(request)
         if lease is None:
+            self._note_unauthenticated(request)
             message = "AutoMedBench gateway: unknown or revoked token"
             return JSONResponse(protocol.error(401, "invalid_api_key", message), status_code=401)
-        try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            body = None
-        if not isinstance(body, dict):
-            message = "AutoMedBench gateway: the request body is not a JSON object"
-            return JSONResponse(
-                protocol.error(400, "invalid_request_error", message), status_code=400
-            )
-        stream = bool(body.get("stream"))
         started = time.monotonic()
 
-        def refused(status: int, kind: str, message: str, attempts: list[Attempt]) -> Response:
-            """A request the agent gets an error for, logged like any other."""
+        def refused(
+            status: int,
+            kind: str,
+            message: str,
+            attempts: list[Attempt],
+            logged: Mapping[str, Any],
+            extra: Mapping[str, Any] | None = None,
+        ) -> Response:
+            """A request the agent gets an error for, logged (without its body)."""
             lease.record(
                 protocol=protocol.name,
-                stream=stream,
-                request=body,
+                stream=bool(logged.get("stream")),
+                request=logged,
                 reply=None,
                 tokens=_NO_TOKENS,
                 status=status,
                 error=message,
                 latency_s=time.monotonic() - started,
                 attempts=attempts,
+                extra=extra,
             )
             return JSONResponse(protocol.error(status, kind, message), status_code=status)
 
+        try:
+            raw = await read_capped(request, self.max_body_bytes)
+        except BodyTooLarge as exc:
+            message = (
+                f"AutoMedBench gateway: the request body is larger than the gateway's "
+                f"limit of {self.max_body_bytes} bytes [request_too_large]"
+            )
+            return refused(
+                413, "request_too_large", message, [], {}, {"request_digest": exc.digest}
+            )
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            message = "AutoMedBench gateway: the request body is not a JSON object"
+            digest = {"request_digest": body_digest(raw, None)}
+            return refused(400, "invalid_request_error", message, [], {}, digest)
+        screened = screen(protocol.name, body)
+        if screened.refused:
+            names = ", ".join(screened.refused[:20])
+            message = (
+                f"AutoMedBench gateway: refused: the request names fields that would change "
+                f"where or how the model is called ({names}); the gateway decides the "
+                f"endpoint, provider, key and headers [gateway_tampering]"
+            )
+            extra = {
+                "request_digest": body_digest(raw, body),
+                "refused_fields": list(screened.refused),
+                "dropped_fields": list(screened.dropped),
+                "tampering": True,
+            }
+            return refused(
+                400,
+                "invalid_request_error",
+                message,
+                [],
+                failed_request(protocol.name, body),
+                extra,
+            )
+        forwarded = {**{k: body[k] for k in GATEWAY_FIELDS if k in body}, **screened.kept}
+        dropped = {"dropped_fields": list(screened.dropped)} if screened.dropped else {}
         refusal = lease.refusal()
         if refusal is not None:
-            return refused(403, "budget_exceeded", refusal[1], [])
+            extra = {"request_digest": body_digest(raw, body), **dropped}
+            logged = failed_request(protocol.name, body)
+            return refused(403, "budget_exceeded", refusal[1], [], logged, extra)
+        stream = bool(body.get("stream"))
         attempts: list[Attempt] = []
         try:
-            reply = await self._call(protocol, lease, body, attempts)
+            reply = await self._call(protocol, lease, screened.kept, attempts)
         except UpstreamError as exc:
-            return refused(exc.status, "upstream_error", lease.redact(str(exc)), attempts)
+            extra = {"request_digest": body_digest(raw, body), **dropped}
+            logged = failed_request(protocol.name, body)
+            message = lease.redact(str(exc))
+            return refused(exc.status, "upstream_error", message, attempts, logged, extra)
         # Round-trip through the redaction: a reply that quotes the key loses it here.
         reply = json.loads(lease.redact(json.dumps(reply, default=str)))
         lease.record(
             protocol=protocol.name,
             stream=stream,
-            request=body,
+            request=forwarded,
             reply=reply,
             tokens=protocol.usage(reply),
             status=200,
             error=None,
             latency_s=time.monotonic() - started,
             attempts=attempts,
+            extra=dropped,
         )
         if stream:
             return StreamingResponse(
@@ -319,6 +383,23 @@ class Gateway:
                 headers={"Cache-Control": "no-cache"},
             )
         return JSONResponse(reply)
+
+    def _note_unauthenticated(self, request: Request) -> None:
+        """A request without a valid token: a short line in ``unauthenticated.jsonl``
+        (its body is never read), for the first :data:`UNAUTHENTICATED_LOG_LINES`."""
+        with self._lock:
+            self.unauthenticated += 1
+            count = self.unauthenticated
+        if count > UNAUTHENTICATED_LOG_LINES:
+            return
+        line = {
+            "time": datetime.now(UTC).isoformat(),
+            "path": request.url.path[:200],
+            "declared_bytes": request.headers.get("content-length", "")[:20],
+            "status": 401,
+        }
+        with (self.log_dir / "unauthenticated.jsonl").open("a", encoding="utf-8") as log:
+            log.write(json.dumps(line) + "\n")
 
     async def _call(
         self,
