@@ -189,6 +189,7 @@ def _harbor_cell(
 ) -> list[tuple[str, Cell]]:
     """The cell behind a Harbor task's node id (``<task folder>/task.toml::...``)."""
     from pytest_automedbench.harbor import HarborTaskError, harbor_root_of, load_harbor_task
+    from pytest_automedbench.harbor._task import harbor_env_names
 
     toml = next((root / relative for root in roots if (root / relative).is_file()), None)
     if toml is None:
@@ -197,7 +198,9 @@ def _harbor_cell(
     if folder not in planned:
         planned[folder] = {}
         try:
-            task = load_harbor_task(folder, harbor_root_of(folder, config.harbor))
+            task = load_harbor_task(
+                folder, harbor_root_of(folder, config.harbor), harbor_env_names(config)
+            )
         except (OSError, HarborTaskError):
             return []
         planned[folder] = {c.test_id: c for c in plan_cells(config, [task])}

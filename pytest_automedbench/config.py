@@ -175,6 +175,7 @@ class RunConfig(BaseModel):
     data_root: Path | None = _setting("data_root")
     harbor: tuple[Path, ...] = _setting("harbor")
     harbor_base: tuple[str, ...] = _setting("harbor_base")
+    harbor_env: tuple[str, ...] = _setting("harbor_env")
     data_size: str = _setting("data_size")
     amb_out: Path = Field(default=DEFAULT_OUT, description=BY_FIELD["amb_out"].help)
     executor: str = _setting("executor")
@@ -303,6 +304,16 @@ class RunConfig(BaseModel):
                 raise ValueError(f"{item!r} is not IMAGE=LOCAL (e.g. ubuntu:24.04=my/ubuntu)")
         return tuple(dict.fromkeys(item.strip() for item in value))
 
+    @field_validator("harbor_env")
+    @classmethod
+    def _harbor_env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from pytest_automedbench.harbor._task import secret_env_problem
+
+        for name in value:
+            if (problem := secret_env_problem(name.strip())) is not None:
+                raise ValueError(problem)
+        return tuple(dict.fromkeys(name.strip() for name in value))
+
     @property
     def harbor_base_map(self) -> dict[str, str]:
         """``harbor_base`` as image -> local image."""
@@ -414,6 +425,7 @@ _HASHED_WHEN_CHANGED = frozenset(LIMIT_KEYS) | {
     "sandbox_disk_mb",
     "sandbox_inodes",
     "harbor_base",
+    "harbor_env",
     "holdout",
     "holdout_seed",
 }

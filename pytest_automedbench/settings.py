@@ -395,6 +395,19 @@ SETTINGS: tuple[Setting, ...] = (
         scoring=True,
     ),
     Setting(
+        "harbor_env",
+        "--harbor-env",
+        "a host environment variable that Harbor tasks may read, by name (repeatable): "
+        "${NAME} in task.toml's [environment]/[verifier]/[solution] env and in a "
+        "docker-compose file expands only from the names given (no other host variable "
+        "reaches a task; never a credential: agents reach models through the gateway). "
+        "The names enter the configuration hash, never the values",
+        default=(),
+        metavar="NAME",
+        repeatable=True,
+        scoring=True,
+    ),
+    Setting(
         "holdout",
         "--holdout",
         "which split of each dataset cells see: original (default) or perturbed (derived "

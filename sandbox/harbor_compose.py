@@ -35,6 +35,9 @@ import os
 import posixpath
 import re
 import secrets
+import shutil
+import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,14 +45,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from pytest_automedbench.redact import SECRET_NAME
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem, owner_label
 from pytest_automedbench.sandbox.harbor_env import (
     DROPPED_CAPS,
     HarborImageError,
     build_task_image,
+    copy_tree,
 )
 from pytest_automedbench.sandbox.images import LABEL
 from pytest_automedbench.sandbox.owner import is_gone
+
+
+class HarborVariableError(HarborImageError):
+    """A ``${VAR}`` of a compose file that the task may not read: a host variable not
+    passed with ``--harbor-env`` (and without a default), or one passed but unset."""
+
 
 #: The file names Compose looks for, in its order of preference.
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
@@ -77,6 +88,12 @@ ONE_SHOT_ROLE = "harbor-oneshot"
 VOLUME_ROLE = "harbor-volume"
 #: Lines of a failed one-shot's output its error carries.
 LOG_TAIL_LINES = 40
+#: Bounds of one attempt's copy of the task folders its services bind (each attempt
+#: binds a fresh copy, never the task folder itself: see :class:`AttemptBinds`).
+BIND_MAX_ENTRIES = 200_000
+BIND_MAX_BYTES = 8 * 1024**3
+#: Where the attempt copies are made (beside the build contexts; not a tmpfs).
+BIND_PARENT = "/var/tmp"
 #: Limits of a one-shot container (the agent's own limits come from task.toml).
 ONE_SHOT_PIDS = 1024
 ONE_SHOT_FILE_MB = 16 * 1024
@@ -95,8 +112,9 @@ _swept = False
 @dataclass(frozen=True)
 class VolumeUse:
     """One entry of a service's ``volumes``: a named volume of the file (``source`` is
-    its name there) or a bind of a host folder inside the task folder (``source`` is its
-    absolute, resolved path)."""
+    its name there) or a bind of a path inside the task folder (``source`` is its
+    absolute path, with no link on the way). A bind is never of the task folder itself:
+    each attempt binds the same path in its own copy (:class:`AttemptBinds`)."""
 
     kind: Literal["volume", "bind"]
     source: str
@@ -204,9 +222,13 @@ def _interpolate(
             return present
         if operator is not None and operator.endswith("-"):
             return word
-        raise say_error(
-            f"${{{name}}} is not set" + (f": {word}" if word else " and has no default")
+        error = say_error(
+            f"${{{name}}} is not set"
+            + (f": {word}" if word else " and has no default")
+            + f" (host variables reach a task only by name: pass --harbor-env {name}; "
+            "a credential never does: agents reach models through the gateway)"
         )
+        raise HarborVariableError(str(error))
 
     return _VAR.sub(substitute, value)
 
@@ -364,6 +386,14 @@ class _Loader:
             raise self.where.error(
                 name, key, f"{text!r} resolves to {path}, outside the task folder {self.task_dir}"
             )
+        lexical = Path(posixpath.normpath(self.environment_dir.resolve() / text))
+        if lexical != path:
+            raise self.where.error(
+                name,
+                key,
+                f"{text!r} goes through a symbolic link (to {path}): a task's binds and "
+                "build contexts name real folders of the task, never links",
+            )
         return path
 
     def volume(self, name: str, value: Any) -> VolumeUse:
@@ -437,9 +467,11 @@ def load_compose(
 ) -> ComposePlan:
     """Parse and check ``environment_dir``'s compose file (see the module's docstring).
 
-    ``${VAR}`` comes from ``environ`` (default: this process's environment) plus
-    ``COMPOSE_PROJECT_NAME`` (``project_name``, default the task folder's name: Harbor
-    sets it per trial and tasks use it only to name the image their services share).
+    ``${VAR}`` (and a bare ``environment`` key) comes from ``environ`` only: the host
+    variables the task was given by name (``HarborTask.host_environ``; default none, and
+    a credential-like name is dropped even when given), plus ``COMPOSE_PROJECT_NAME``
+    (``project_name``, default the task folder's name: Harbor sets it per trial and tasks
+    use it only to name the image their services share).
     Raises :class:`HarborImageError` for anything this harness would not run faithfully."""
     import yaml
 
@@ -461,7 +493,7 @@ def load_compose(
     )
     env = {
         "COMPOSE_PROJECT_NAME": project or "harbor",
-        **(os.environ if environ is None else environ),
+        **{k: v for k, v in (environ or {}).items() if not SECRET_NAME.search(k)},
     }
     if project_name is not None:
         env["COMPOSE_PROJECT_NAME"] = project_name
@@ -537,6 +569,156 @@ def _one_shot_order(where: _Where, services: Mapping[str, ServiceSpec]) -> tuple
 # ======================================================================== running
 
 
+class AttemptBinds:
+    """One attempt's copy of the task's bound paths, made by the harness, bound in their
+    place: nothing a container writes reaches the task folder or a later attempt.
+
+    The copy mirrors the task folder's layout (``<copy>/tests`` for ``../tests``), so
+    services binding one path share what they write within the attempt, as Compose's
+    do (a bootstrap's gold in ``tests/`` is this attempt's, :meth:`path`). Each bound
+    path of the task folder is copied once, before any service runs (:func:`copy_tree`:
+    regular files and folders only, no link followed, within :data:`BIND_MAX_ENTRIES` /
+    :data:`BIND_MAX_BYTES`). An earlier service may have left links in the copy
+    (``ln -sfn / shared/hostroot``): :meth:`source` checks a later bind's path when its
+    container is created, each folder opened with ``O_NOFOLLOW`` from the copy's top,
+    and refuses a link anywhere on the way (Docker would follow it on the host). No
+    container runs between that check and the create: the one-shots run one at a time,
+    and ``main`` is created after the last has ended."""
+
+    def __init__(self, task_dir: Path, base: Path) -> None:
+        self.task_dir = task_dir
+        self.base = base
+        #: The copy of the task folder's layout (made by :meth:`make`).
+        self.root = base / "task"
+
+    @classmethod
+    def make(cls, plan: ComposePlan) -> AttemptBinds:
+        """Copy every bound path of ``plan`` (the outermost of nested ones) into a new
+        folder under :data:`BIND_PARENT`; a path the task lacks is made empty there, as
+        Compose makes a missing bind source."""
+        task_dir = plan.task_dir.resolve()
+        binds = cls(task_dir, Path(tempfile.mkdtemp(prefix="amb-harbor-binds-", dir=BIND_PARENT)))
+        try:
+            outermost = binds.outermost(plan)
+            if outermost == ["."]:
+                binds.copy_folder(task_dir, binds.root, ".")
+            else:
+                binds.root.mkdir(mode=0o755)
+                for rel in outermost:
+                    binds.copy(rel)
+        except BaseException:
+            binds.close()
+            raise
+        return binds
+
+    def outermost(self, plan: ComposePlan) -> list[str]:
+        rels = sorted(
+            {
+                Path(use.source).relative_to(self.task_dir).as_posix()
+                for service in plan.services.values()
+                for use in service.volumes
+                if use.kind == "bind"
+            }
+        )
+        return [r for r in rels if not any(_under(r, other) for other in rels if other != r)]
+
+    def copy_folder(self, source: Path, target: Path, rel: str) -> None:
+        copy_tree(
+            source,
+            target,
+            what=f"bound path {rel!r} of the task",
+            max_entries=BIND_MAX_ENTRIES,
+            max_bytes=BIND_MAX_BYTES,
+        )
+
+    def copy(self, rel: str) -> None:
+        """Copy one bound path of the task folder (not the whole folder) to the same
+        place in the copy; the folders on its way are made, not copied."""
+        source, target = self.task_dir / rel, self.root / rel
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        try:
+            info = os.lstat(source)
+        except FileNotFoundError:
+            target.mkdir(mode=0o755)
+            return
+        if stat.S_ISDIR(info.st_mode):
+            self.copy_folder(source, target, rel)
+        elif stat.S_ISREG(info.st_mode) and info.st_size <= BIND_MAX_BYTES:
+            _copy_file(source, target)
+        else:
+            raise HarborImageError(
+                f"{source}: the bind source is not a folder or a regular file (or is over "
+                f"{BIND_MAX_BYTES} bytes): it is not copied into an attempt"
+            )
+
+    def source(self, use: VolumeUse) -> str:
+        """The attempt copy's path for ``use``, checked now (see the class): made when
+        missing, refused when any part of it is a link or not a folder or file."""
+        rel = Path(use.source).relative_to(self.task_dir)
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for index, part in enumerate(rel.parts):
+                last = index == len(rel.parts) - 1
+                fd = self._step(fd, part, rel, last)
+        finally:
+            os.close(fd)
+        return str(self.root / rel)
+
+    def _step(self, fd: int, part: str, rel: Path, last: bool) -> int:
+        """Open the next component below ``fd`` without following a link (made as a
+        folder when missing); closes ``fd`` and returns the new one."""
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            try:
+                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            regular_end = last and stat.S_ISREG(info.st_mode)
+            if not stat.S_ISDIR(info.st_mode) and not regular_end:
+                kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+                raise HarborImageError(
+                    f"the bind source {rel.as_posix()!r} is refused: {part!r} on its way is "
+                    f"{kind} in this attempt's copy of the task (made by an earlier service?): "
+                    "a bind never follows a link"
+                )
+            return os.open(part, flags | (0 if regular_end else os.O_DIRECTORY), dir_fd=fd)
+        finally:
+            os.close(fd)
+
+    def path(self, rel: str) -> Path | None:
+        """This attempt's copy of a task path (``tests``), None when no service binds it."""
+        copied = self.root / rel
+        return copied if copied.exists() and not copied.is_symlink() else None
+
+    def close(self) -> None:
+        """Remove the copy (``rmtree`` does not follow the links a container made)."""
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _under(rel: str, other: str) -> bool:
+    return other == "." or rel.startswith(other.rstrip("/") + "/")
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    """One regular file, without following a link or waiting on a FIFO."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(source, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise HarborImageError(f"{source}: the bind source is not a regular file")
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                os.write(out, chunk)
+            os.fchmod(out, stat.S_IMODE(info.st_mode) & 0o777 | 0o600)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class PreparedCompose:
     """What one attempt's ``main`` container needs, and what to remove afterwards.
@@ -552,10 +734,17 @@ class PreparedCompose:
     mounts: list[Any]
     volumes: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
+    binds: AttemptBinds | None = None
+
+    def task_path(self, rel: str) -> Path | None:
+        """This attempt's copy of a task path that a service binds (``tests``: the gold a
+        bootstrap wrote is there, not in the task folder), None when none binds it."""
+        return None if self.binds is None else self.binds.path(rel)
 
     def close(self) -> None:
-        """Remove the one-shot containers, then the volumes (errors suppressed: anything
-        left keeps its labels for :func:`sweep_stale_volumes` and the container sweep)."""
+        """Remove the one-shot containers, then the volumes and the attempt's copy of the
+        bound paths (errors suppressed: anything left keeps its labels for
+        :func:`sweep_stale_volumes` and the container sweep)."""
         client = docker_client()
         while self.containers:
             container_id = self.containers.pop()
@@ -565,6 +754,8 @@ class PreparedCompose:
             name = self.volumes.pop()
             with contextlib.suppress(Exception):
                 client.api.remove_volume(name, force=True)
+        if self.binds is not None:
+            self.binds.close()
 
     def __enter__(self) -> PreparedCompose:
         return self
@@ -649,14 +840,19 @@ def _images(
     return images
 
 
-def _mounts(service: ServiceSpec, volume_names: Mapping[str, str]) -> list[Any]:
+def _mounts(
+    service: ServiceSpec, volume_names: Mapping[str, str], binds: AttemptBinds | None
+) -> list[Any]:
+    """The service's mounts, made just before its container: a bind is of this attempt's
+    copy, its path checked now (:meth:`AttemptBinds.source`)."""
     from docker.types import Mount
 
     mounts = []
     for use in service.volumes:
         if use.kind == "bind":
-            Path(use.source).mkdir(parents=True, exist_ok=True)  # Compose makes a missing one
-            mounts.append(Mount(use.target, use.source, type="bind", read_only=use.read_only))
+            assert binds is not None
+            source = binds.source(use)
+            mounts.append(Mount(use.target, source, type="bind", read_only=use.read_only))
         else:
             mounts.append(
                 Mount(use.target, volume_names[use.source], type="volume", read_only=use.read_only)
@@ -776,6 +972,8 @@ def prepare_compose(
     try:
         token = secrets.token_hex(4)
         names: dict[str, str] = {}
+        if any(use.kind == "bind" for s in plan.services.values() for use in s.volumes):
+            prepared.binds = AttemptBinds.make(plan)
         for volume in plan.volumes:
             name = _volume_name(run_id, token, volume)
             client.api.create_volume(name, labels=_labels(VOLUME_ROLE, run_id))
@@ -788,7 +986,7 @@ def prepare_compose(
                 plan,
                 service,
                 images[one_shot],
-                _mounts(service, names),
+                _mounts(service, names, prepared.binds),
                 run_id=run_id,
                 timeout_s=build_timeout_s if run_timeout_s is None else run_timeout_s,
                 memory_mb=memory_mb,
@@ -796,7 +994,7 @@ def prepare_compose(
                 prepared=prepared,
                 say=say,
             )
-        prepared.mounts = _mounts(main, names)
+        prepared.mounts = _mounts(main, names, prepared.binds)
     except BaseException as exc:
         prepared.close()
         if isinstance(exc, HarborImageError) or not isinstance(exc, Exception):

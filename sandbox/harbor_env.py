@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -88,7 +89,7 @@ from pytest_automedbench.sandbox.mounted import GATEWAY_DIR
 #: Repository of the task images built here (the tag is a content hash).
 HARBOR_REPOSITORY = "automedbench/harbor-env"
 #: Bump to rebuild every task image (a change in how they are made that the hash misses).
-HARBOR_RECIPE_VERSION = "1"
+HARBOR_RECIPE_VERSION = "2"
 #: The option that maps a registry image to a local one (named in every error about it).
 BASE_OPTION = "--harbor-base"
 #: Lines of build output an error about a failed build carries.
@@ -109,6 +110,16 @@ _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
 _COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 _FROM = re.compile(r"^(\s*FROM\s+)(.*)$", re.IGNORECASE)
+#: A build context is hashed and sent whole: at most this many entries and bytes (a
+#: sparse file counts its full size: it would be read, sent and stored whole).
+CONTEXT_MAX_ENTRIES = 100_000
+CONTEXT_MAX_BYTES = 2 * 1024**3
+#: Bytes read at once when a file is hashed or copied: never a whole file in memory.
+CHUNK_BYTES = 1 << 20
+#: ``open`` flags of the tree walk: a link is never followed (ELOOP), a FIFO or device
+#: never waited on (O_NONBLOCK; its lstat already refused it, this closes the race).
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class HarborImageError(SandboxError):
@@ -188,23 +199,228 @@ def _excluded(rel: str, exclude: Sequence[str]) -> bool:
     return any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in exclude)
 
 
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry of :func:`walk_tree`: a folder (``fd`` None) or a regular file, open for
+    reading (``fd``, valid only until the walk moves on) with its size when it was met."""
+
+    rel: str
+    mode: int
+    size: int
+    fd: int | None
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular entry is, in an error's words."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+class _Walk:
+    """The state of one :func:`walk_tree`: its bounds and what it has counted."""
+
+    def __init__(
+        self, root: Path, what: str, exclude: Sequence[str], max_entries: int, max_bytes: int
+    ) -> None:
+        self.root, self.what, self.exclude = root, what, exclude
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.entries = self.bytes = 0
+
+    def refuse(self, rel: str, why: str) -> HarborImageError:
+        return HarborImageError(
+            f"{self.root / rel}: {why} in the {self.what} {self.root}: only regular files and "
+            "folders are hashed and copied (no link is followed, no FIFO or device opened); "
+            "remove it from the task folder"
+        )
+
+    def count(self, rel: str, size: int) -> None:
+        self.entries += 1
+        self.bytes += size
+        if self.entries > self.max_entries:
+            raise HarborImageError(
+                f"the {self.what} {self.root} holds more than {self.max_entries} entries "
+                f"(at {rel}): too large to hash and copy for each attempt"
+            )
+        if self.bytes > self.max_bytes:
+            raise HarborImageError(
+                f"the {self.what} {self.root} holds more than {self.max_bytes} bytes (at "
+                f"{self.root / rel}, {size} bytes; a sparse file counts its full size): too "
+                "large to hash and copy for each attempt"
+            )
+
+    def folder(self, fd: int, prefix: str) -> Iterator[TreeEntry]:
+        with os.scandir(fd) as listing:  # scandir works on a duplicate of fd
+            names = sorted(entry.name for entry in listing)
+        for name in names:
+            rel = prefix + name
+            if self.exclude and _excluded(rel, self.exclude):
+                continue
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                self.count(rel, 0)
+                yield from self.subfolder(fd, name, rel, info.st_mode)
+            elif stat.S_ISREG(info.st_mode):
+                self.count(rel, info.st_size)
+                yield from self.file(fd, name, rel, info.st_size)
+            else:
+                raise self.refuse(rel, _kind(info.st_mode))
+
+    def subfolder(self, fd: int, name: str, rel: str, mode: int) -> Iterator[TreeEntry]:
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:  # swapped for a link since its lstat
+            raise self.refuse(rel, f"cannot be opened as a folder ({exc.strerror})") from None
+        try:
+            yield TreeEntry(rel, stat.S_IMODE(mode), 0, None)
+            yield from self.folder(sub, rel + "/")
+        finally:
+            os.close(sub)
+
+    def file(self, fd: int, name: str, rel: str, size: int) -> Iterator[TreeEntry]:
+        try:
+            handle = os.open(name, _FILE_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            raise self.refuse(rel, f"cannot be opened ({exc.strerror})") from None
+        try:
+            now = os.fstat(handle)
+            if not stat.S_ISREG(now.st_mode):
+                raise self.refuse(rel, _kind(now.st_mode))
+            yield TreeEntry(rel, stat.S_IMODE(now.st_mode), min(size, now.st_size), handle)
+        finally:
+            os.close(handle)
+
+
+def walk_tree(
+    root: Path,
+    *,
+    what: str,
+    exclude: Sequence[str] = (),
+    max_entries: int | None = None,
+    max_bytes: int | None = None,
+) -> Iterator[TreeEntry]:
+    """Every entry below ``root`` (not ``root`` itself), depth first in name order, but the
+    ``exclude`` ones (relative paths and what lies under them).
+
+    Made for folders that a task's author, or an earlier container, may have filled with
+    traps: each folder is opened relative to its parent's descriptor with ``O_NOFOLLOW``
+    (a link, even one swapped in during the walk, is refused, never followed; ``root``
+    itself must not be a link), each file is ``lstat``-ed first and opened with
+    ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO, socket or device is refused by name, never
+    waited on), and past ``max_entries`` entries or ``max_bytes`` bytes of file sizes
+    (defaults :data:`CONTEXT_MAX_ENTRIES`, :data:`CONTEXT_MAX_BYTES`) the walk stops
+    with an error: a sparse or huge file is refused before it is read. ``what`` names
+    the folder in errors (:class:`HarborImageError`)."""
+    walk = _Walk(
+        root,
+        what,
+        exclude,
+        CONTEXT_MAX_ENTRIES if max_entries is None else max_entries,
+        CONTEXT_MAX_BYTES if max_bytes is None else max_bytes,
+    )
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        raise HarborImageError(
+            f"the {what} {root} cannot be opened as a folder without following a link: "
+            f"{exc.strerror}"
+        ) from None
+    try:
+        yield from walk.folder(fd, "")
+    finally:
+        os.close(fd)
+
+
+def read_chunks(fd: int, size: int) -> Iterator[bytes]:
+    """At most ``size`` bytes of an open file, :data:`CHUNK_BYTES` at a time (a file that
+    grows while it is read is cut at the size it had)."""
+    left = size
+    while left > 0:
+        data = os.read(fd, min(CHUNK_BYTES, left))
+        if not data:
+            return
+        left -= len(data)
+        yield data
+
+
+def copy_tree(
+    source: Path,
+    dest: Path,
+    *,
+    what: str,
+    exclude: Sequence[str] = (),
+    max_entries: int | None = None,
+    max_bytes: int | None = None,
+) -> None:
+    """Copy ``source`` to the new folder ``dest`` (made here; it must not exist) as
+    :func:`walk_tree` walks it: folders and regular files only, their permission bits
+    kept (less set-id bits; folders stay writable by their owner, the harness), chunk by
+    chunk. Nothing is created through a link: ``dest`` is new and only this copy writes
+    into it."""
+    dest.mkdir(mode=0o700)
+    for entry in walk_tree(
+        source, what=what, exclude=exclude, max_entries=max_entries, max_bytes=max_bytes
+    ):
+        target = dest / entry.rel
+        if entry.fd is None:
+            target.mkdir(mode=0o700)
+            os.chmod(target, entry.mode & 0o777 | 0o700, follow_symlinks=False)
+            continue
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out = os.open(target, flags, 0o600)
+        try:
+            for chunk in read_chunks(entry.fd, entry.size):
+                os.write(out, chunk)
+            os.fchmod(out, entry.mode & 0o777 | 0o600)
+        finally:
+            os.close(out)
+    os.chmod(dest, stat.S_IMODE(os.stat(source).st_mode) & 0o777 | 0o700)
+
+
+def read_regular(path: Path, max_bytes: int = 1024**2) -> str:
+    """A small text file of a task (its Dockerfile), read without following a link or
+    waiting on a FIFO, at most ``max_bytes``."""
+    try:
+        fd = os.open(path, _FILE_FLAGS)
+    except OSError as exc:
+        raise HarborImageError(f"{path}: cannot be read without following a link: {exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise HarborImageError(f"{path}: {_kind(info.st_mode)}, not a regular file")
+        if info.st_size > max_bytes:
+            raise HarborImageError(f"{path}: over {max_bytes} bytes")
+        return b"".join(read_chunks(fd, info.st_size)).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
 def _content_hash(
     environment_dir: Path, extra: Mapping[str, str], exclude: Sequence[str] = ()
 ) -> str:
-    """sha256 over every file of the folder (relative path and bytes, sorted) but the
-    ``exclude`` ones, and the ``extra`` entries (the base images used, with their ids)."""
+    """sha256 over every entry of the folder (relative path; a folder's mark, or a file's
+    bytes and whether it is executable), in :func:`walk_tree`'s order, but the ``exclude``
+    ones, and the ``extra`` entries (the base images used, with their ids). Walked as the
+    context is sent: regular files and folders only, no link followed, no FIFO or device
+    opened, within :data:`CONTEXT_MAX_ENTRIES` and :data:`CONTEXT_MAX_BYTES`, each file
+    hashed in chunks (a huge or sparse file is refused at the bound, never read whole)."""
     h = hashlib.sha256()
     h.update(HARBOR_RECIPE_VERSION.encode() + b"\0")
-    files = (p for p in environment_dir.rglob("*") if p.is_symlink() or not p.is_dir())
-    for path in sorted(files):
-        rel = path.relative_to(environment_dir).as_posix()
-        if _excluded(rel, exclude):
-            continue
-        h.update(rel.encode(errors="surrogateescape") + b"\0")
-        if path.is_symlink():
-            h.update(b"link:" + os.readlink(path).encode(errors="surrogateescape"))
+    for entry in walk_tree(environment_dir, what="build context", exclude=exclude):
+        h.update(entry.rel.encode(errors="surrogateescape") + b"\0")
+        if entry.fd is None:
+            h.update(b"dir")
         else:
-            h.update(hashlib.sha256(path.read_bytes()).digest())
+            digest = hashlib.sha256()
+            for chunk in read_chunks(entry.fd, entry.size):
+                digest.update(chunk)
+            h.update(digest.digest() + (b"x" if entry.mode & 0o111 else b"-"))
         h.update(b"\0")
     h.update(json.dumps(dict(sorted(extra.items()))).encode())
     return h.hexdigest()[:16]
@@ -272,7 +488,7 @@ def build_task_image(
             ids[image] = found
         return found is not None
 
-    text, used = rewrite_from_lines(dockerfile_path.read_text(), base_map, is_local)
+    text, used = rewrite_from_lines(read_regular(dockerfile_path), base_map, is_local)
     for image, local in used.items():
         if not is_local(local):
             raise HarborImageError(
@@ -291,14 +507,9 @@ def build_task_image(
             return tag
         say(f"building the Harbor task image {tag} from {dockerfile_path}")
         started = time.monotonic()
-
-        def ignore(folder: str, names: list[str]) -> set[str]:
-            rel = Path(folder).relative_to(context_dir).as_posix()
-            return {n for n in names if _excluded(posixpath.normpath(f"{rel}/{n}"), exclude)}
-
         with tempfile.TemporaryDirectory(prefix="amb-harbor-build-", dir="/var/tmp") as tmp:
-            copy = Path(tmp) / "context"
-            shutil.copytree(context_dir, copy, symlinks=True, ignore=ignore if exclude else None)
+            copy = Path(tmp) / "context"  # what is sent is what was hashed: files and folders
+            copy_tree(context_dir, copy, what="build context", exclude=exclude)
             (copy / dockerfile_rel).write_text(text)
             _build(copy, tag, build_timeout_s, dockerfile=dockerfile_rel, build_args=args)
         say(f"built {tag} in {time.monotonic() - started:.0f} s")

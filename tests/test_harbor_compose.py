@@ -102,9 +102,13 @@ def test_bootstrap_fills_the_volume_and_the_gold_before_main(base: str, tmp_path
     said: list[str] = []
     with prepare_compose(plan, base_map={UBUNTU: base}, run_id=RUN_ID, say=said.append) as ready:
         assert ready.environment == {"PYTHONUNBUFFERED": "1", "GREETING": "hello"}
-        assert json.loads((tmp_path / "case_01" / "tests" / "gold.json").read_text()) == {
+        # The gold is in this attempt's copy of tests/, never in the task folder.
+        tests = ready.task_path("tests")
+        assert tests is not None and json.loads((tests / "gold.json").read_text()) == {
             "answer": 42
         }
+        assert (tests / "test.sh").is_file()
+        assert not (tmp_path / "case_01" / "tests" / "gold.json").exists()
         spec = SandboxSpec(
             public_dir=environment,
             workspace_dir=tmp_path / "staging",
@@ -134,6 +138,8 @@ def test_bootstrap_fills_the_volume_and_the_gold_before_main(base: str, tmp_path
         ) as again:
             assert again.image == ready.image
             assert again.volumes != ready.volumes
+            assert again.task_path("tests") != tests
+    assert not tests.exists()  # removed with the attempt
     assert len([line for line in said if line.startswith("building")]) <= 1
     assert left_behind() == []
 

@@ -19,6 +19,7 @@ import pytest
 from pytest_automedbench.harbor._task import (
     HarborTask,
     HarborTaskError,
+    harbor_env_names,
     harbor_root_of,
     load_harbor_task,
     task_folder_of,
@@ -51,7 +52,9 @@ class HarborTaskFile(pytest.Module):
     def collect(self) -> Any:
         roots = harbor_roots(self.config)
         try:
-            task = load_harbor_task(self.path.parent, harbor_root_of(self.path, roots))
+            task = load_harbor_task(
+                self.path.parent, harbor_root_of(self.path, roots), harbor_env(self.config)
+            )
         except HarborTaskError as exc:
             raise self.CollectError(str(exc)) from None
         self.stash[HARBOR_TASK] = task
@@ -65,6 +68,14 @@ def register_marker(config: pytest.Config, name: str) -> None:
     known = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
     if name not in known:
         config.addinivalue_line("markers", f"{name}: Harbor task cells marked {name}")
+
+
+def harbor_env(config: pytest.Config) -> tuple[str, ...]:
+    """The host variables the session passes to Harbor tasks (``--harbor-env``), checked."""
+    from pytest_automedbench.plugin import STATE_KEY
+
+    run_config = config.stash[STATE_KEY].run_config
+    return harbor_env_names(run_config) if run_config is not None else ()
 
 
 def harbor_roots(config: pytest.Config) -> tuple[Path, ...]:

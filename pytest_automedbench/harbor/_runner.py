@@ -151,6 +151,7 @@ def _attempt(
 
     with phases.phase("environment", trajectory):
         image = task_image(plan, task, trajectory)
+    task = image.for_attempt(task)  # the verifier's /tests: this attempt's copy of tests/
     egress = open_egress(plan, trajectory) if task.internet else None
     with (
         open_gateway(plan) as gateway,
@@ -211,6 +212,12 @@ class TaskEnvironment:
         if self.compose is not None:
             self.compose.close()
 
+    def for_attempt(self, task: HarborTask) -> HarborTask:
+        """The task with this attempt's copy of ``tests/`` when a compose service bound it
+        (a bootstrap writes the gold there, never into the task folder)."""
+        copy = self.compose.task_path("tests") if self.compose is not None else None
+        return task.for_attempt(copy)
+
 
 def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> TaskEnvironment:
     """The task's image (built once per content hash; the build's lines are events); for
@@ -225,7 +232,7 @@ def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -
     environment = task.config.environment
     if environment.docker_image is None and compose_file(task.environment_dir) is not None:
         prepared = prepare_compose(
-            load_compose(task.environment_dir),
+            load_compose(task.environment_dir, environ=task.host_environ()),
             base_map=plan.config.harbor_base_map,
             run_id=plan.run_id,
             build_timeout_s=environment.build_timeout_sec,

@@ -23,16 +23,20 @@ import hashlib
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.redact import SECRET_NAME
 from pytest_automedbench.tasks import NetworkDecl
+
+if TYPE_CHECKING:
+    from pytest_automedbench.config import RunConfig
 
 #: The tier of every Harbor cell (cell ids ``<task>-harbor-r<attempt>``).
 HARBOR_TIER = "harbor"
@@ -41,6 +45,9 @@ DEFAULT_ATTEMPTS = 3
 #: Harbor's own default agent and verifier time-outs (seconds).
 DEFAULT_TIMEOUT_S = 600.0
 
+#: The option that lets a host variable reach Harbor tasks (named in every error about one).
+ENV_OPTION = "--harbor-env"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MARKER_SAFE = re.compile(r"[^A-Za-z0-9_]+")
 _ID_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -122,25 +129,76 @@ class TaskConfig(_Section):
 
 
 def resolve_env(
-    values: Mapping[str, str], where: str, environ: Mapping[str, str] | None = None
+    values: Mapping[str, str],
+    where: str,
+    environ: Mapping[str, str] | None = None,
+    allowed: Collection[str] = (),
 ) -> dict[str, str]:
-    """``${VAR}`` and ``${VAR:-default}`` in a table of environment variables, taken from
-    the host's environment; a variable that is neither set nor defaulted raises
-    :class:`HarborTaskError` naming the field and the variable."""
+    """``${VAR}`` and ``${VAR:-default}`` in a table of environment variables. A host
+    variable reaches a task only by name: ``VAR`` is taken from ``environ`` (default: this
+    process's environment) only when it is one of ``allowed`` (``--harbor-env VAR``);
+    otherwise the default applies, and without one :class:`HarborTaskError` names the
+    field, the variable and the option to pass. Anything else (``$VAR`` without braces)
+    is left as written: the container's shell may expand it, from its own environment."""
     environ = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for key, value in values.items():
 
         def substitute(match: re.Match[str], key: str = key) -> str:
             name, default = match.group(1), match.group(2)
-            if name in environ:
+            if name in allowed and name in environ:
                 return environ[name]
             if default is not None:
                 return default
-            raise HarborTaskError(f"{where}.{key}: ${{{name}}} is not set and has no default")
+            if name in allowed:
+                raise HarborTaskError(f"{where}.{key}: ${{{name}}} is not set and has no default")
+            raise HarborTaskError(
+                f"{where}.{key}: ${{{name}}} is a host variable, and host variables reach a "
+                f"Harbor task only by name: pass {ENV_OPTION} {name} (pyproject: harbor_env "
+                f'= ["{name}"]), or give it a default (${{{name}:-value}})'
+            )
 
         out[key] = _ENV_REF.sub(substitute, value)
     return out
+
+
+def secret_env_problem(name: str, agent_keys: Collection[str] = ()) -> str | None:
+    """Why ``name`` may not be passed to a task with :data:`ENV_OPTION`, or None: not a
+    variable name, a credential-like name (:data:`~pytest_automedbench.redact.SECRET_NAME`),
+    or the variable holding a key of one of the session's agents."""
+    if not _ENV_NAME.fullmatch(name):
+        return f"{ENV_OPTION} {name!r}: not an environment variable name"
+    if SECRET_NAME.search(name) or name in agent_keys:
+        return (
+            f"{ENV_OPTION} {name}: a credential (a provider key, token, secret or password) "
+            "never reaches a Harbor task, even when named: an agent gets model access through "
+            "the harness's gateway, which holds the keys on the host"
+        )
+    return None
+
+
+def harbor_env_names(config: RunConfig) -> tuple[str, ...]:
+    """The host variables the session passes to Harbor tasks (``harbor_env``), checked:
+    none is credential-like or a key variable of the session's agents (their model
+    definitions' ``api_key_env``, and their upstream model's); raises
+    :class:`HarborTaskError` naming the first that is."""
+    names = tuple(config.harbor_env)
+    if not names:
+        return ()
+    keys: set[str] = set()
+    for agent in config.agents:
+        try:
+            entry: Any = config.agent(agent)
+        except Exception:  # an unknown agent is reported where agents are resolved
+            continue
+        for holder in (entry, getattr(entry, "upstream", None)):
+            key = getattr(holder, "api_key_env", None)
+            if isinstance(key, str):
+                keys.add(key)
+    for name in names:
+        if (problem := secret_env_problem(name, keys)) is not None:
+            raise HarborTaskError(problem)
+    return names
 
 
 def marker_name(word: str) -> str:
@@ -160,6 +218,12 @@ class HarborTask:
     config: TaskConfig
     instruction: str
     category: str
+    #: The host variables this session passes to the task (``--harbor-env``): its
+    #: ``${VAR}`` may name only these (others take their default or are an error).
+    host_env: tuple[str, ...] = ()
+    #: This attempt's copy of ``tests/`` (a compose bootstrap may have written the gold
+    #: there: :meth:`for_attempt`), None for the task's own folder.
+    attempt_tests: Path | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -221,7 +285,25 @@ class HarborTask:
 
     @property
     def tests_dir(self) -> Path:
-        return self.folder / "tests"
+        """What the verifier gets as ``/tests``: the task's ``tests/``, or this attempt's
+        copy of it when its compose services bound it (:meth:`for_attempt`)."""
+        return self.attempt_tests or self.folder / "tests"
+
+    def for_attempt(self, tests: Path | None) -> HarborTask:
+        """The task as one attempt sees it: ``tests`` (this attempt's copy of ``tests/``,
+        never the task's folder, which no container writes into) as its ``tests_dir``."""
+        if tests is None:
+            return self
+        task = replace(self, attempt_tests=tests)
+        if "content_hash" in self.__dict__:  # the task folder's, unchanged
+            task.__dict__["content_hash"] = self.__dict__["content_hash"]
+        return task
+
+    def host_environ(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The host variables the task may read (its :attr:`host_env` that are set): what
+        a docker-compose file's interpolation and bare ``environment`` keys see."""
+        environ = os.environ if environ is None else environ
+        return {name: environ[name] for name in self.host_env if name in environ}
 
     @property
     def solution_dir(self) -> Path:
@@ -242,13 +324,16 @@ class HarborTask:
         return digest.hexdigest()
 
     def environment_env(self) -> dict[str, str]:
-        return resolve_env(self.config.environment.env, f"{self.toml} [environment].env")
+        return self._env(self.config.environment.env, "[environment].env")
 
     def verifier_env(self) -> dict[str, str]:
-        return resolve_env(self.config.verifier.env, f"{self.toml} [verifier].env")
+        return self._env(self.config.verifier.env, "[verifier].env")
 
     def solution_env(self) -> dict[str, str]:
-        return resolve_env(self.config.solution.env, f"{self.toml} [solution].env")
+        return self._env(self.config.solution.env, "[solution].env")
+
+    def _env(self, values: Mapping[str, str], field: str) -> dict[str, str]:
+        return resolve_env(values, f"{self.toml} {field}", allowed=self.host_env)
 
     @property
     def toml(self) -> Path:
@@ -285,6 +370,26 @@ class HarborTask:
             self.verifier_env()
         except HarborTaskError as exc:
             return str(exc)
+        return self._compose_variables_problem()
+
+    def _compose_variables_problem(self) -> str | None:
+        """A docker-compose file's ``${VAR}`` that the task may not read (see
+        :meth:`host_environ`); the file's other faults are reported when it is run."""
+        from pytest_automedbench.sandbox.harbor_compose import (
+            HarborVariableError,
+            compose_file,
+            load_compose,
+        )
+        from pytest_automedbench.sandbox.harbor_env import HarborImageError
+
+        if self.config.environment.docker_image or compose_file(self.environment_dir) is None:
+            return None
+        try:
+            load_compose(self.environment_dir, environ=self.host_environ())
+        except HarborVariableError as exc:
+            return str(exc)
+        except HarborImageError:
+            return None
         return None
 
 
@@ -302,9 +407,15 @@ def is_task_folder(folder: Path) -> bool:
     return (folder / "task.toml").is_file()
 
 
-def load_harbor_task(folder: Path, root: Path | None = None) -> HarborTask:
+def load_harbor_task(
+    folder: Path, root: Path | None = None, host_env: Sequence[str] = ()
+) -> HarborTask:
     """Load and check one task folder; ``root`` is the ``--harbor`` path it was found under
-    (its category folder, if any, sits between the two)."""
+    (its category folder, if any, sits between the two); ``host_env`` the host variables
+    the session passes to it (:func:`harbor_env_names`; a credential-like name raises)."""
+    for name in host_env:
+        if (problem := secret_env_problem(name)) is not None:
+            raise HarborTaskError(problem)
     folder = folder.resolve()
     toml = folder / "task.toml"
     try:
@@ -341,6 +452,7 @@ def load_harbor_task(folder: Path, root: Path | None = None) -> HarborTask:
         config=config,
         instruction=instruction,
         category=category,
+        host_env=tuple(dict.fromkeys(host_env)),
     )
 
 
@@ -389,7 +501,7 @@ def task_folders(root: Path) -> list[Path]:
     return found
 
 
-def discover_harbor_tasks(roots: Sequence[Path]) -> list[HarborTask]:
+def discover_harbor_tasks(roots: Sequence[Path], host_env: Sequence[str] = ()) -> list[HarborTask]:
     """Every task below the ``--harbor`` paths, checked; two tasks with one id is an error
     naming both folders."""
     tasks: list[HarborTask] = []
@@ -398,7 +510,7 @@ def discover_harbor_tasks(roots: Sequence[Path]) -> list[HarborTask]:
         if not root.exists():
             raise HarborTaskError(f"{root}: no such file or folder (--harbor)")
         for folder in task_folders(root):
-            task = load_harbor_task(folder, root)
+            task = load_harbor_task(folder, root, host_env)
             if task.id in seen and seen[task.id] != task.folder:
                 raise HarborTaskError(
                     f"two Harbor tasks have the id {task.id!r}: {seen[task.id]} and {task.folder}"
