@@ -50,6 +50,11 @@ Kinds and their fields (``turn`` on most of them):
     refused or could not serve (``status``, ``error``, ``attempts``), and a gateway that
     stopped serving (``error``). Their turns are ``message`` and ``tool_result`` events
     read from the wire (``source``: ``"wire"``, ``native_tool``: the system's tool name).
+``request_rejected``, ``gateway_tampering``
+    the provider rejected the agent's own request as invalid after replies were served
+    (``status``, ``error``, ``attempts``; the cell ends scored, not as an infrastructure
+    error), and a request the gateway refused for naming fields that would re-route it
+    (``fields``: their names, ``protocol``, ``request_digest``): a violation.
 ``egress``, ``runtime``
     what the sandbox saw the agent do: a connection through the egress proxy, and what
     the runtime probe recorded in the agent's Python (``probe``: ``optimizer_step`` or
@@ -412,6 +417,32 @@ class RequestFailedEvent(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRejectedEvent(Event):
+    """The provider rejected the agent's request as invalid (a 4xx that is not about
+    credentials or rate) after at least one reply was served: the cell ends
+    ``request_rejected`` and is scored (see ``agents.base.rejected_request``)."""
+
+    KIND = "request_rejected"
+    turns: int | None = None
+    status: int | None = None
+    error: str | None = None
+    attempts: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayTamperingEvent(Event):
+    """A model request the gateway refused because it named fields that would change
+    where or how the model is called (``base_url``, ``api_key``, ``extra_headers``, ...):
+    evidence of an attempt on the provider key or on the gateway's routing."""
+
+    KIND = "gateway_tampering"
+    status: int | None = None
+    protocol: str | None = None
+    fields: list[Any] = field(default_factory=list)
+    request_digest: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayErrorEvent(Event):
     """The cell's LLM gateway stopped serving: an infrastructure error."""
 
@@ -475,6 +506,8 @@ for _cls in (
     TranscriptEvent,
     EndCommandEvent,
     RequestFailedEvent,
+    RequestRejectedEvent,
+    GatewayTamperingEvent,
     GatewayErrorEvent,
     EgressEvent,
     RuntimeEvent,

@@ -32,10 +32,36 @@ Termination = Literal[
     "finished",  # an external agent's command exited (it cannot call submit_results)
     "provider_error",  # the model provider failed past its retries: an infrastructure error
     "gateway_error",  # the cell's LLM gateway stopped serving: an infrastructure error
+    "request_rejected",  # the provider refused the agent's own request: scored (see below)
 ]
 
 #: Terminations that are the harness's or the provider's fault, never the agent's.
 INFRA_TERMINATIONS: frozenset[str] = frozenset({"provider_error", "gateway_error"})
+
+#: Client-error statuses that say nothing about the request itself: credentials (401,
+#: 403), a time-out (408), a conflict retried as transient (409), rate limits (429).
+PROVIDER_SIDE_4XX: frozenset[int] = frozenset({401, 403, 408, 409, 429})
+
+
+def rejected_request(status: int | None, served: int) -> bool:
+    """Whether a provider failure that ended a cell is the agent's doing (the cell ends
+    ``request_rejected`` and is scored) rather than the infrastructure's (``provider_error``,
+    re-run).
+
+    The rule: the provider answered a client error (4xx) other than
+    :data:`PROVIDER_SIDE_4XX`, *after* at least one reply was served. Before the first
+    reply the same status is a configuration fault (an unknown model is 404, a malformed
+    setting 400: the agent never got to act). Connection failures (no status), 5xx after
+    the retries, and auth or rate-limit failures stay infrastructure errors. Without this
+    rule an agent could choose a re-run: once it has seen replies it does not like, a
+    request the provider must reject (an invalid parameter, an oversized conversation)
+    would end its cell as an infrastructure error instead of a scored one."""
+    return (
+        served > 0
+        and status is not None
+        and 400 <= status < 500
+        and status not in PROVIDER_SIDE_4XX
+    )
 
 
 @dataclass(frozen=True)

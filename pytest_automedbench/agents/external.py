@@ -20,7 +20,14 @@ import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_automedbench.agents.base import AgentOutcome, AgentRun, Message, Termination, Usage
+from pytest_automedbench.agents.base import (
+    AgentOutcome,
+    AgentRun,
+    Message,
+    Termination,
+    Usage,
+    rejected_request,
+)
 from pytest_automedbench.agents.registry import CommandAgent, SystemAgent
 from pytest_automedbench.agents.systems import cli_model_name
 from pytest_automedbench.agents.tools import exec_content, exec_record, truncate_middle
@@ -107,6 +114,15 @@ def _provider_fault(line: Mapping[str, Any], *, served: int) -> bool:
     if status == 200 or error.startswith(GATEWAY_REFUSAL):
         return False
     return status in PROVIDER_FAULTS or served == 0
+
+
+def _rejected(line: Mapping[str, Any], *, served: int) -> bool:
+    """Whether the provider rejected this request as invalid after replies were served
+    (not a refusal of the gateway's own: those are limits or tampering)."""
+    status, error = line.get("status"), str(line.get("error") or "")
+    if type(status) is not int or error.startswith(GATEWAY_REFUSAL):
+        return False
+    return rejected_request(status, served)
 
 
 class GatewayRoute:
@@ -203,9 +219,12 @@ class GatewayRoute:
 
     def termination(self, result: ExecResult, trajectory: TrajectoryWriter) -> Termination:
         """How the cell ended, first match wins: the route broke (an infrastructure
-        error), the command timed out, a budget of the gateway was reached, the last
-        request failed at the provider past the gateway's retries (infrastructure),
-        else the system finished on its own."""
+        error), the command timed out, a budget of the gateway was reached, the provider
+        rejected the system's last request as invalid after replies were served (the
+        system's doing: ``request_rejected``, scored; see
+        :func:`~pytest_automedbench.agents.base.rejected_request`), the last request
+        failed at the provider past the gateway's retries (infrastructure), else the
+        system finished on its own."""
         if result.exit_code == RELAY_FAILED_EXIT and RELAY_FAILED_TEXT in result.stderr:
             trajectory.emit("gateway_error", error=result.stderr[-2000:])
             return "gateway_error"
@@ -231,6 +250,15 @@ class GatewayRoute:
             )
             return limit
         last = self._last_line
+        if last is not None and _rejected(last, served=turns):
+            trajectory.emit(
+                "request_rejected",
+                turns=turns,
+                status=last.get("status"),
+                error=str(last.get("error") or "")[:2000],
+                attempts=list(last.get("attempts") or []),
+            )
+            return "request_rejected"
         if last is not None and _provider_fault(last, served=turns):
             trajectory.emit(
                 "provider_error",
@@ -247,6 +275,16 @@ class GatewayRoute:
 
         self._last_line = line
         trajectory = self.run.trajectory
+        if line.get("tampering"):
+            # Fields that would have re-routed the call: refused, and evidence for the
+            # violation monitor (names only; the values never reach the log).
+            trajectory.emit(
+                "gateway_tampering",
+                status=line.get("status"),
+                protocol=line.get("protocol"),
+                fields=list(line.get("refused_fields") or []),
+                request_digest=line.get("request_digest"),
+            )
         for item in self.reader.feed(line):
             if isinstance(item, WireToolResult):
                 message: Message = {
@@ -459,7 +497,7 @@ def _system_episode(run: AgentRun, route: GatewayRoute, result: ExecResult) -> A
     turns = route.turns()
     termination = route.termination(result, trajectory)
     messages = conversation_from_events(trajectory.events)
-    if termination == "finished":
+    if termination in ("finished", "request_rejected"):  # the system stopped on its own
         _submit_for(run, messages, turn=max(turns, 1), index=0)
     return end_episode(
         trajectory,

@@ -6,7 +6,9 @@ trajectory as it happens. It owns the limits (turns, wall clock, tokens, cost, i
 replies) and the provider's failure modes: retries are recorded, a context overflow
 is answered by compacting old tool output, a reply that does not arrive before the
 wall-clock limit ends the cell as a time limit, and a provider that fails for good
-ends it as ``provider_error`` (an infrastructure error, not the agent's failure).
+ends it as ``provider_error`` (an infrastructure error, not the agent's failure) --
+unless it rejected the agent's request as invalid after a reply was served, which ends
+it as ``request_rejected``, scored (:func:`~pytest_automedbench.agents.base.rejected_request`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pytest_automedbench.agents.base import (
     ReplyDeadlineError,
     Termination,
     Usage,
+    rejected_request,
 )
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, end_episode
@@ -54,6 +57,12 @@ def _limit_hit(limits: Limits, turns: int, usage: Usage, elapsed: float) -> Term
     if usage.cost_usd >= limits.max_cost_usd:
         return "cost_limit"
     return None
+
+
+def _last_status(attempts: list[dict[str, Any]]) -> int | None:
+    """The HTTP status of the last failed attempt, where the client recorded one."""
+    status = attempts[-1].get("status") if attempts else None
+    return status if type(status) is int else None
 
 
 def encodable_message(value: Any) -> Any:
@@ -161,10 +170,12 @@ def run_agent(
                 break
             continue
         except ProviderError as exc:
-            termination = "provider_error"
-            trajectory.emit(
-                "provider_error", turns=turns, error=str(exc)[:2000], attempts=exc.attempts
+            termination = (
+                "request_rejected"
+                if rejected_request(_last_status(exc.attempts), turns)
+                else "provider_error"
             )
+            trajectory.emit(termination, turns=turns, error=str(exc)[:2000], attempts=exc.attempts)
             break
         for attempt in reply.retries:
             trajectory.emit("retry", turn=turns + 1, **attempt)
