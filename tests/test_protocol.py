@@ -397,8 +397,10 @@ def test_the_probe_records_training_the_code_hides(tmp_path: Path) -> None:
     backward = next(line for line in lines if line["probe"] == "backward")
     assert backward["count"] == 37
     events = [{"kind": "runtime", "seq": 3, **line} for line in lines]
-    (finding,) = find_training(events)
-    assert finding.source == "runtime" and "37 optimizer step(s)" in finding.evidence
+    step_finding, update = find_training(events)
+    assert step_finding.source == "runtime" and "37 optimizer step(s)" in step_finding.evidence
+    # The forward pre-hook saw the same weights change between the 37 forward passes.
+    assert update.rule == "parameter_update" and "36 updates" in update.evidence
 
 
 @pytest.mark.slow

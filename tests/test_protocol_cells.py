@@ -78,9 +78,10 @@ def test_the_probe_records_training_inside_the_sandbox(backend: str, tmp_path: P
     trained_step = steps["torch.optim.sgd.SGD on weights"]
     assert trained_step["count"] == 37 and trained_step["argv"] == ["run_inference.py"]
     assert steps["torch.optim.adam.Adam on tensors"]["argv"] == ["-c"]
-    (finding,) = find_training(events)
+    finding, update = find_training(events)
     assert finding.source == "runtime" and finding.rule == "optimizer_step"
     assert "37 optimizer step(s)" in finding.evidence and "run_inference.py" in finding.evidence
+    assert update.rule == "parameter_update" and "36 updates" in update.evidence
     assert not list(probe.parent.glob(probe.name)), "the probe folder is left behind"
 
 
@@ -120,8 +121,9 @@ def test_a_cell_that_trains_where_the_task_forbids_it_is_a_protocol_violation(
     assert {(f["source"], f["rule"]) for f in result.training} == {
         ("code", "optimizer_loop"),
         ("runtime", "optimizer_step"),
+        ("runtime", "parameter_update"),
     }
-    runtime = next(f for f in result.training if f["source"] == "runtime")
+    runtime = next(f for f in result.training if f["rule"] == "optimizer_step")
     assert "20 optimizer step(s)" in runtime["evidence"] and "adapt.py" in runtime["evidence"]
     assert result.stages is not None
     reasons = {item.evidence for item in result.stages.items if item.id.endswith("-violation")}
