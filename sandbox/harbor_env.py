@@ -77,6 +77,15 @@ from pytest_automedbench.sandbox.egress import (
     proxy_environment,
     with_relay,
 )
+from pytest_automedbench.sandbox.harbor_harness import (
+    CLASSIFY_SCRIPT,
+    HARNESS_BUSYBOX,
+    HARNESS_DIR,
+    HARNESS_ENV,
+    RESET_DIR_SCRIPT,
+    busybox,
+    harness_programs_dir,
+)
 from pytest_automedbench.sandbox.images import (
     DEBOOTSTRAP,
     LABEL,
@@ -750,7 +759,9 @@ class HarborContainer(Sandbox):
         client = docker_client()
         sweep_stale_once(client)  # shared with the agent containers: once per process
         self.spec.workspace_dir.mkdir(parents=True, exist_ok=True)
-        mounts = []
+        # The harness's static programs (see harbor_harness): what it runs once the agent
+        # has had the container, the verifier's shell among them.
+        mounts = [bind(harness_programs_dir(), HARNESS_DIR, read_only=True)]
         if self.spec.agent_tools is not None:
             mounts.append(bind(self.spec.agent_tools, AGENT_TOOLS, read_only=True))
         if self.spec.gateway_dir is not None:
@@ -992,18 +1003,92 @@ class HarborContainer(Sandbox):
         await_reaped(self._procs, at_most=len(self._keep))  # Docker's init and the sleep
 
     def _kill_through_daemon(self) -> None:
-        """Where the container's pids are not visible here: a root ``sh`` inside kills
-        every pid but the recorded ones and itself, until it finds none."""
+        """Where the container's pids are not visible here: a root shell inside (the
+        harness's busybox: the image's ``sh`` may be the agent's) kills every pid but the
+        recorded ones and itself, until it finds none."""
         keep = " ".join(str(pid) for pid in sorted(self._keep))
         sweep = (
             'found=1; n=0; while [ "$found" = 1 ] && [ $n -lt 50 ]; do found=0; n=$((n+1)); '
             'cd /proc; for p in [0-9]*; do case " $1 $$ " in *" $p "*) continue;; esac; '
-            "if [ -d /proc/$p ] && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then "
-            "kill -9 $p 2>/dev/null && found=1; fi; done; done; exit $found"
+            "if [ -d /proc/$p ] && ! \"$0\" grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; "
+            "then kill -9 $p 2>/dev/null && found=1; fi; done; done; exit $found"
         )
-        result = self._run_raw(["sh", "-c", sweep, "sh", keep], "0")
+        argv = busybox("sh", "-c", sweep, HARNESS_BUSYBOX, keep)
+        result = self._run_raw(argv, "0", env=HARNESS_ENV, workdir="/")
         if result.exit_code != 0:
             raise SandboxError(f"processes of the Harbor container survive kill -9: {result}")
+
+    # ------------------------------------------------------------------ the harness's own
+
+    def harness_run(self, argv: list[str], timeout_s: float = 60) -> ExecResult:
+        """A command of the harness's static programs (``harbor_harness``) as root, in
+        ``/``, with nothing of the image's environment looked up; leftovers killed."""
+        return self._call(argv, "0", timeout_s, HARNESS_ENV, "/")
+
+    def reset_dir(self, path: str, *, mode: str = "755", owner: str | None = None) -> None:
+        """``path`` removed whole and made again, empty (a link or file the agent left at
+        it or at its parent is removed first), by the harness's busybox as root."""
+        parent = posixpath.dirname(path.rstrip("/")) or "/"
+        script = busybox("sh", "-c", RESET_DIR_SCRIPT, HARNESS_BUSYBOX, path, parent, mode)
+        done = self.harness_run([*script, owner or ""])
+        if done.exit_code != 0:
+            raise SandboxError(f"cannot empty {path}: {done.stderr.strip() or done.exit_code}")
+
+    def classify(self, paths: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """Each path's kind now (``d`` folder, ``l`` link with its target, ``f`` other,
+        ``-`` none), asked of the harness's busybox, in batches that fit a command line."""
+        kinds: dict[str, tuple[str, str | None]] = {}
+        unique = [p for p in dict.fromkeys(paths) if "\n" not in p and "\t" not in p]
+        for start in range(0, len(unique), 500):
+            batch = unique[start : start + 500]
+            script = busybox("sh", "-c", CLASSIFY_SCRIPT, HARNESS_BUSYBOX, *batch)
+            done = self.harness_run(script)
+            if done.exit_code != 0:
+                raise SandboxError(f"cannot look at the container's files: {done.stderr}")
+            for line in done.stdout.splitlines():
+                kind, _, rest = line.partition("\t")
+                path, _, target = rest.partition("\t")
+                kinds[path] = (kind, target if kind == "l" else None)
+        return kinds
+
+    def changes(self) -> list[tuple[str, int]]:
+        """The container layer's changes against its image (``docker diff``): each path
+        with Docker's kind (0 changed, 1 added, 2 deleted)."""
+        if self.container_id is None:
+            raise SandboxError("changes() before start()")
+        listed = docker_client().api.diff(self.container_id) or []
+        return [(str(item["Path"]), int(item["Kind"])) for item in listed]
+
+    def image_environment(self) -> dict[str, str]:
+        """The image's own ``ENV`` (its config, as built: nothing the agent can change)."""
+        config = docker_client().images.get(self.image).attrs.get("Config") or {}
+        return dict(str(e).partition("=")[::2] for e in config.get("Env") or [])
+
+    def image_files(self, paths: Sequence[str], max_bytes: int) -> dict[str, bytes]:
+        """Regular files as the image has them (read from a container created from the
+        image and never started), at most ``max_bytes`` each; missing ones are left out."""
+        import docker.errors
+
+        found: dict[str, bytes] = {}
+        if not paths:
+            return found
+        api = docker_client().api
+        created = api.create_container(self.image, command=["true"], entrypoint=[])["Id"]
+        try:
+            for path in paths:
+                try:
+                    chunks, _ = api.get_archive(created, path)
+                except docker.errors.NotFound:
+                    continue
+                with _stream_tar(iter(chunks)) as tar:
+                    member = tar.next()
+                    handle = tar.extractfile(member) if member and member.isreg() else None
+                    if handle is not None:
+                        found[path] = handle.read(max_bytes)
+        finally:
+            with contextlib.suppress(Exception):
+                api.remove_container(created, force=True)
+        return found
 
     # ------------------------------------------------------------------ files
 
@@ -1073,8 +1158,9 @@ class HarborContainer(Sandbox):
     def copy_in(self, host_dir: Path, container_dir: str) -> None:
         """Put the contents of ``host_dir`` at ``container_dir`` (made if missing), owned
         by root, modes kept: how ``tests/`` reaches ``/tests`` and ``solution/`` reaches
-        ``/solution``."""
-        made = self._run_raw(["mkdir", "-p", container_dir], "0")
+        ``/solution`` (the folder made by the harness's busybox: the image's ``mkdir``
+        may be the agent's)."""
+        made = self._run_raw(busybox("mkdir", "-p", container_dir), "0", env=HARNESS_ENV)
         if made.exit_code != 0:
             raise SandboxError(f"cannot make {container_dir}: {made.stderr.strip()}")
 

@@ -37,6 +37,12 @@ Neither file
 Any file
     Larger than 1 MiB, not UTF-8, a symbolic link (an agent could plant one pointing
     anywhere on the host) or not a regular file: ``reward_unreadable``.
+
+The folder is emptied by the harness right before ``test.sh`` runs, so what this reads
+is the verifier's alone: an agent's planted ``reward.json`` or a folder named
+``reward.txt`` is gone by then. Whose failure a verifier error is (the agent's, scored
+as 0, or the harness's/task's, an infrastructure error) is decided by
+``_runner.judge_verifier_failure``.
 """
 
 from __future__ import annotations
@@ -68,7 +74,9 @@ AGREEMENT_ABS_TOL = 1e-9
 VerifierErrorKind = Literal[
     "reward_missing", "reward_empty", "reward_unreadable", "reward_conflict"
 ]
-Source = Literal["reward.txt", "reward.json", "reward.txt+reward.json"]
+#: ``agent_failure``: no reward could be read and the harness judged that the agent's
+#: doing (``_runner.judge_verifier_failure``), so the reward is 0.
+Source = Literal["reward.txt", "reward.json", "reward.txt+reward.json", "agent_failure"]
 
 #: A plain decimal number; stricter than ``float()``, which also takes ``nan``,
 #: ``infinity`` and digit separators (``1_0``) that no verifier means as a score.

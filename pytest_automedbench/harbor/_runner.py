@@ -9,14 +9,20 @@ The steps, each timed as a phase of the record (``phase_s``) and a ``phase`` eve
    through the proxy), ``instruction.md`` as the brief, the agent's tools acting inside it;
    nothing it starts outlives a call;
 3. **verifier**: only once the agent has ended and every process it started is gone:
+   the container's changes against its image read for tampering (:mod:`._tampering`),
    ``tests/`` copied to ``/tests`` (the agent never saw it, nor ``solution/`` unless it is
-   the oracle), ``/tests/test.sh`` run as the verifier's user, its reward file read by the
-   fixed rule of :mod:`._reward`.
+   the oracle), ``/logs/verifier`` emptied, ``/tests/test.sh`` run as the verifier's user
+   by the harness's own static bash (never a program the agent could have replaced), its
+   reward file read by the fixed rule of :mod:`._reward`.
 
 Then the attempt is scored as any cell (S1-S5 and E1-E5 from its trajectory, OVERALL =
-0.5 AGENTIC + 0.5 reward), and written as a Harbor trial folder beside the record. A
-verifier that leaves no readable reward makes the attempt an infrastructure error with
-``termination="verifier_error"``, never a silent 0.
+0.5 AGENTIC + 0.5 reward), and written as a Harbor trial folder beside the record.
+
+Whose failure a verifier without a reward is (see :func:`judge_verifier_failure`): the
+agent's (scored, reward 0) when the agent tampered with the image's programs, or when the
+same verifier does leave a reward in a fresh container of the untouched image (so what
+the agent left broke it); otherwise, and whenever the verifier ran past its time without
+tampering, an infrastructure error with ``termination="verifier_error"``, never a silent 0.
 """
 
 from __future__ import annotations
@@ -45,12 +51,14 @@ from pytest_automedbench.harbor._agents import SOLUTION_DIR
 from pytest_automedbench.harbor._task import HARBOR_TIER, HarborTask
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox import SandboxSpec
+from pytest_automedbench.sandbox.base import ExecResult
 from pytest_automedbench.scoring.cell import CellEvidence, score_cell
 from pytest_automedbench.scoring.rules import JudgeContext
 
 if TYPE_CHECKING:
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.harbor._reward import RewardReading
+    from pytest_automedbench.harbor._tampering import Finding
     from pytest_automedbench.harbor._trial import TrialRecord
     from pytest_automedbench.runner import CellPlan
     from pytest_automedbench.sandbox.harbor_compose import PreparedCompose
@@ -108,10 +116,13 @@ class Phases:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the verifier left: the rewards, or why there are none."""
+    """What the verifier left: the rewards, or why there are none; and what the agent
+    changed of the image's programs before it ran (:mod:`._tampering`)."""
 
     reading: RewardReading | None
     error: str | None
+    timed_out: bool = False
+    tampering: tuple[Finding, ...] = ()
 
 
 def run_harbor_cell(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
@@ -164,16 +175,69 @@ def _attempt(
                 verdict, outcome, ctx = _in_container(plan, task, box, trajectory, gateway, phases)
             finally:
                 box.stop()
+            reading = verdict.reading if verdict is not None else None
+            if verdict is not None and reading is None:
+                reading = judge_verifier_failure(plan, task, image, egress_dir, verdict, trajectory)
         finally:
             image.close()  # after the container: Docker keeps a volume in use
     if verdict is None:  # the agent's episode was cut by the provider or the gateway
         failed = _failed(plan, trajectory, infra_detail(outcome, trajectory), outcome.termination)
         return _with_harbor_fields(failed, task, phases)
-    if verdict.reading is None:
+    if reading is None:
         error = f"verifier_error: {verdict.error}"
         failed = _failed(plan, trajectory, error, "verifier_error")
         return _with_harbor_fields(failed, task, phases)
-    return score_attempt(plan, task, ctx, outcome, verdict.reading, trajectory, phases)
+    return score_attempt(plan, task, ctx, outcome, reading, trajectory, phases)
+
+
+def judge_verifier_failure(
+    plan: CellPlan,
+    task: HarborTask,
+    image: TaskEnvironment,
+    egress_dir: Path | None,
+    verdict: Verdict,
+    trajectory: TrajectoryWriter,
+) -> RewardReading | None:
+    """Whose failure a verifier that left no reward is: a reward of 0 when it is the
+    agent's, None when it is the harness's or the task's (an infrastructure error).
+
+    The agent's when it tampered with the image's programs (it is flagged for that too),
+    or when the verifier, run again on a fresh container of the untouched image (the
+    *control* run), does leave a reward: then what the agent left in its container (a
+    replaced input, a removed module, a folder where the reward goes) broke the verifier.
+    A verifier that overran its time with no tampering is not run again (that would cost
+    its whole time once more): it stays an infrastructure error, as does a verifier that
+    leaves no reward even on the untouched image (the task's own bug)."""
+    from pytest_automedbench.harbor._reward import RewardReading
+
+    failure = RewardReading({"reward": 0.0}, "agent_failure")
+    if verdict.tampering:
+        _blame_agent(trajectory, verdict, "the agent tampered with what the verifier runs")
+        return failure
+    if verdict.timed_out:
+        return None
+    box = open_container(plan, task, image, None, egress_dir)
+    try:
+        box.start()
+        control, result = run_verifier(task, box, plan.cell_dir / "verifier-control")
+    finally:
+        box.stop()
+    trajectory.emit(
+        "verifier_control",
+        exit_code=result.exit_code,
+        timed_out=control.timed_out,
+        rewards=control.reading.rewards if control.reading is not None else None,
+        error=control.error,
+    )
+    if control.reading is None:
+        return None
+    why = "the same verifier leaves a reward on a fresh container of the untouched image"
+    _blame_agent(trajectory, verdict, why)
+    return failure
+
+
+def _blame_agent(trajectory: TrajectoryWriter, verdict: Verdict, why: str) -> None:
+    trajectory.emit("verifier_failure", blame="agent", why=why, error=verdict.error)
 
 
 def _in_container(
@@ -194,9 +258,24 @@ def _in_container(
         return None, outcome, ctx
     box.kill_all()  # nothing the agent started may touch what the verifier checks
     with phases.phase("verifier", trajectory):
+        tampering = inspect_image_changes(box, trajectory)
         verdict = verify(task, box, plan.cell_dir, trajectory)
+        verdict = replace(verdict, tampering=tampering)
     keep_container_files(box, plan.cell_dir)
+    redact_copies(plan)
     return verdict, outcome, ctx
+
+
+def redact_copies(plan: CellPlan) -> None:
+    """Mask the session's keys in what was copied out of the container (the verifier's
+    output, the workspace, the agent's logs): a task must never see one, and if it did,
+    no file the harness keeps holds it."""
+    from pytest_automedbench.harbor._task import session_secrets
+    from pytest_automedbench.redact import redact_tree
+
+    secrets = session_secrets(plan.config)
+    for name in ("verifier", "workspace", "agent-logs"):
+        redact_tree(plan.cell_dir / name, secrets)
 
 
 @dataclass(frozen=True)
@@ -375,25 +454,75 @@ def run_agent(
     return run_recorded(plan, run)
 
 
+def inspect_image_changes(
+    box: HarborContainer, trajectory: TrajectoryWriter
+) -> tuple[Finding, ...]:
+    """What the agent changed of the image's programs (:mod:`._tampering`); a
+    ``tampering`` event when anything counts (the violation monitor reads it)."""
+    from pytest_automedbench.harbor._tampering import evidence_of, find_tampering
+
+    found = tuple(find_tampering(box, box.image_environment().get("PATH")))
+    if found:
+        trajectory.emit(
+            "tampering",
+            category="harness_tampering",
+            evidence=evidence_of(found),
+            findings=[f.as_dict() for f in found],
+        )
+    return found
+
+
 def verify(
     task: HarborTask, box: HarborContainer, cell_dir: Path, trajectory: TrajectoryWriter
 ) -> Verdict:
     """Run the task's verifier in the container and read its reward (see :mod:`._reward`)."""
+    verdict, result = run_verifier(task, box, cell_dir / "verifier")
+    reading = verdict.reading
+    trajectory.emit(
+        "verifier",
+        exit_code=result.exit_code,
+        duration_s=result.duration_s,
+        timed_out=result.timed_out,
+        rewards=reading.rewards if reading is not None else None,
+        source=reading.source if reading is not None else None,
+        error=verdict.error,
+    )
+    return verdict
+
+
+def verifier_environment(task: HarborTask, box: HarborContainer) -> dict[str, str]:
+    """The verifier's environment on top of the container's (the image's ``ENV`` as
+    built: nothing the agent can change): the image's own ``PATH`` (never the agent's
+    tools first) and the task's ``[verifier] env``."""
+    from pytest_automedbench.harbor._tampering import DEFAULT_PATH
+
+    return {"PATH": box.image_environment().get("PATH") or DEFAULT_PATH, **task.verifier_env()}
+
+
+def run_verifier(task: HarborTask, box: HarborContainer, logs: Path) -> tuple[Verdict, ExecResult]:
+    """``/tests/test.sh`` in ``box`` and its reward, read from a copy at ``logs``.
+
+    Everything the harness runs here is its own (``sandbox/harbor_harness.py``): busybox
+    replaces ``/tests`` and empties ``/logs/verifier`` (a link, a planted ``reward.json``
+    or a folder named ``reward.txt`` is gone before the verifier starts), and the static
+    bash runs ``test.sh`` with no start-up files, in the task's working directory, with
+    :func:`verifier_environment`."""
     from pytest_automedbench.harbor._reward import VerifierError, read_reward
+    from pytest_automedbench.sandbox.harbor_harness import HARNESS_BASH, busybox
 
     verifier = task.config.verifier
-    box.run(["rm", "-rf", TESTS_DIR], user="root", timeout_s=60)
+    user = None if verifier.user is None else str(verifier.user)
+    box.harness_run(busybox("rm", "-rf", TESTS_DIR))
     box.copy_in(task.tests_dir, TESTS_DIR)
-    box.run(["mkdir", "-p", VERIFIER_LOGS], user="root", timeout_s=30)
-    command = f"bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS}/test-stdout.txt 2>&1"
+    box.reset_dir(VERIFIER_LOGS, owner=user)
+    command = f'"$0" --noprofile --norc {TESTS_DIR}/test.sh > {VERIFIER_LOGS}/test-stdout.txt 2>&1'
     result = box.run(
-        ["bash", "-c", command],
-        user="root" if verifier.user is None else str(verifier.user),
+        [HARNESS_BASH, "--noprofile", "--norc", "-c", command, HARNESS_BASH],
+        user=user or "root",
         timeout_s=verifier.timeout_sec,
-        env=task.verifier_env(),
+        env=verifier_environment(task, box),
     )
     box.kill_all()
-    logs = cell_dir / "verifier"
     if logs.exists():
         shutil.rmtree(logs)
     box.copy_out(VERIFIER_LOGS, logs)
@@ -407,16 +536,7 @@ def verify(
         except VerifierError as exc:
             output = logs / "test-stdout.txt"
             error = f"{exc.kind}: {exc} (test.sh exit status {result.exit_code}; see {output})"
-    trajectory.emit(
-        "verifier",
-        exit_code=result.exit_code,
-        duration_s=result.duration_s,
-        timed_out=result.timed_out,
-        rewards=reading.rewards if reading is not None else None,
-        source=reading.source if reading is not None else None,
-        error=error,
-    )
-    return Verdict(reading, error)
+    return Verdict(reading, error, timed_out=result.timed_out), result
 
 
 def keep_container_files(box: HarborContainer, cell_dir: Path) -> None:
@@ -558,7 +678,20 @@ def _write_trial(
     ):
         if source.is_dir():
             shutil.copytree(source, trial_dir / target, dirs_exist_ok=True)
+    _redact_job_files(plan, job_dir, trial_dir)
     (plan.cell_dir / "harbor-trial.txt").write_text(f"{trial_dir}\n", encoding="utf-8")
+
+
+def _redact_job_files(plan: CellPlan, job_dir: Path, trial_dir: Path) -> None:
+    """The session's keys masked in the trial folder and the job's own files."""
+    from pytest_automedbench.harbor._task import session_secrets
+    from pytest_automedbench.redact import redact_file, redact_tree
+
+    secrets = session_secrets(plan.config)
+    redact_tree(trial_dir, secrets)
+    for name in ("config.json", "result.json"):
+        if (job_dir / name).is_file():
+            redact_file(job_dir / name, secrets)
 
 
 #: Each trial folder's own record of what made it (for the job's summary).
