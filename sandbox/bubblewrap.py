@@ -42,6 +42,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -63,7 +64,7 @@ from pytest_automedbench.sandbox.mounted import (
     relayed,
 )
 from pytest_automedbench.sandbox.owner import is_gone, process_identity
-from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT
+from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT, PTH_NAME, pth_line
 from pytest_automedbench.sandbox.seccomp import bubblewrap_filter
 
 #: Staging folders live here, named with this prefix; a file inside names the owner.
@@ -83,6 +84,8 @@ ETC_FILES = (
     "/etc/localtime",
     "/etc/mime.types",
 )
+#: The system Python's site folders (Debian's), where the probe's ``.pth`` is laid too.
+SYSTEM_SITE_DIRS = ("/usr/lib/python3/dist-packages",)
 REQUIRED_TOOLS = ("bwrap", "setpriv", "prlimit", "unshare", "mount")
 
 #: Runs as root inside the private mount namespace: join the sandbox's memory cgroup
@@ -91,13 +94,20 @@ REQUIRED_TOOLS = ("bwrap", "setpriv", "prlimit", "unshare", "mount")
 #: secret of the sandbox: the agent's own command can exit 125 and print "mount" too,
 #: and must not pass for a broken sandbox), the seccomp program (opened as fd 9, i.e.
 #: SECCOMP_FD, for bwrap's --seccomp), the cgroup.procs file, pairs of (source, target)
-#: ended by "--", then the command.
+#: ended by "--", then the command. A source written ``lowerdir=A:B`` is a read-only
+#: overlay of those folders instead (the runtime probe's ``.pth`` over a site-packages).
 _MOUNT_AND_DROP = """
 mark=$1; filter=$2; shift 2
 fail() { echo "$mark" >&2; exit 125; }
 if [ "$1" != "-" ]; then echo $$ > "$1" || fail; fi
 shift
-while [ "$1" != "--" ]; do mount --bind -- "$1" "$2" || fail; shift 2; done
+while [ "$1" != "--" ]; do
+  case "$1" in
+    lowerdir=*) mount -t overlay -o "$1" amb-probe-site "$2" || fail ;;
+    *) mount --bind -- "$1" "$2" || fail ;;
+  esac
+  shift 2
+done
 shift
 [ -r "$filter" ] || fail
 exec 9< "$filter"
@@ -118,6 +128,27 @@ def bubblewrap_problem() -> str | None:
     if os.geteuid() != 0:
         return "the harness must run as root to drop each sandbox to its own unprivileged uid"
     return None
+
+
+def _probe_site_overlays(stage: Path, venv: Path, base: Path) -> list[tuple[Path | str, Path]]:
+    """(overlay, target) mounts that add the runtime probe's ``.pth`` to the sandbox
+    Python's site-packages (the venv's, and the base interpreter's for a Python started
+    outside the venv), read-only, so every Python loads the probe whatever its
+    environment (``env -i``, ``-E``, ``-I``). The host's folders are not touched: the
+    overlay exists only in the sandbox's mount namespace."""
+    relative = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)
+    sites = [(venv / relative, stage / "venv" / relative)]
+    if base != venv:
+        sites.append((base / relative, stage / "python" / relative))
+    # The host's system Python (``env -i python3``): its folders in /usr, which the
+    # sandbox sees through the host's own path.
+    sites += [(site, site) for site in map(Path, SYSTEM_SITE_DIRS) if site.is_dir()]
+    overlays: list[tuple[Path | str, Path]] = []
+    for host, site in sites:
+        folders = f"{stage / 'probe-site'}:{site}"
+        if host.is_dir() and not any(c in folders for c in ",\\"):
+            overlays.append((f"lowerdir={folders}", site))
+    return overlays
 
 
 class BubblewrapSandbox(MountedFiles):
@@ -159,6 +190,10 @@ class BubblewrapSandbox(MountedFiles):
             "tmp",
         ):
             (stage / name).mkdir()
+        if self.spec.probe_dir is not None:
+            (stage / "probe-site").mkdir()
+            (stage / "probe-site" / PTH_NAME).write_text(pth_line())
+            (stage / "probe-site" / PTH_NAME).chmod(0o644)
         tmp = stage / "tmp"
         mounted = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={self.spec.tmp_mb}m,mode=0700,"
@@ -196,7 +231,7 @@ class BubblewrapSandbox(MountedFiles):
             raise SandboxError("exec() before start()")
         stage = self._stage
         venv, base = self._python_roots()
-        mounts = [
+        mounts: list[tuple[Path | str, Path]] = [
             (self.spec.public_dir, stage / "public"),
             (self.spec.workspace_dir, stage / "workspace"),
             (venv, stage / "venv"),
@@ -215,6 +250,7 @@ class BubblewrapSandbox(MountedFiles):
         probe = self.spec.probe_dir
         if probe is not None:
             mounts.append((probe, stage / "probe"))
+            mounts += _probe_site_overlays(stage, venv, base)
         bwrap = [
             "bwrap",
             "--die-with-parent",

@@ -61,7 +61,7 @@ from pytest_automedbench.sandbox.mounted import (
     relayed,
 )
 from pytest_automedbench.sandbox.owner import is_gone, process_identity
-from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT
+from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT, PTH_NAME, pth_line
 
 NOBODY = 65534
 #: Seconds any single Docker API call may take; teardown never waits longer.
@@ -79,6 +79,8 @@ REAPER = (
 )
 EVALUATOR_MEMORY_MB = 8192
 STAGE_PREFIX = "amb-docker-"
+#: The agent image's system site folder (Debian's python3; /venv has system site packages).
+IMAGE_SITE_DIR = "/usr/lib/python3/dist-packages"
 OWNER_FILE = "owner"
 
 _clients: dict[int, Any] = {}
@@ -235,6 +237,12 @@ class DockerSandbox(MountedFiles):
             mounts.append(bind(self.spec.egress_dir, EGRESS_DIR, read_only=True))
         if self.spec.probe_dir is not None:
             mounts.append(bind(self.spec.probe_dir, PROBE_MOUNT, read_only=False))
+            # The probe's .pth in the system Python's site folder, which /venv sees too
+            # (system site packages): every Python loads the probe, whatever its
+            # environment (runtime_probe's docstring).
+            (stage / PTH_NAME).write_text(pth_line())
+            (stage / PTH_NAME).chmod(0o644)
+            mounts.append(bind(stage / PTH_NAME, f"{IMAGE_SITE_DIR}/{PTH_NAME}", read_only=True))
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
             mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
         options = container_options(self.spec)
