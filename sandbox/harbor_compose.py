@@ -658,33 +658,37 @@ class AttemptBinds:
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             for index, part in enumerate(rel.parts):
-                last = index == len(rel.parts) - 1
-                fd = self._step(fd, part, rel, last)
+                opened = self._step(fd, part, rel, index == len(rel.parts) - 1)
+                os.close(fd)
+                fd = opened
         finally:
             os.close(fd)
         return str(self.root / rel)
 
     def _step(self, fd: int, part: str, rel: Path, last: bool) -> int:
         """Open the next component below ``fd`` without following a link (made as a
-        folder when missing); closes ``fd`` and returns the new one."""
+        folder when missing); the caller closes ``fd``."""
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            try:
-                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                os.mkdir(part, 0o755, dir_fd=fd)
-                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            regular_end = last and stat.S_ISREG(info.st_mode)
-            if not stat.S_ISDIR(info.st_mode) and not regular_end:
-                kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
-                raise HarborImageError(
-                    f"the bind source {rel.as_posix()!r} is refused: {part!r} on its way is "
-                    f"{kind} in this attempt's copy of the task (made by an earlier service?): "
-                    "a bind never follows a link"
-                )
+            info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            os.mkdir(part, 0o755, dir_fd=fd)
+            info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+        regular_end = last and stat.S_ISREG(info.st_mode)
+        if not stat.S_ISDIR(info.st_mode) and not regular_end:
+            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+            raise HarborImageError(
+                f"the bind source {rel.as_posix()!r} is refused: {part!r} on its way is "
+                f"{kind} in this attempt's copy of the task (made by an earlier service?): "
+                "a bind never follows a link"
+            )
+        try:
             return os.open(part, flags | (0 if regular_end else os.O_DIRECTORY), dir_fd=fd)
-        finally:
-            os.close(fd)
+        except OSError as exc:  # swapped for a link since its stat
+            raise HarborImageError(
+                f"the bind source {rel.as_posix()!r} is refused: {part!r} cannot be opened "
+                f"without following a link ({exc.strerror})"
+            ) from None
 
     def path(self, rel: str) -> Path | None:
         """This attempt's copy of a task path (``tests``), None when no service binds it."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pytest_automedbench.fixtures.staging import StagedData
-from pytest_automedbench.redact import SECRET_NAME
+from pytest_automedbench.redact import SECRET_NAME, secret_values
 from pytest_automedbench.tasks import NetworkDecl
 
 if TYPE_CHECKING:
@@ -177,14 +178,9 @@ def secret_env_problem(name: str, agent_keys: Collection[str] = ()) -> str | Non
     return None
 
 
-def harbor_env_names(config: RunConfig) -> tuple[str, ...]:
-    """The host variables the session passes to Harbor tasks (``harbor_env``), checked:
-    none is credential-like or a key variable of the session's agents (their model
-    definitions' ``api_key_env``, and their upstream model's); raises
-    :class:`HarborTaskError` naming the first that is."""
-    names = tuple(config.harbor_env)
-    if not names:
-        return ()
+def agent_key_names(config: RunConfig) -> set[str]:
+    """The host variables holding the keys of the session's agents: their model
+    definitions' ``api_key_env``, and their upstream model's (an agent system's)."""
     keys: set[str] = set()
     for agent in config.agents:
         try:
@@ -195,6 +191,25 @@ def harbor_env_names(config: RunConfig) -> tuple[str, ...]:
             key = getattr(holder, "api_key_env", None)
             if isinstance(key, str):
                 keys.add(key)
+    return keys
+
+
+def session_secrets(config: RunConfig) -> list[str]:
+    """Every key the session holds (credential-like variables and the agents' key
+    variables, :func:`~pytest_automedbench.redact.secret_values`): what is masked in
+    the files a Harbor attempt leaves."""
+    return secret_values(extra_names=agent_key_names(config))
+
+
+def harbor_env_names(config: RunConfig) -> tuple[str, ...]:
+    """The host variables the session passes to Harbor tasks (``harbor_env``), checked:
+    none is credential-like or a key variable of the session's agents (their model
+    definitions' ``api_key_env``, and their upstream model's); raises
+    :class:`HarborTaskError` naming the first that is."""
+    names = tuple(config.harbor_env)
+    if not names:
+        return ()
+    keys = agent_key_names(config)
     for name in names:
         if (problem := secret_env_problem(name, keys)) is not None:
             raise HarborTaskError(problem)
@@ -318,9 +333,12 @@ class HarborTask:
         """sha256 of every file of the folder (relative path and bytes, in order): another
         edit is another version of the task (the records' ``task_hash`` and ``data_hash``)."""
         digest = hashlib.sha256()
-        for path in sorted(p for p in self.folder.rglob("*") if p.is_file()):
+        for path in sorted(_regular_files(self.folder)):
+            file_digest = _file_digest(path)
+            if file_digest is None:
+                continue
             digest.update(path.relative_to(self.folder).as_posix().encode() + b"\0")
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+            digest.update(file_digest)
         return digest.hexdigest()
 
     def environment_env(self) -> dict[str, str]:
@@ -391,6 +409,32 @@ class HarborTask:
         except HarborImageError:
             return None
         return None
+
+
+def _regular_files(folder: Path) -> Iterable[Path]:
+    """The regular files below ``folder``, no link followed (a link, FIFO or device is
+    not part of the task's content: it is neither read nor waited on)."""
+    for current, _dirs, files in os.walk(folder, followlinks=False):
+        for name in files:
+            path = Path(current) / name
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                yield path
+
+
+def _file_digest(path: Path) -> bytes | None:
+    """sha256 of a regular file, read in chunks without following a link or waiting on
+    a FIFO (None when it is no longer a regular file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        digest = hashlib.sha256()
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.digest()
 
 
 def _field_errors(toml: Path, exc: ValidationError) -> str:
