@@ -189,8 +189,9 @@ def base_images() -> dict[str, str]:
 def _network_args(server: LocalServer, bases: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     port = server.origin.rsplit(":", 1)[1]
     args = ["--sandbox-host", "harbor-data.test=127.0.0.1",
-            "--sandbox-allow-host", "harbor-data.test",
-            "--sandbox-allow-network", "127.0.0.1/32"]  # fmt: skip
+            "--sandbox-allow-host", f"harbor-data.test:{port}",
+            "--sandbox-allow-network", "127.0.0.1/32",
+            "--harbor-env", "AMB_HARBOR_DATA_URL"]  # fmt: skip
     for image, local in bases.items():
         args += ["--harbor-base", f"{image}={local}"]
     return args, {"AMB_HARBOR_DATA_URL": f"http://harbor-data.test:{port}/value.txt"}

@@ -384,8 +384,8 @@ def server() -> Iterator[int]:
 def test_the_egress_relay_sidecar_is_the_one_route_out(make: Make, server: int) -> None:
     folder = Path(tempfile.mkdtemp(prefix="amb-test-harbor-eg-"))
     folder.chmod(0o755)
-    policy = EgressPolicy(
-        mode="allowlist", allow_hosts=("harbor.test",), allow_networks=("127.0.0.1/32",)
+    policy = EgressPolicy(  # the entry names the server's port (plain HTTP is 80 by default)
+        mode="allowlist", allow_hosts=(f"harbor.test:{server}",), allow_networks=("127.0.0.1/32",)
     )
     with EgressProxy(hosts={"harbor.test": "127.0.0.1"}) as proxy:
         lease = proxy.open_cell("harbor", policy, folder / EGRESS_SOCKET_NAME)

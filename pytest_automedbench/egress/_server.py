@@ -16,9 +16,10 @@ Each finished connection (or refusal) is a :class:`ConnectionRecord`: appended a
 JSON line to the cell's log (one ``os.write`` on an ``O_APPEND`` descriptor, fsync'd: a
 torn write never costs another record) and handed to the cell's callback (the runner
 writes it into the trajectory). Refusals are coalesced per (reason, second): the first
-of a second is written at once, the rest of that second as one more record whose
-``count`` says how many it stands for (a flood of 20,000 refused connections is a few
-lines, not 10 MB of fsync'd records).
+refusal of each target (method, host, port), up to :data:`DISTINCT_REFUSALS` targets, is
+written at once (what the agent reached for stays on record), the rest of that second
+as one more record whose ``count`` says how many it stands for. A flood of 20,000
+refused connections is a few lines, not 10 MB of fsync'd records.
 
 **One request per plain-HTTP connection.** An absolute-form request
 (``GET http://host/...``) is relayed alone: its head is checked (no control bytes, no
@@ -74,6 +75,9 @@ CROWDED_HEAD_TIMEOUT_S = 1.0
 #: Connections over the cap held at once (waiting for their request, to read the 503);
 #: beyond that the newest is answered at once.
 MAX_CROWDED_WAITING = 1024
+#: Refusals of one reason in one second recorded each on its own when their targets
+#: differ (the evidence of what the agent reached for); the rest are counted.
+DISTINCT_REFUSALS = 16
 #: The most a chunk-size line or a chunked body's trailers may hold.
 MAX_CHUNK_LINE = 4096
 MAX_TRAILERS = 16 * 1024
@@ -122,8 +126,8 @@ class ConnectionRecord:
     bytes_down: int
     started: float
     duration_s: float
-    #: How many connections this record stands for: 1, or for coalesced refusals the
-    #: ones of the same reason in the same second after the first (recorded on its own).
+    #: How many connections this record stands for: 1, or for a coalesced record the
+    #: refusals of its reason in its second that were not recorded on their own.
     count: int = 1
 
     def as_dict(self) -> dict[str, Any]:
@@ -201,10 +205,12 @@ def _split_authority(authority: str, default_port: int) -> tuple[str, int] | Non
 
 
 class _Window:
-    """The refusals of one reason in one second after the first (which is on record)."""
+    """One reason's refusals in one second: the targets recorded on their own, and the
+    others counted into one record (the last of them, with the count)."""
 
     def __init__(self, second: int) -> None:
         self.second, self.count = second, 0
+        self.written: set[tuple[str, str, int]] = set()
         self.last: ConnectionRecord | None = None
 
 
@@ -236,20 +242,24 @@ class _Cell:
         self.write_lock = threading.Lock()
 
     def keep(self, record: ConnectionRecord) -> None:
-        """Record a connection: at once if it was allowed or is the first refusal of its
-        reason this second; else counted into that second's coalesced record."""
+        """Record a connection: at once if it was allowed, or is a refusal of a target
+        (method, host, port) not yet refused for that reason this second, up to
+        :data:`DISTINCT_REFUSALS` targets; else counted into that second's coalesced
+        record, written once the second is over (at the next record, or at close)."""
         now = int(time.time())
         with self.write_lock:
             writes = self._due(now)
-            window = self.windows.get(record.reason)
             if record.allowed:
                 writes.append(record)
-            elif window is not None and window.second == now:
-                window.count += 1
-                window.last = record
             else:
-                self.windows[record.reason] = _Window(now)
-                writes.append(record)
+                window = self.windows.setdefault(record.reason, _Window(now))
+                target = (record.method, record.host, record.port)
+                if target not in window.written and len(window.written) < DISTINCT_REFUSALS:
+                    window.written.add(target)
+                    writes.append(record)
+                else:
+                    window.count += 1
+                    window.last = record
             for item in writes:
                 self._write(item)
 
