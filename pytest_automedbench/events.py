@@ -467,6 +467,9 @@ class EgressEvent(Event):
     bytes_down: int | None = None
     started: float | None = None
     duration_s: float | None = None
+    #: How many connections the event stands for (refusals of one reason in one second
+    #: are coalesced by the proxy); None in trajectories written before it was counted.
+    count: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
