@@ -372,3 +372,109 @@ def test_decisions_are_frozen_values() -> None:
     policy = EgressPolicy(mode="on")
     with pytest.raises(AttributeError):
         policy.mode = "off"  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------- ports
+
+
+@pytest.mark.parametrize(
+    ("entry", "normalised"),
+    [
+        ("Mirror.Test:8443", "mirror.test:8443"),
+        ("*.Mirror.Test.:8080", "*.mirror.test:8080"),
+        ("[2001:DB8::1]:8443", "[2001:db8::1]:8443"),
+        ("2001:db8::1", "2001:db8::1"),  # a bare IPv6 address has no port
+        ("203.0.113.7:81", "203.0.113.7:81"),
+    ],
+)
+def test_an_allow_list_entry_may_name_a_port(entry: str, normalised: str) -> None:
+    assert EgressPolicy(mode="allowlist", allow_hosts=(entry,)).allow_hosts == (normalised,)
+
+
+@pytest.mark.parametrize("entry", ["mirror.test:0", "mirror.test:65536", "mirror.test:", ":443"])
+def test_an_entry_with_a_bad_port_is_an_error(entry: str) -> None:
+    with pytest.raises(EgressPolicyError):
+        EgressPolicy(mode="allowlist", allow_hosts=(entry,))
+
+
+@pytest.mark.parametrize(
+    ("mode", "host", "port", "tunnel", "reason"),
+    [
+        ("allowlist", "pypi.org", 443, True, "allowed"),
+        ("allowlist", "pypi.org", 80, True, "port"),  # no plain-text tunnel by default
+        ("allowlist", "pypi.org", 80, False, "allowed"),
+        ("allowlist", "pypi.org", 8443, True, "port"),
+        ("allowlist", "mirror.test", 8443, True, "allowed"),  # its entry names 8443
+        ("allowlist", "mirror.test", 8443, False, "allowed"),
+        ("allowlist", "mirror.test", 443, True, "port"),  # and only 8443
+        ("allowlist", "a.cdn.test", 8080, False, "allowed"),
+        ("allowlist", "cdn.test", 8080, False, "not_allowlisted"),
+        ("on", "anything.example", 443, True, "allowed"),
+        ("on", "anything.example", 22, True, "port"),
+        ("on", "mirror.test", 8443, True, "allowed"),
+        ("on", "mirror.test", 443, True, "allowed"),  # on: the defaults for every host
+        ("on", "physionet.org", 443, True, "label_host"),
+    ],
+)
+def test_ports_default_to_443_for_tunnels_and_80_for_plain_http(
+    mode: NetworkMode, host: str, port: int, tunnel: bool, reason: str
+) -> None:
+    policy = EgressPolicy(
+        mode=mode,
+        allow_hosts=(*DEFAULT_ALLOWLIST, "mirror.test:8443", "*.cdn.test:8080"),
+        label_hosts=("physionet.org:443",),  # a label host's port is ignored: every port
+    )
+    expect(policy.host_decision(host, port, tunnel=tunnel), reason)
+
+
+def test_a_label_host_named_with_a_port_is_refused_on_every_port() -> None:
+    policy = EgressPolicy(mode="on", label_hosts=("labels.test:443",))
+    for port in (443, 80, 8443):
+        expect(policy.host_decision("labels.test", port, tunnel=port != 80), "label_host")
+
+
+# ------------------------------------------------------------------------- embedded IPv4
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1
+        ("2002:a9fe:a9fe::1", "link_local"),  # 6to4 of 169.254.169.254
+        ("2002:0a00:0001::", "private"),  # 6to4 of 10.0.0.1
+        ("2002:0808:0808::", "allowed"),  # 6to4 of 8.8.8.8
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),  # Teredo, client 127.0.0.1
+        ("2001:0:4136:e378:8000:63bf:5601:5656", "link_local"),  # client 169.254.169.169
+        ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+        ("64:ff9b::a9fe:a9fe", "link_local"),
+        ("64:ff9b::808:808", "allowed"),  # NAT64 reaches 8.8.8.8
+        ("64:ff9b:1::7f00:1", "loopback"),  # local-use NAT64, /96 placement
+        ("::127.0.0.1", "loopback"),  # IPv4-compatible
+        ("::169.254.169.254", "link_local"),
+        ("::8.8.8.8", "allowed"),
+        ("::ffff:10.0.0.1", "private"),  # IPv4-mapped
+        ("::1", "loopback"),
+        ("::", "unspecified"),
+    ],
+)
+def test_ipv6_addresses_are_judged_by_the_ipv4_address_they_carry(
+    address: str, reason: str
+) -> None:
+    expect(EgressPolicy(mode="on").address_decision(address), reason)
+
+
+@pytest.mark.parametrize("address", ["64:ff9b:1:7f00:0:100::", "64:ff9b:1::808:808"])
+def test_local_use_nat64_is_never_a_destination(address: str) -> None:
+    """64:ff9b:1::/48 (RFC 8215) is a network's own translator: refused whatever it
+    carries (every RFC 6052 placement is checked; the first refusal names the reason)."""
+    assert not EgressPolicy(mode="on").address_decision(address).allowed
+
+
+def test_allow_networks_reach_an_embedded_address_only_through_its_ipv4_form() -> None:
+    """A LAN mirror listed as 10.1.0.0/16 is reached at ::ffff:10.1.2.3 (the same host);
+    its 6to4 form passes the embedded check and the 6to4 address is public."""
+    policy = EgressPolicy(mode="on", allow_networks=("10.1.0.0/16",))
+    expect(policy.address_decision("::ffff:10.1.2.3"), "allowed")
+    expect(policy.address_decision("64:ff9b::a01:203"), "allowed")
+    expect(policy.address_decision("2002:0a01:0203::"), "allowed")
+    expect(policy.address_decision("2002:0a02:0203::"), "private")

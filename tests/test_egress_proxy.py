@@ -762,6 +762,30 @@ def test_records_go_to_the_callback_and_to_the_log_one_whole_line_each(
     }
 
 
+def test_refusals_are_coalesced_per_reason_and_second_keeping_distinct_targets(
+    proxy: EgressProxy, tmp_path: Path
+) -> None:
+    """40 names refused twice each: within a second the first refusal of each target is
+    a record of its own (up to ``DISTINCT_REFUSALS``), the others one record with their
+    count; the counts add up to every connection, in the log and in the callback."""
+    called: list[ConnectionRecord] = []
+    log = tmp_path / "egress.jsonl"
+    names = [f"h{i}.unlisted.test" for i in range(40)]
+    with proxy.open_cell("cell", allowlist(), tmp_path / "p.sock", called.append, log) as lease:
+        for name in names * 2:
+            assert "not_allowlisted" in refusal(ask(lease, get_line(name, 80)), b"403")
+    records = lease.records()
+    assert called == records
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [
+        record.as_dict() for record in records
+    ]
+    assert sum(record.count for record in records) == 80
+    alone = [record for record in records if record.count == 1]
+    assert alone[0].host == names[0] and len({r.host for r in alone}) >= _server.DISTINCT_REFUSALS
+    assert len(records) < 80  # the same names again, and past the distinct ones: counted
+    assert all(record.reason == "not_allowlisted" for record in records)
+
+
 def test_the_log_is_appended_to_not_rewritten(proxy: EgressProxy, tmp_path: Path) -> None:
     log = tmp_path / "egress.jsonl"
     log.write_text('{"earlier": "record"}\n')
@@ -879,6 +903,7 @@ def test_a_record_is_a_frozen_value_with_a_plain_dict() -> None:
         started=1.5,
         duration_s=0.25,
     )
+    assert record.count == 1  # one connection, unless coalesced
     assert json.loads(json.dumps(record.as_dict())) == record.as_dict()
     with pytest.raises(AttributeError):
         record.allowed = True  # type: ignore[misc]
