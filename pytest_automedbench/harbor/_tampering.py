@@ -16,8 +16,9 @@ folders ``/bin /sbin /usr/bin /usr/sbin /usr/local/bin /usr/local/sbin /lib* /us
 * a change or deletion of a watched image file is tampering unless a package manager
   explains it: the file is listed by a manifest that itself changed in the container
   (dpkg's ``/var/lib/dpkg/info/*.list`` with ``/var/lib/dpkg/status`` changed too, pip's
-  ``*.dist-info/RECORD``, conda's ``conda-meta/*.json``; deleted manifests are read from
-  the image), so ``apt-get install``, ``pip install`` and their upgrades pass;
+  ``*.dist-info/RECORD``, conda's ``conda-meta/*.json``; a changed or deleted manifest
+  is read as the image has it too), so ``apt-get install``, ``pip install`` and their
+  upgrades pass;
 * an unexplained addition is fine (new programs, modules, data) unless it *shadows*: a
   program of the same name in a later folder of the image's ``PATH`` (the red team's
   ``/usr/local/bin/bash``), a ``lib*.so*`` of the same name in another library folder, a
@@ -146,19 +147,28 @@ class _Inspection:
     # ---------------------------------------------------------------- manifests
 
     def _explained(self) -> set[str]:
-        present = [p for p, k in self.kinds.items() if k != "deleted" and self._manifest(p)]
-        gone = [p for p, k in self.kinds.items() if k == "deleted" and self._manifest(p)]
-        texts: dict[str, bytes] = {}
-        for path in present[:MAX_MANIFESTS]:
+        """Every path a changed manifest lists, in its container version and (for one
+        changed or deleted) its image version: an upgrade's dropped files are listed only
+        by the manifest the image has."""
+        manifests = [p for p in self.kinds if self._manifest(p)][:MAX_MANIFESTS]
+        texts: list[tuple[str, bytes]] = []
+        for path in manifests:
+            if self.kinds[path] == "deleted":
+                continue
             try:
-                texts[path] = self.box.read_file(path, MAX_MANIFEST_BYTES)
+                texts.append((path, self.box.read_file(path, MAX_MANIFEST_BYTES)))
             except (OSError, ValueError):
                 continue
-        texts.update(self.box.image_files(gone[: max(0, MAX_MANIFESTS - len(present))],
-                                          MAX_MANIFEST_BYTES))  # fmt: skip
+        in_image = [p for p in manifests if self.kinds[p] != "added"]
+        # pip's uninstall removes a dist-info folder whole: the diff names the folder only
+        removed = [f"{p}/RECORD" for p, k in self.kinds.items() if k == "deleted"]
+        in_image += [p for p in removed if _PIP_RECORD.match(p)][:MAX_MANIFESTS]
+        texts.extend(self.box.image_files(in_image, MAX_MANIFEST_BYTES).items())
         explained: set[str] = set()
-        for path, data in texts.items():
+        for path, data in texts:
             explained.update(self.canon(p) for p in _listed(path, data))
+            if _PIP_RECORD.match(path):  # the dist-info folder itself
+                explained.add(self.canon(posixpath.dirname(path)))
         return explained
 
     def _manifest(self, path: str) -> bool:
