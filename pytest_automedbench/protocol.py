@@ -414,6 +414,15 @@ class _Values:
             return None
         if isinstance(node, ast.Call):
             return self._call(node, depth)
+        if isinstance(node, ast.JoinedStr):  # f"python {path}"
+            parts = []
+            for part in node.values:
+                inner = part.value if isinstance(part, ast.FormattedValue) else part
+                value = self.of(inner, depth)
+                if not isinstance(value, str):
+                    return None
+                parts.append(value)
+            return "".join(parts)
         return None
 
     def _call(self, node: ast.Call, depth: int) -> str | bytes | None:
@@ -492,9 +501,11 @@ class _Values:
 class _Reader(ast.NodeVisitor):
     """One pass over a module: what it builds and calls, by name."""
 
-    def __init__(self, tree: ast.AST) -> None:
+    def __init__(self, tree: ast.AST, scripts: dict[str, str]) -> None:
         self.transforms = _transform_names(tree)
         self.values = _Values(tree)
+        #: Files the trajectory wrote before this code ran (read, never changed here).
+        self.scripts = scripts
         self.model_optimizers: list[ast.Call] = []
         self.optimizer_names: set[str] = set()
         self.trainer_names: set[str] = set()
@@ -611,6 +622,12 @@ class _Reader(ast.NodeVisitor):
                 self.payloads.append((f"a decoded payload run by {callee}()", payload))
             elif payload is None and self.values.decoded(node.args[0]):
                 self.findings.append(("obfuscated_code", node))
+            elif (source := self._file_read(node.args[0])) is not None:
+                self.payloads.append((f"a written file run by {callee}()", source))
+        elif callee == "run_path" and node.args:  # runpy.run_path("job.py")
+            path = self.values.text(node.args[0])
+            if path is not None and (source := self._written_file(path)) is not None:
+                self.payloads.append((f"{path} run by runpy", source))
         elif callee in ("write", "write_text", "write_bytes") and receiver is not None:
             self._write(node, callee, receiver)
         elif (
@@ -621,6 +638,22 @@ class _Reader(ast.NodeVisitor):
             and (command := self._command(node.args[0]))
         ):
             self.commands.append(command)
+
+    def _file_read(self, node: ast.AST) -> str | None:
+        """The content of a written file that ``node`` reads (``open(p).read()``,
+        ``Path(p).read_text()``), when the trajectory or this code wrote it."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            return None
+        opened = node.func.value
+        if node.func.attr not in ("read", "read_text", "read_bytes"):
+            return None
+        if not (isinstance(opened, ast.Call) and _name(opened.func) in ("open", "Path")):
+            return None
+        path = self.values.text(opened.args[0] if opened.args else None)
+        return None if path is None else self._written_file(path)
+
+    def _written_file(self, path: str) -> str | None:
+        return _written({**self.scripts, **self.writes}, path)
 
     def _write(self, node: ast.Call, callee: str, receiver: ast.AST) -> None:
         path: str | None = None
@@ -737,7 +770,7 @@ def _read_python(code: str, scripts: dict[str, str], depth: int = 0) -> list[tup
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return []
-    reader = _Reader(tree)
+    reader = _Reader(tree, scripts)
     reader.visit(tree)
     found = []
     for rule, node in reader.training():

@@ -324,6 +324,58 @@ def test_without_site_the_probe_is_blind_and_the_static_reading_sees_it(
     assert not any(f.source == "runtime" and "job.py" in f.evidence for f in found)
 
 
+#: Whether the probe is installed in this Python (its import hook is on the meta path).
+PROBE_LOADED = (
+    "import sys; print('probe', any(type(f).__name__ == '_AfterImport' for f in sys.meta_path))"
+)
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "docker"])
+def test_every_python_of_the_sandbox_loads_the_probe_whatever_its_environment(
+    backend: str, tmp_path: Path
+) -> None:
+    """From the interpreter's own site folder: a scrubbed environment, ``-E``, ``-s`` and
+    ``-I`` (which keeps the system site folders) load it, the system ``python3`` too;
+    only ``-S`` (no site at all) does not, which the static reading answers for."""
+    starts = {
+        "python": True,
+        "env -i /venv/bin/python": True,
+        "env -i python3": True,
+        "/venv/bin/python -E": True,
+        "/venv/bin/python -s": True,
+        "/venv/bin/python -I": True,
+        "env -i /venv/bin/python -S": False,
+    }
+    steps = [("bash", f'{start} -c "{PROBE_LOADED}"') for start in starts]
+    _, outputs, _ = run_cell_steps(backend_or_skip(backend), tmp_path, steps)
+    pairs = zip(starts.items(), outputs, strict=True)
+    seen = {start: f"probe {loads}" in out for (start, loads), out in pairs}
+    assert all(seen.values()), seen
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "exec(open('job.py').read())",
+        "import runpy\nrunpy.run_path('/workspace/job.py')",
+        "import os\nscript = 'job.py'\nos.system(f'env -i python3 -E {script}')",
+    ],
+    ids=["exec-read", "runpy", "os-system-fstring"],
+)
+def test_a_written_script_is_read_however_it_is_started(code: str) -> None:
+    written = {
+        "kind": "tool_result",
+        "tool": "write_file",
+        "path": "/workspace/job.py",
+        "content": ADAM,
+        "seq": 1,
+    }
+    run = {"kind": "tool_result", "tool": "execute", "language": "python", "code": code, "seq": 2}
+    (found,) = find_training([written, run])
+    assert found.rule == "optimizer_loop" and found.seq == 2, found
+    assert "torch.optim.Adam(net.parameters(), lr=0.05)" in found.evidence
+
+
 @pytest.mark.parametrize(
     "code",
     [
