@@ -22,6 +22,7 @@ still go through.
 from __future__ import annotations
 
 import contextlib
+import io
 import ipaddress
 import json
 import resource
@@ -109,9 +110,8 @@ class FrontedOrigin:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
     @staticmethod
-    def _read_request(reader: socket.SocketIO | object) -> Seen | None:
-        readline = reader.readline  # type: ignore[attr-defined]
-        read = reader.read  # type: ignore[attr-defined]
+    def _read_request(reader: io.BufferedReader) -> Seen | None:
+        readline, read = reader.readline, reader.read
         line = readline()
         if not line:
             return None
