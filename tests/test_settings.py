@@ -50,6 +50,7 @@ def test_the_configuration_hash_covers_exactly_the_scoring_settings(tmp_path: Pa
         "max_cost_usd": 5.0,
         "request_timeout_s": 60.0,
         "harbor_base": ["ubuntu:24.04=local/ubuntu:24.04"],
+        "harbor_env": ["AMB_DATASET_ROOT"],  # the names, never the values
         "holdout": "perturbed",
     }
     assert set(changed) | {"holdout_seed"} == set(settings.SCORING_FIELDS)
