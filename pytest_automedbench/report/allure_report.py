@@ -221,7 +221,7 @@ def _csv_value(value: Any) -> Any:
 #: The columns of the egress table, as the proxy records each connection.
 EGRESS_COLUMNS = (
     "started", "method", "host", "port", "address", "allowed", "reason", "answer_seeking",
-    "bytes_up", "bytes_down", "duration_s",
+    "bytes_up", "bytes_down", "duration_s", "count",
 )  # fmt: skip
 
 
