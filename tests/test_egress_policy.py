@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from pathlib import Path
 
 import pytest
 
+from pytest_automedbench.config import build_config
 from pytest_automedbench.egress import (
     DEFAULT_ALLOWLIST,
     NETWORK_MODES,
@@ -478,3 +480,13 @@ def test_allow_networks_reach_an_embedded_address_only_through_its_ipv4_form() -
     expect(policy.address_decision("64:ff9b::a01:203"), "allowed")
     expect(policy.address_decision("2002:0a01:0203::"), "allowed")
     expect(policy.address_decision("2002:0a02:0203::"), "private")
+
+
+def test_a_port_named_on_the_command_line_reaches_the_policy(tmp_path: Path) -> None:
+    """``--sandbox-allow-host mirror.lab:8443`` (a run's setting) opens that port of that
+    host, by tunnel, and no other port of it."""
+    config = build_config({"sandbox_allow_hosts": ["Mirror.Lab.:8443"]}, {}, None, tmp_path)
+    assert config.sandbox_allow_hosts == ("mirror.lab:8443",)
+    policy = EgressPolicy(mode="allowlist", allow_hosts=config.sandbox_allow_hosts)
+    expect(policy.host_decision("mirror.lab", 8443), "allowed")
+    expect(policy.host_decision("mirror.lab", 443), "port")
