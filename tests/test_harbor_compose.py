@@ -104,9 +104,7 @@ def test_bootstrap_fills_the_volume_and_the_gold_before_main(base: str, tmp_path
         assert ready.environment == {"PYTHONUNBUFFERED": "1", "GREETING": "hello"}
         # The gold is in this attempt's copy of tests/, never in the task folder.
         tests = ready.task_path("tests")
-        assert tests is not None and json.loads((tests / "gold.json").read_text()) == {
-            "answer": 42
-        }
+        assert tests is not None and json.loads((tests / "gold.json").read_text()) == {"answer": 42}
         assert (tests / "test.sh").is_file()
         assert not (tmp_path / "case_01" / "tests" / "gold.json").exists()
         spec = SandboxSpec(
