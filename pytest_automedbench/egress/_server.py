@@ -4,8 +4,8 @@ A forward proxy for HTTP (absolute-form requests) and HTTPS (``CONNECT`` tunnels
 blocking sockets and threads from the standard library (a thread accepts each cell's
 socket, two relay each connection: the kernel does the waiting, and a 10 MB download
 costs little more than the copies; asyncio streams were twice as slow here). It never
-looks inside a tunnel (no TLS
-interception, no certificate to plant in the sandbox): the host name of the request is
+looks inside a tunnel (no TLS interception, no certificate to plant in the sandbox): the
+host name and port of the request are
 what it decides on, with the cell's :class:`EgressPolicy`, then every address that name
 resolves to. Why not squid or tinyproxy: neither listens on a unix socket, so each cell
 would need a TCP port reachable from its sandbox (the very route this design removes)
@@ -28,8 +28,9 @@ folded lines, header names that are tokens), a head with both ``Content-Length``
 refused (400), the declared body is relayed (``Content-Length`` bytes exactly, or a
 chunked body parsed to its last chunk and trailers), ``Host:`` is the allowed name, and
 whatever the client sends after that body is dropped: a pipelined second request (with a
-``Host:`` of its own) never reaches the origin. The origin is told ``Connection: close``,
-and the proxy closes both sides when it has answered.
+``Host:`` of its own) never reaches the origin. The origin is told ``Connection: close``;
+its answer is relayed until it closes, then the proxy closes both sides (an origin that
+kept the connection open would only wait out its idle timeout: nothing more is sent).
 
 **Tunnels are opaque.** Inside a ``CONNECT`` tunnel the proxy sees bytes, not requests
 (no TLS interception). A tunnel goes only to the address the allowed name resolved to
