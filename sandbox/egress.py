@@ -13,8 +13,9 @@ Programs speak HTTP proxies over TCP, so every command a sandbox runs is started
 each connection to the proxy's socket, and leaves with the command's exit status. The
 standard proxy variables (:func:`proxy_environment`) point pip, curl, git, requests,
 httpx, huggingface_hub and npm at it. The relay moves bytes and decides nothing: the
-proxy on the host checks every host name against the cell's policy and records every
-connection.
+proxy on the host checks every host name and port against the cell's policy (HTTPS by
+``CONNECT`` to 443, plain HTTP to 80, unless the run names other ports), reads each
+plain-HTTP request itself (one per connection) and records every connection.
 """
 
 from __future__ import annotations
