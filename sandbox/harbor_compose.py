@@ -92,8 +92,11 @@ LOG_TAIL_LINES = 40
 #: binds a fresh copy, never the task folder itself: see :class:`AttemptBinds`).
 BIND_MAX_ENTRIES = 200_000
 BIND_MAX_BYTES = 8 * 1024**3
-#: Where the attempt copies are made (beside the build contexts; not a tmpfs).
+#: Where the attempt copies are made (beside the build contexts; not a tmpfs), and the
+#: file in each that names the harness that made it (for :func:`sweep_stale_binds`).
 BIND_PARENT = "/var/tmp"
+BIND_PREFIX = "amb-harbor-binds-"
+OWNER_FILE = "owner"
 #: Limits of a one-shot container (the agent's own limits come from task.toml).
 ONE_SHOT_PIDS = 1024
 ONE_SHOT_FILE_MB = 16 * 1024
@@ -597,8 +600,9 @@ class AttemptBinds:
         folder under :data:`BIND_PARENT`; a path the task lacks is made empty there, as
         Compose makes a missing bind source."""
         task_dir = plan.task_dir.resolve()
-        binds = cls(task_dir, Path(tempfile.mkdtemp(prefix="amb-harbor-binds-", dir=BIND_PARENT)))
+        binds = cls(task_dir, Path(tempfile.mkdtemp(prefix=BIND_PREFIX, dir=BIND_PARENT)))
         try:
+            (binds.base / OWNER_FILE).write_text(owner_label(), encoding="utf-8")
             outermost = binds.outermost(plan)
             if outermost == ["."]:
                 binds.copy_folder(task_dir, binds.root, ".")
@@ -792,6 +796,21 @@ def sweep_stale_volumes(client: Any) -> list[str]:
     return removed
 
 
+def sweep_stale_binds(parent: Path | None = None) -> list[Path]:
+    """Remove the attempt copies (:class:`AttemptBinds`) whose harness is certainly gone
+    (it died before its ``close()``); a copy without a readable owner is left alone."""
+    removed: list[Path] = []
+    for folder in sorted(Path(parent or BIND_PARENT).glob(f"{BIND_PREFIX}*")):
+        owner_file = folder / OWNER_FILE
+        if folder.is_symlink() or owner_file.is_symlink() or not owner_file.is_file():
+            continue
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if is_gone(owner_file.read_text(encoding="utf-8")):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+    return removed
+
+
 def _volume_name(run_id: str, token: str, name: str) -> str:
     """A daemon-wide unique name: Docker allows ``[A-Za-z0-9][A-Za-z0-9_.-]*``."""
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"amb-{run_id}-{token}-{name}")
@@ -964,6 +983,8 @@ def prepare_compose(
         _swept = True
         with contextlib.suppress(Exception):
             sweep_stale_volumes(client)
+        with contextlib.suppress(Exception):
+            sweep_stale_binds()
     images = _images(plan, base_map, build_timeout_s, say)
     main = plan.main
     prepared = PreparedCompose(

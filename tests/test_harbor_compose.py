@@ -267,3 +267,26 @@ def test_an_overrunning_bootstrap_is_stopped(base: str, tmp_path: Path) -> None:
         )
     assert "waiting" in str(caught.value)
     assert left_behind() == []
+
+
+def test_attempt_copies_of_a_dead_harness_are_swept(tmp_path: Path) -> None:
+    """An attempt's bind copy names its harness; one whose harness is gone is removed,
+    one of a live harness (this one) or without an owner is kept."""
+    import subprocess
+
+    from pytest_automedbench.sandbox.docker import owner_label
+    from pytest_automedbench.sandbox.harbor_compose import (
+        BIND_PREFIX,
+        OWNER_FILE,
+        sweep_stale_binds,
+    )
+
+    child = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    host, namespace, _, _ = owner_label().rsplit(":", 3)
+    dead, alive, unowned = (tmp_path / f"{BIND_PREFIX}{n}" for n in ("dead", "alive", "none"))
+    for folder in (dead, alive, unowned):
+        (folder / "task").mkdir(parents=True)
+    (dead / OWNER_FILE).write_text(f"{host}:{namespace}:{child.stdout.strip()}:1")
+    (alive / OWNER_FILE).write_text(owner_label())
+    assert sweep_stale_binds(tmp_path) == [dead]
+    assert not dead.exists() and alive.is_dir() and unowned.is_dir()
