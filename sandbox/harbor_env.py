@@ -1073,7 +1073,9 @@ class HarborContainer(Sandbox):
         if not paths:
             return found
         api = docker_client().api
-        created = api.create_container(self.image, command=["true"], entrypoint=[])["Id"]
+        created = api.create_container(
+            self.image, command=["true"], entrypoint=[], labels=self._labels("harbor")
+        )["Id"]
         try:
             for path in paths:
                 try:

@@ -490,13 +490,22 @@ def verify(
     return verdict
 
 
+#: Variables that make a program run a file (or load a library) before its own code: an
+#: image that sets one names a file the agent could rewrite, so the verifier gets them
+#: empty unless the task's ``[verifier] env`` declares them.
+STARTUP_VARIABLES = ("BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT", "PYTHONSTARTUP")
+
+
 def verifier_environment(task: HarborTask, box: HarborContainer) -> dict[str, str]:
     """The verifier's environment on top of the container's (the image's ``ENV`` as
-    built: nothing the agent can change): the image's own ``PATH`` (never the agent's
-    tools first) and the task's ``[verifier] env``."""
+    built: the agent cannot change it, and its own variables never reach the verifier):
+    the image's own ``PATH`` (never the agent's tools first), every
+    :data:`STARTUP_VARIABLES` the image sets emptied, and the task's ``[verifier] env``."""
     from pytest_automedbench.harbor._tampering import DEFAULT_PATH
 
-    return {"PATH": box.image_environment().get("PATH") or DEFAULT_PATH, **task.verifier_env()}
+    image = box.image_environment()
+    emptied = {name: "" for name in STARTUP_VARIABLES if name in image}
+    return {"PATH": image.get("PATH") or DEFAULT_PATH, **emptied, **task.verifier_env()}
 
 
 def run_verifier(task: HarborTask, box: HarborContainer, logs: Path) -> tuple[Verdict, ExecResult]:
