@@ -25,17 +25,19 @@ it sees to ``<probe folder>/<pid>.jsonl`` (``$AMB_PROBE_DIR``, else :data:`PROBE
   and storage, which every in-place update (``p -= lr * p.grad``, ``p.sub_``,
   ``p.copy_``) or re-assignment changes, and, at the 1st, 2nd, 4th, ... such forward, a
   sample of their values, which ``p.data.add_`` changes too). This is gradient descent
-  written by hand, without any optimizer; reloading weights (``load_state_dict``) is not
-  an update;
+  written by hand, without any optimizer; reloading or moving weights
+  (``load_state_dict``, ``.to``, ``.half``) is not an update;
 * ``backward`` / ``autograd_grad``: gradient computations, which alone are not training
   (saliency maps, Grad-CAM) but show what an update came with.
 
 A network's weights, as opposed to a transform's parameters (a rigid registration's
 shift, an affine matrix, an image being optimised): parameters of one of torch's own
-layers (``torch.nn.modules``: Conv, Linear, norms, ...), or parameters totalling at least
-:data:`NETWORK_ELEMENTS` elements. A user-defined module holding a 3-vector shift or a
-4x4 affine optimised by Adam is a transform; a small conv net is a network, whatever its
-size.
+layers (``torch.nn.modules``: Conv, Linear, norms, ...), or ``nn.Parameter`` s totalling at
+least :data:`NETWORK_ELEMENTS` elements. A user-defined module holding a 3-vector shift or
+a 4x4 affine optimised by Adam is a transform; a small conv net is a network, whatever its
+size; plain tensors with ``requires_grad`` (an image, a dense displacement field) are
+never weights. The gap this leaves: a network written by hand from raw ``nn.Parameter`` s
+(``F.conv2d(x, self.w)``) of fewer than 1000 elements in all passes for a transform.
 
 A line is written at the 1st, 2nd, 4th, 8th, ... event of a kind and once more when
 the process exits, so a long training run leaves a few dozen lines, not millions.
@@ -146,10 +148,14 @@ class _Weights:
         return ref is not None and ref() is tensor
 
     def network(self, tensors: list[Any]) -> bool:
-        """Whether ``tensors`` are a network's weights (see the module's docstring)."""
+        """Whether ``tensors`` are a network's weights (see the module's docstring):
+        plain tensors (an image, a dense displacement field) never are."""
+        import torch
+
         if any(self.in_layer(t) for t in tensors):
             return True
-        return sum(int(t.numel()) for t in tensors) >= NETWORK_ELEMENTS
+        parameters = [t for t in tensors if isinstance(t, torch.nn.Parameter)]
+        return sum(int(t.numel()) for t in parameters) >= NETWORK_ELEMENTS
 
 
 def _is_layer(module: Any) -> bool:
@@ -186,25 +192,29 @@ def _watch_modules(recorder: _Recorder, weights: _Weights, module: ModuleType) -
             pass
 
     module.register_module_forward_pre_hook(before_forward)
+    # Loading weights and moving them (``.to``, ``.cuda``, ``.half``: ``_apply``) change
+    # them without training: a forward after one is not compared with the one before.
+    for name in ("load_state_dict", "_apply"):
+        setattr(module.Module, name, _reloading(weights, getattr(module.Module, name)))
 
-    original = module.Module.load_state_dict
 
+def _reloading(weights: _Weights, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def load_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def reload(self: Any, *args: Any, **kwargs: Any) -> Any:
         weights.loads += 1
         return original(self, *args, **kwargs)
 
-    module.Module.load_state_dict = load_state_dict
+    return reload
 
 
 def _compare(recorder: _Recorder, weights: _Weights, layer: Any, own: list[Any]) -> None:
     seen, before, sample, gradients, loads = weights.last.get(layer, (0, None, None, 0, 0))
     seen += 1
     fingerprint = tuple((p._version, p.data_ptr()) for p in own)
-    now = _sample(own) if seen & (seen - 1) == 0 else None
-    changed = before is not None and (
-        before != fingerprint or (now is not None and sample is not None and now != sample)
-    )
+    moved = before is not None and before != fingerprint
+    # A fresh sample after every move, so that the next one compares with the new values.
+    now = _sample(own) if moved or seen & (seen - 1) == 0 else None
+    changed = moved or (now is not None and sample is not None and now != sample)
     if changed and weights.gradients > gradients and weights.loads == loads:
         kind = type(layer)
         network = _is_layer(layer) or sum(int(p.numel()) for p in own) >= NETWORK_ELEMENTS

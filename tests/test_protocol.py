@@ -483,3 +483,31 @@ def test_the_probe_folder_is_read_as_untrusted(tmp_path: Path) -> None:
     backward, step = lines
     assert backward == {"probe": "backward", "at": 1.0}  # wrong types dropped
     assert step["count"] == 8 and len(step["argv"]) == 8 and "kind" not in step
+
+
+@pytest.mark.slow
+def test_reloading_or_moving_weights_between_saliency_passes_is_not_training(
+    tmp_path: Path,
+) -> None:
+    """An ensemble by reloading checkpoints into one model, and a dtype round trip, with
+    gradients on (saliency maps): the weights change between forward passes, after a
+    gradient, and still nobody trained."""
+    code = """
+import torch
+nn = torch.nn
+net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 2, 1))
+checkpoints = [{k: v + i * 0.01 for k, v in net.state_dict().items()} for i in range(4)]
+x = torch.randn(2, 1, 16, 16)
+for state in checkpoints:
+    net.load_state_dict(state)
+    for case in range(3):
+        xi = x.clone().requires_grad_(True)
+        net(xi)[:, 1].sum().backward()
+    net.half()
+    net.float()
+"""
+    lines = run_probed(tmp_path, code)
+    assert next(line for line in lines if line["probe"] == "backward")["count"] == 12
+    assert [line for line in lines if line["probe"] == "parameter_update"] == []
+    events = [{"kind": "runtime", "seq": 1, **line} for line in lines]
+    assert find_training([execute(code), *events]) == []
