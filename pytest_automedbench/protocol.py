@@ -14,21 +14,41 @@ decide, and each finding keeps its evidence:
 
   - an optimizer built over a model's parameters (``torch.optim.Adam(model.parameters())``)
     that is stepped or fed by ``backward()``: a gradient-descent loop;
+  - gradient descent by hand: ``backward()`` or ``torch.autograd.grad`` and an in-place
+    update of the parameters in a loop over ``model.parameters()`` (``p -= lr * p.grad``,
+    ``p.sub_(g)``, ``p.data.add_(...)``, ``p.copy_(...)``, ``torch._foreach_add_``);
   - a trainer's ``train()`` / ``fit()`` (Hugging Face, Lightning, Ultralytics ``train(data=...)``);
   - a supervised ``fit(X, y)`` / ``partial_fit(X, y)`` or ``fit(..., epochs=...)``;
   - ``lgb.train(params, data)``-style calls (two positional arguments);
   - a LoRA set-up (``LoraConfig``, ``get_peft_model``, ``prepare_model_for_kbit_training``).
 
+  Code the code carries is read too: packed payloads it decodes itself
+  (``zlib.decompress(base64.b85decode(b'...'))``, base64/85/32/16, hex, rot13, gzip, bz2,
+  lzma, string joins and reversals, decoded here, never run) when they are ``exec``'d or
+  written to a file (``open().write``, ``Path.write_text``); files written and then
+  started (``subprocess``/``os.system`` with ``sys.executable``, ``exec(open(p).read())``,
+  ``runpy.run_path``, a later shell command). A decoder's output that is ``exec``'d or
+  written but cannot be read statically (the data comes from a file) is
+  ``obfuscated_code`` evidence in itself.
+
 * **runtime evidence**: the ``runtime`` events the sandbox's start-up probe
-  (:mod:`pytest_automedbench.sandbox.runtime_probe`) recorded; an optimizer step that
-  updates a module's parameters is training, whatever the script was called.
+  (:mod:`pytest_automedbench.sandbox.runtime_probe`) recorded: an optimizer step on a
+  network's weights, or a network's weights changing between its forward passes after a
+  gradient (hand-written descent, at least :data:`MIN_PARAMETER_UPDATES` times), is
+  training, whatever the script was called; a transform's parameters are not.
 
 Never training: ``model.eval()`` / ``model.train(False)``, ``torch.no_grad()``,
 ``torch.compile``, test-time augmentation, ensembling, unsupervised ``fit(X)`` (k-means
 on an image, a Gaussian mixture for a threshold, a scaler), threshold tuning on the
 public inputs, ``backward()`` alone (saliency maps), an optimizer over plain tensors
-(an image or a registration's transform being optimised), loading a LoRA adapter for
-inference (``PeftModel.from_pretrained``), or a file called ``train.py``;
+(an image or a registration's transform being optimised), a transform module's
+parameters optimised (a class deriving ``nn.Module`` that builds no layer and whose
+``nn.Parameter`` s, where their size is written out, total under 1000 elements: a rigid
+shift, an affine; the probe measures the real size), a line or curve fit
+(``np.polyfit``, ``curve_fit``, ``LinearRegression().fit(a, b)`` unless ``a`` is visibly
+several columns: supervised learning needs labels, which the public inputs do not hold),
+loading a LoRA adapter for inference (``PeftModel.from_pretrained``), or a file called
+``train.py``;
 ``tests/test_protocol.py`` keeps both corpora.
 
 A task says whether training is allowed (``protocol.training`` in its ``task.yaml``);
@@ -155,8 +175,9 @@ class TrainingFinding:
 
     #: ``code``: read from the executed code; ``runtime``: recorded by the probe.
     source: Literal["code", "runtime"]
-    #: What kind of training (``optimizer_loop``, ``trainer``, ``supervised_fit``,
-    #: ``train_call``, ``lora``, ``training_command``, ``optimizer_step``).
+    #: What kind of training (``optimizer_loop``, ``manual_update``, ``trainer``,
+    #: ``supervised_fit``, ``train_call``, ``lora``, ``obfuscated_code``,
+    #: ``training_command``; from the probe ``optimizer_step``, ``parameter_update``).
     rule: str
     evidence: str
     seq: int | None = None
