@@ -25,7 +25,10 @@ folders ``/bin /sbin /usr/bin /usr/sbin /usr/local/bin /usr/local/sbin /lib* /us
   loader setting (``/etc/ld.so.preload``, ``/etc/ld.so.conf*``), a Python start-up hook
   (``*.pth``, ``sitecustomize.py``, ``usercustomize.py`` in a site), or a test runner's
   setting where ``/tests`` looks for one (``/conftest.py``, ``/pytest.ini``...);
-* compiled Python caches (``__pycache__``) added anywhere are Python's own work.
+* compiled Python caches (``__pycache__``) added anywhere are Python's own work, and so
+  are the data files that honest set-up regenerates: the locale archive always, and the
+  ``*.cache`` files of library folders (GIO modules, pixbuf loaders) when dpkg ran (its
+  triggers rewrite them; no manifest lists them).
 
 Folders the diff lists as changed because something inside them changed are not files
 and are skipped. A root agent can forge a manifest: this is evidence of the plain
@@ -78,6 +81,9 @@ MAX_MANIFEST_BYTES: Final = 16 * 1024 * 1024
 SHOWN_FINDINGS: Final = 5
 
 _PYTHON_SITE = re.compile(r"/lib/python3(?:\.\d+)?/")
+#: Data that honest set-up regenerates in place: always, and where dpkg ran (its triggers).
+REGENERATED: Final = re.compile(r"^/usr/lib/locale/locale-archive$")
+REGENERATED_BY_DPKG: Final = re.compile(r"^/usr/(?:local/)?lib(?:32|64|x32)?/.+\.cache$")
 _LIBRARY = re.compile(r"^lib.+\.so(?:\.[0-9.]+)?$")
 _DPKG_LIST = re.compile(r"^/var/lib/dpkg/info/[^/]+\.list$")
 _PIP_RECORD = re.compile(r"^/.+\.dist-info/RECORD$")
@@ -183,7 +189,7 @@ class _Inspection:
         changed: list[str] = []
         shadows: dict[str, list[str]] = {}
         for path, kind in sorted(self.canonical.items()):
-            if path in self.explained or ("/__pycache__/" in path and kind == "added"):
+            if path in self.explained or self._regenerated(path, kind):
                 continue
             if path in RUNNER_SETTINGS and kind != "deleted":
                 found.append(Finding(path, kind, "a test runner's setting above /tests"))
@@ -202,6 +208,15 @@ class _Inspection:
         found.extend(self._changed_files(changed))
         found.extend(self._shadowing(shadows))
         return sorted(found, key=lambda f: f.path)
+
+    def _regenerated(self, path: str, kind: ChangeKind) -> bool:
+        """Python's compiled caches, and data files that set-up regenerates."""
+        if "/__pycache__/" in path and kind == "added":
+            return True
+        dpkg_ran = self.kinds.get(DPKG_STATUS) == "changed"
+        return kind != "deleted" and bool(
+            REGENERATED.match(path) or (dpkg_ran and REGENERATED_BY_DPKG.match(path))
+        )
 
     def _watched(self, path: str) -> bool:
         return bool(

@@ -380,6 +380,15 @@ def test_an_added_program_shadows_only_an_image_program_later_on_path() -> None:
     assert _found(FakeContainer(diff, files), "/usr/bin:/usr/local/bin") == []
 
 
+def test_regenerated_caches_pass_only_where_dpkg_ran() -> None:
+    cache = "/usr/lib/x86_64-linux-gnu/gio/modules/giomodule.cache"
+    files = {cache: "", "/usr/lib/locale/locale-archive": ""}
+    diff = {cache: 0, "/usr/lib/locale/locale-archive": 0}
+    assert [f.path for f in _found(FakeContainer(diff, files))] == [cache]
+    diff["/var/lib/dpkg/status"] = 0
+    assert _found(FakeContainer(diff, {**files, "/var/lib/dpkg/status": ""})) == []
+
+
 def test_a_changed_folder_is_not_a_changed_file() -> None:
     files = {"/usr/lib/x/new.txt": ""}
     diff = {"/usr/lib": 0, "/usr/lib/x": 0, "/usr/lib/x/new.txt": 1}
