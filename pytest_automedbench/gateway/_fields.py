@@ -81,7 +81,6 @@ ALLOWED: Final[Mapping[ProtocolName, frozenset[str]]] = {
             "reasoning",
             "text",
             "truncation",
-            "previous_response_id",
             "top_logprobs",
             "metadata",
         }

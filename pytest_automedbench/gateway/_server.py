@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+import httpx
 import litellm
 import uvicorn
 from starlette.applications import Starlette
@@ -55,6 +56,27 @@ class UpstreamError(Exception):
 def _status_of(exc: BaseException) -> int:
     status = getattr(exc, "status_code", None)
     return status if isinstance(status, int) and 100 <= status < 600 else 502
+
+
+#: Python errors that, at the root of a failed call with no network error in its chain,
+#: mean litellm could not build the upstream request from the agent's body.
+_TRANSLATION_ERRORS: Final = (AttributeError, TypeError, KeyError, IndexError)
+
+
+def _translation_fault(exc: BaseException) -> bool:
+    """Whether the call failed inside litellm, on the agent's malformed body (a string
+    where a mapping belongs), before anything was sent: then it is the request's fault
+    (400, like a provider's rejection), not an outage an agent could trigger to have
+    its cell re-run. A chain holding a network error (OSError, httpx's transport
+    errors) is an outage, whatever else it holds."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 16:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    if any(isinstance(link, OSError | httpx.TransportError) for link in chain):
+        return False
+    return any(isinstance(link, _TRANSLATION_ERRORS) for link in chain)
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -417,6 +439,13 @@ class Gateway:
             except Exception as exc:  # litellm maps provider failures to many types
                 status = _status_of(exc)
                 message = lease.redact(f"{type(exc).__name__}: {exc}")
+                if _translation_fault(exc):
+                    attempts.append(Attempt(400, time.monotonic() - began, message))
+                    raise UpstreamError(
+                        400,
+                        "AutoMedBench gateway: the request could not be translated for the "
+                        f"model's provider (a field of the wrong shape?): {message}",
+                    ) from exc
                 attempts.append(Attempt(status, time.monotonic() - began, message))
                 if status not in RETRYABLE or attempt == policy.max_attempts:
                     raise UpstreamError(status, message) from exc
