@@ -166,6 +166,15 @@ _HEREDOC_TO_FILE = re.compile(
     re.S | re.M,
 )
 _SCRIPT_RUN = re.compile(rf"(?:^|[\s;&|(]){_PYTHON}((?:\s+-[A-Za-z]+)*)\s+([\w./~-]+\.py)\b")
+#: ``echo '<base64>' | base64 -d [| gunzip] | python`` or ``... > x.py``: packed code that
+#: the shell unpacks (group 1: the data, 2: ``gunzip``/``zcat`` when present, 3: the
+#: Python that runs it, 4: the file it goes to).
+_PIPED_BASE64 = re.compile(
+    r"(?:echo|printf)\s+(?:-[ne]+\s+)?['\"]?([A-Za-z0-9+/=\s]{16,}?)['\"]?\s*\|\s*base64\s+"
+    r"(?:-d|--decode|-D)\s*(\|\s*(?:gunzip|zcat|gzip\s+-d)\s*)?"
+    rf"(?:\|\s*(?:env(?:\s+-\w+|\s+\w+=\S*)*\s+)?({_PYTHON})(?:\s+-[A-Za-z]*)*\s*-?\s*(?:$|[;&|\n])|>\s*([\w./~-]+\.py))",
+    re.M,
+)
 _CODE_CHARS = 300
 
 
@@ -832,6 +841,10 @@ def _shell_python(code: str, scripts: dict[str, str]) -> Iterator[tuple[str, str
         yield "python -c", argument
     for match in _HEREDOC_TO_PYTHON.finditer(code):
         yield "a heredoc run by Python", match.group(3)
+    for match in _PIPED_BASE64.finditer(code):
+        payload = _shell_unpacked(match)
+        if payload is not None and match.group(3):
+            yield "base64 piped to Python", payload
     for match in _SCRIPT_RUN.finditer(code):
         if "m" in match.group(1):
             continue
@@ -839,6 +852,14 @@ def _shell_python(code: str, scripts: dict[str, str]) -> Iterator[tuple[str, str
         source = _written(scripts, path)
         if source is not None:
             yield path, source
+
+
+def _shell_unpacked(match: re.Match[str]) -> str | None:
+    """The text a ``base64 -d [| gunzip]`` pipe makes of its literal data."""
+    data = _base64("b64decode", "".join(match.group(1).split()))
+    if data is not None and match.group(2):
+        data = _decompress(data)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def _written(scripts: dict[str, str], path: str) -> str | None:
@@ -936,6 +957,10 @@ def find_training(events: Sequence[dict[str, Any]]) -> list[TrainingFinding]:
             continue
         for match in _HEREDOC_TO_FILE.finditer(code):
             scripts[_normal(match.group(1))] = match.group(4)
+        for match in _PIPED_BASE64.finditer(code):
+            payload = _shell_unpacked(match)
+            if payload is not None and match.group(4):
+                scripts[_normal(match.group(4))] = payload
         for evidence in _training_commands(code):
             add("training_command", evidence, event)
         for where, source in _shell_python(code, scripts):
