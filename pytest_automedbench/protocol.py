@@ -224,12 +224,19 @@ def _dotted(node: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
-def _mentions_parameters(node: ast.AST, transforms: frozenset[str] = frozenset()) -> bool:
+def _mentions_parameters(
+    node: ast.AST,
+    transforms: frozenset[str] = frozenset(),
+    bound: dict[str, ast.AST] | None = None,
+    by_name: bool = True,
+    depth: int = 0,
+) -> bool:
     """Whether an optimizer's first argument is a model's parameters (``m.parameters()``,
-    ``named_parameters``, a list of parameter groups built from them, a ``params``
-    variable holding them, ``filter(..., m.parameters())``); the parameters of a
-    transform (``transforms``: instances of a module with no layers, see
-    :func:`_transform_names`) are not a model's."""
+    ``named_parameters``, a list of parameter groups built from them, a variable the code
+    assigns one of those to (``bound``), ``filter(..., m.parameters())``); with
+    ``by_name``, a ``params`` variable the code does not assign counts too (it holds them
+    from an earlier call). The parameters of a transform (``transforms``: instances of a
+    module with no layers, see :func:`_transform_names`) are not a model's."""
     for inner in ast.walk(node):
         if isinstance(inner, ast.Call) and _name(inner.func) in (
             "parameters",
@@ -238,27 +245,34 @@ def _mentions_parameters(node: ast.AST, transforms: frozenset[str] = frozenset()
             receiver = inner.func.value if isinstance(inner.func, ast.Attribute) else None
             if receiver is None or _dotted(receiver) not in transforms:
                 return True
+        if isinstance(inner, ast.Name) and inner.id not in transforms:
+            value = (bound or {}).get(inner.id)
+            if value is not None and value is not node and depth < 4:
+                if _mentions_parameters(value, transforms, bound, by_name, depth + 1):
+                    return True
+            elif by_name and "param" in inner.id.lower():
+                return True
         if (
-            isinstance(inner, ast.Name)
-            and "param" in inner.id.lower()
-            and inner.id not in transforms
-        ):
-            return True
-        if (
-            isinstance(inner, ast.Attribute)
+            by_name
+            and isinstance(inner, ast.Attribute)
             and "param" in inner.attr.lower()
             and inner.attr != "parameters"
+            and not inner.attr.startswith("Parameter")  # nn.Parameter(...): a new tensor
             and _dotted(inner) not in transforms
         ):
             return True
     return False
 
 
-def _over_parameters(call: ast.Call, transforms: frozenset[str] = frozenset()) -> bool:
+def _over_parameters(
+    call: ast.Call,
+    transforms: frozenset[str] = frozenset(),
+    bound: dict[str, ast.AST] | None = None,
+) -> bool:
     """Whether an optimizer's ``params`` (its first argument) are a model's parameters."""
     first = call.args[0] if call.args else None
     first = first or next((k.value for k in call.keywords if k.arg == "params"), None)
-    return first is not None and _mentions_parameters(first, transforms)
+    return first is not None and _mentions_parameters(first, transforms, bound)
 
 
 # --------------------------------------------------------------- transforms, not models
@@ -594,7 +608,7 @@ class _Reader(ast.NodeVisitor):
     def _loop(self, target: ast.AST, over: ast.AST, body: list[ast.stmt]) -> None:
         """Hand-written descent: a loop over a model's parameters that updates them in
         place (``p -= lr * p.grad``, ``p.sub_(...)``, ``p.data.add_(...)``, ``p.copy_``)."""
-        if not _mentions_parameters(over, self.transforms):
+        if not _mentions_parameters(over, self.transforms, self.values.bound, by_name=False):
             return
         names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
         for statement in body:
@@ -606,7 +620,7 @@ class _Reader(ast.NodeVisitor):
         positional = len(node.args)
         keywords = {k.arg for k in node.keywords if k.arg}
         self._code_it_runs(node, callee, receiver)
-        if callee in OPTIMIZERS and _over_parameters(node, self.transforms):
+        if callee in OPTIMIZERS and _over_parameters(node, self.transforms, self.values.bound):
             self.model_optimizers.append(node)
         elif callee == "step" and receiver is not None:
             self.steps.append(node)
@@ -615,7 +629,9 @@ class _Reader(ast.NodeVisitor):
         elif callee == "grad" and _dotted(node.func).endswith("autograd.grad"):
             self.gradients.append(node)
         elif callee.startswith("_foreach_") and callee.endswith("_") and node.args:
-            if _mentions_parameters(node.args[0], self.transforms):
+            if _mentions_parameters(
+                node.args[0], self.transforms, self.values.bound, by_name=False
+            ):
                 self.updates.append(node)
         elif callee in LORA_CALLS:
             self.findings.append(("lora", node))

@@ -465,3 +465,47 @@ def test_a_path_that_climbs_back_into_the_workspace_is_not_the_references(
     )
     assert output.strip() == "notes"
     assert find_violations(events, policy_for(spec, "bubblewrap")) == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # A registration's parameters in a list called params, optimised by Adam...
+        "import torch\nshift = torch.nn.Parameter(torch.zeros(3))\n"
+        "angle = torch.nn.Parameter(torch.zeros(1))\nparams = [shift, angle]\n"
+        "opt = torch.optim.Adam(params, lr=0.1)\nfor _ in range(50):\n"
+        "    opt.zero_grad()\n    cost(shift, angle).backward()\n    opt.step()\n",
+        # ... or by hand-written descent over them.
+        "import torch\nparams = [shift, angle]\nfor _ in range(50):\n"
+        "    cost(shift, angle).backward()\n    with torch.no_grad():\n"
+        "        for p in params:\n            p -= 0.1 * p.grad\n            p.grad = None\n",
+        # A 4x4 affine held by a module without layers.
+        "import torch\nclass Affine(torch.nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.matrix = torch.nn.Parameter(torch.eye(4))\n"
+        "    def forward(self, points):\n        return points @ self.matrix.T\n"
+        "affine = Affine()\nopt = torch.optim.LBFGS(affine.parameters())\n"
+        "loss = cost(affine(points))\nloss.backward()\nopt.step(closure)\n",
+    ],
+    ids=["adam-over-a-params-list", "descent-over-a-params-list", "affine-module"],
+)
+def test_a_transform_optimised_in_code_is_not_training(code: str) -> None:
+    assert training_in_code(code) == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import torch\nnn = torch.nn\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.conv = nn.Conv2d(1, 8, 3)\n"
+        "    def forward(self, x):\n        return self.conv(x)\n"
+        "net = Net()\nopt = torch.optim.Adam(net.parameters())\nnet(x).mean().backward()\n"
+        "opt.step()\n",
+        "import torch\nclass Raw(torch.nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.w = torch.nn.Parameter(torch.randn(64, 64))\n"
+        "raw = Raw()\nopt = torch.optim.SGD(raw.parameters(), lr=0.1)\n"
+        "loss.backward()\nopt.step()\n",
+    ],
+    ids=["a-module-with-layers", "raw-parameters-of-4096-elements"],
+)
+def test_a_network_defined_in_the_code_is_not_a_transform(code: str) -> None:
+    assert [rule for rule, _ in training_in_code(code)] == ["optimizer_loop"]
