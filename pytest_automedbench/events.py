@@ -57,9 +57,11 @@ Kinds and their fields (``turn`` on most of them):
     (``fields``: their names, ``protocol``, ``request_digest``): a violation.
 ``egress``, ``runtime``
     what the sandbox saw the agent do: a connection through the egress proxy, and what
-    the runtime probe recorded in the agent's Python (``probe``: ``optimizer_step`` or
-    ``backward``, ``detail``, ``count``, ``tensors``, ``module_parameters``, ``pid``,
-    ``argv``, ``at``: its wall-clock time); see :mod:`pytest_automedbench.protocol`.
+    the runtime probe recorded in the agent's Python (``probe``: ``optimizer_step``,
+    ``parameter_update``, ``backward`` or ``autograd_grad``, ``detail``, ``count``,
+    ``tensors``, ``elements``, ``module_parameters``, ``network``: a network's weights, not
+    a transform's, ``pid``, ``argv``, ``at``: its wall-clock time); see
+    :mod:`pytest_automedbench.protocol`.
 
 Light on purpose: the progress monitor re-reads trajectories every few seconds, so this
 module imports nothing beyond the standard library.
@@ -483,7 +485,9 @@ class RuntimeEvent(Event):
     detail: str | None = None
     count: int | None = None
     tensors: int | None = None
+    elements: int | None = None
     module_parameters: bool | None = None
+    network: bool | None = None
     pid: int | None = None
     argv: list[Any] = field(default_factory=list)
     at: float | None = None
