@@ -262,6 +262,7 @@ class Messages:
             401: "authentication_error",
             403: "permission_error",
             404: "not_found_error",
+            413: "request_too_large",
             429: "rate_limit_error",
             529: "overloaded_error",
         }.get(status, "api_error")
