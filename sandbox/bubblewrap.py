@@ -136,10 +136,13 @@ def _probe_site_overlays(stage: Path, venv: Path, base: Path) -> list[tuple[Path
     outside the venv), read-only, so every Python loads the probe whatever its
     environment (``env -i``, ``-E``, ``-I``). The host's folders are not touched: the
     overlay exists only in the sandbox's mount namespace."""
-    relative = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)
-    sites = [(venv / relative, stage / "venv" / relative)]
-    if base != venv:
-        sites.append((base / relative, stage / "python" / relative))
+    sites: list[tuple[Path, Path]] = []
+    purelib = Path(sysconfig.get_path("purelib"))
+    if purelib.is_relative_to(sys.prefix):  # a distribution's odd layout: PYTHONPATH only
+        relative = purelib.relative_to(sys.prefix)
+        sites.append((venv / relative, stage / "venv" / relative))
+        if base != venv:
+            sites.append((base / relative, stage / "python" / relative))
     # The host's system Python (``env -i python3``): its folders in /usr, which the
     # sandbox sees through the host's own path.
     sites += [(site, site) for site in map(Path, SYSTEM_SITE_DIRS) if site.is_dir()]
