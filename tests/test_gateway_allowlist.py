@@ -278,3 +278,21 @@ def test_each_protocol_forwards_only_its_own_fields(protocol: ProtocolName) -> N
         assert kept_tools == [body["tools"][0]]
     assert "tools[2](type=file_search)" in screened.dropped
     assert "client_metadata" in screened.dropped
+
+
+def test_a_codex_namespace_is_kept_and_its_members_screened() -> None:
+    """Codex groups tools in a Responses ``namespace``: kept, with its function members;
+    a member that names a server is refused, one of another type dropped."""
+    function = {"type": "function", "name": "run", "parameters": {"type": "object"}}
+    namespace = {"type": "namespace", "name": "ns", "description": "d", "tools": [function]}
+    kept = screen("responses", {"tools": [namespace]})
+    assert kept.kept["tools"] == [namespace] and kept.dropped == kept.refused == ()
+    smuggled = {
+        **namespace,
+        "tools": [function, {"type": "web_search"}, {"type": "mcp", "server_url": "http://x"}],
+    }
+    screened = screen("responses", {"tools": [smuggled]})
+    assert screened.refused == ("tools[0].tools[2].server_url",)
+    assert screened.dropped == ("tools[0].tools[1](type=web_search)",)
+    # Only Responses has namespaces; a chat body's is dropped whole.
+    assert screen("chat", {"tools": [namespace]}).dropped == ("tools[0](type=namespace)",)

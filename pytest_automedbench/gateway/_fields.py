@@ -126,6 +126,8 @@ TOOL_TYPES: Final[Mapping[ProtocolName, frozenset[str | None]]] = {
     "messages": frozenset({None, "custom"}),
 }
 _VERSIONED_TOOL: Final = re.compile(r"[a-z_]+_\d{8}")
+#: What a Responses ``namespace`` tool may group.
+_MEMBER_TYPES: Final[frozenset[str | None]] = frozenset({"function", "custom"})
 
 #: Names that steer a call, besides litellm's own parameter names (:func:`_litellm_names`).
 ROUTING_NAMES: Final = frozenset(
@@ -247,17 +249,24 @@ def _screen_mapping(
 
 
 def _screen_tools(
-    protocol: ProtocolName, value: Any, dropped: list[str], refused: list[str]
+    protocol: ProtocolName,
+    value: Any,
+    dropped: list[str],
+    refused: list[str],
+    where: str = "tools",
+    types: frozenset[str | None] | None = None,
 ) -> Any:
     """The tool entries of forwarded types. An entry whose own keys (or its
     ``function``'s) name routing -- an MCP server's URL and headers -- is refused; an
-    entry of another type is dropped. Schemas inside an entry are the model's business
-    and are not read."""
+    entry of another type is dropped. A Responses ``namespace`` (Codex groups tools in
+    one) is screened the same way, its members limited to functions and custom tools.
+    Schemas inside an entry are the model's business and are not read."""
     if not isinstance(value, list):
         return value
+    allowed = TOOL_TYPES[protocol] if types is None else types
     kept = []
     for index, tool in enumerate(value):
-        where = f"tools[{index}]"
+        at = f"{where}[{index}]"
         if not isinstance(tool, Mapping):
             kept.append(tool)
             continue
@@ -265,13 +274,18 @@ def _screen_tools(
         keys = [*tool, *(function if isinstance(function, Mapping) else ())]
         routing = [k for k in keys if isinstance(k, str) and is_routing(k)]
         if routing:
-            refused.extend(f"{where}.{k}" for k in routing)
+            refused.extend(f"{at}.{k}" for k in routing)
             continue
         kind = tool.get("type")
-        if kind in TOOL_TYPES[protocol] or (
+        if kind == "namespace" and protocol == "responses" and types is None:
+            members = _screen_tools(
+                protocol, tool.get("tools"), dropped, refused, f"{at}.tools", _MEMBER_TYPES
+            )
+            kept.append({**tool, "tools": members} if "tools" in tool else dict(tool))
+        elif kind in allowed or (
             protocol == "messages" and isinstance(kind, str) and _VERSIONED_TOOL.fullmatch(kind)
         ):
             kept.append(tool)
         else:
-            dropped.append(f"{where}(type={str(kind)[:40]})")
+            dropped.append(f"{at}(type={str(kind)[:40]})")
     return kept
