@@ -499,3 +499,48 @@ def test_a_request_the_provider_rejects_after_replies_ends_the_cell_scored(
     [rejected] = [e for e in cell.events if e["kind"] == "request_rejected"]
     assert rejected["status"] == 400 and "invalid tool schema" in rejected["error"]
     assert result.violations == []
+
+
+@pytest.mark.parametrize("model", [OPENAI_MODEL, ANTHROPIC_MODEL])
+def test_an_image_url_in_the_conversation_is_not_fetched_from_the_host(
+    gateway: Gateway, provider: ScriptedUpstream, attacker: Recorder, model: str
+) -> None:
+    """litellm downloads an image URL itself where a provider takes only inline images;
+    from the gateway's host that would be a GET into the host's network for a sandbox
+    that has none. In each protocol, an image at the attacker's address is never
+    fetched (the request is served or refused; either way the attacker hears nothing)."""
+    lease = open_lease(gateway, provider, model)
+    url = f"{attacker.origin}/secret.png"
+    text = {"type": "text", "text": "describe"}
+    image = {"type": "image_url", "image_url": {"url": url}}
+    bodies = {
+        "/v1/chat/completions": {
+            "model": "m",
+            "messages": [{"role": "user", "content": [text, image]}],
+        },
+        "/v1/messages": {
+            "model": "m",
+            "max_tokens": 8,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [text, {"type": "image", "source": {"type": "url", "url": url}}],
+                }
+            ],
+        },
+        "/v1/responses": {
+            "model": "m",
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "describe"},
+                        {"type": "input_image", "image_url": url},
+                    ],
+                }
+            ],
+        },
+    }
+    for route, body in bodies.items():
+        assert post(lease, route, body).status_code in (200, 400)
+    assert attacker.seen == []
