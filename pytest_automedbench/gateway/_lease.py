@@ -25,7 +25,8 @@ import litellm
 from pytest_automedbench.redact import redact
 
 from ._config import Budget, Prices, Usage
-from ._protocols import ProtocolName, TokenCounts, Upstream
+from ._fields import ProtocolName
+from ._protocols import TokenCounts, Upstream
 
 Termination = Literal["token_limit", "cost_limit", "time_limit", "turn_limit"]
 #: Called with each log line (a dict) right after it is written, on the gateway's thread.

@@ -32,10 +32,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ._config import Budget, Prices, RetryPolicy
-from ._fields import GATEWAY_FIELDS, screen
+from ._fields import GATEWAY_FIELDS, ProtocolName, screen
 from ._lease import Attempt, CellLease, Listener
 from ._log import MAX_BODY_BYTES, BodyTooLarge, body_digest, failed_request, read_capped
-from ._protocols import PROTOCOLS, ProtocolName, TokenCounts, Upstream, WireProtocol
+from ._protocols import PROTOCOLS, TokenCounts, Upstream, WireProtocol
 
 #: Statuses worth another try: rate limits, timeouts and provider-side failures.
 RETRYABLE: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
