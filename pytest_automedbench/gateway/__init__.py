@@ -6,6 +6,13 @@ Messages to the gateway with that token; the gateway holds the provider key, run
 cell's configured litellm model whatever model the client names, meters every request
 into the cell's JSONL log, enforces the cell's token / cost / time budget, and retries
 upstream 429/5xx with bounded backoff.
+
+The upstream call is built from an allow-list of body fields per protocol
+(:mod:`._fields`): a field that would change where or how the call goes (``base_url``,
+``api_key``, ``extra_headers``, any of litellm's own settings) refuses the request and
+marks it as tampering, so the provider key can only ever reach the cell's configured
+endpoint. Bodies are capped (413), and a request that is not served is logged as a
+digest, never whole (:mod:`._log`).
 """
 
 from __future__ import annotations
