@@ -31,6 +31,9 @@ from ._fields import ProtocolName
 from ._protocols import TokenCounts, Upstream
 
 Termination = Literal["token_limit", "cost_limit", "time_limit", "turn_limit"]
+#: Unserved requests in a row that are written to the log; later ones are only counted
+#: (:attr:`CellLease.unlogged`), so an agent looping on refusals cannot grow the log.
+UNSERVED_LINES_LOGGED = 200
 #: Called with each log line (a dict) right after it is written, on the gateway's thread.
 Listener = Callable[[dict[str, Any]], None]
 
@@ -69,7 +72,12 @@ class CellLease:
     listener: Listener | None = field(default=None, repr=False)
     #: The first exception the listener raised (the log line was written all the same).
     listener_error: str | None = None
+    #: Unserved requests past :data:`UNSERVED_LINES_LOGGED` in a row, counted, not logged.
+    unlogged: int = 0
     _usage: Usage = field(default_factory=Usage)
+    _unserved_in_a_row: int = 0
+    #: Whether a reply was served since a failed request's conversation tail was logged.
+    _tail_owed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -139,6 +147,14 @@ class CellLease:
             return Priced(0.0, False)
         return Priced(float(prompt) + float(completion), True)
 
+    def take_tail(self) -> bool:
+        """Whether an unserved request's conversation tail should be logged: once after
+        each served reply (that request carries the results of the reply's tool calls;
+        later ones repeat them), so an agent cannot grow the log with tails either."""
+        with self._lock:
+            owed, self._tail_owed = self._tail_owed, False
+        return owed
+
     def redact(self, text: str) -> str:
         """``text`` without the real key (the harness's one redaction, :mod:`.redact`)."""
         key = self.upstream.api_key
@@ -205,6 +221,13 @@ class CellLease:
             # records the limit now, so it is known even if the agent never calls again.
             if self.termination is None:
                 self.termination = self._exceeded(self._usage)
+            if reply is not None:
+                self._unserved_in_a_row, self._tail_owed = 0, True
+            else:
+                self._unserved_in_a_row += 1
+                if self._unserved_in_a_row > UNSERVED_LINES_LOGGED:
+                    self.unlogged += 1
+                    return
             with self.log_path.open("a", encoding="utf-8") as log:
                 log.write(text + "\n")
                 log.flush()

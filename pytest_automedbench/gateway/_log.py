@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from itertools import islice
 from typing import Any, Final
 
 from starlette.requests import Request
@@ -60,14 +61,20 @@ async def read_capped(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def bounded_names(names: Iterable[object]) -> list[str]:
+    """Field names as the log keeps them: at most :data:`DIGEST_FIELDS`, each cut to
+    :data:`DIGEST_NAME_CHARS` (an agent chooses the names, and their number)."""
+    return [str(name)[:DIGEST_NAME_CHARS] for name in islice(names, DIGEST_FIELDS)]
+
+
 def body_digest(raw: bytes, body: Mapping[str, Any] | None) -> dict[str, Any]:
     """sha256 and size of the raw body, and its top-level field names (bounded)."""
-    names = [str(name)[:DIGEST_NAME_CHARS] for name in body or {}]
+    fields = body or {}
     return {
         "sha256": hashlib.sha256(raw).hexdigest(),
         "bytes": len(raw),
-        "fields": names[:DIGEST_FIELDS],
-        "fields_left_out": max(len(names) - DIGEST_FIELDS, 0),
+        "fields": bounded_names(fields),
+        "fields_left_out": max(len(fields) - DIGEST_FIELDS, 0),
     }
 
 
@@ -81,27 +88,29 @@ def _is_assistant(item: Any) -> bool:
     )
 
 
-def failed_request(protocol: ProtocolName, body: Mapping[str, Any]) -> dict[str, Any]:
+def failed_request(
+    protocol: ProtocolName, body: Mapping[str, Any], *, tail: bool = True
+) -> dict[str, Any]:
     """What the log keeps of a request that was not served: the requested model, whether
-    it streamed, and its conversation from the last assistant turn on when that fits in
-    :data:`TAIL_MAX_BYTES` (else no conversation at all: ``tail_left_out``)."""
+    it streamed, and (``tail``) its conversation from the last assistant turn on when that
+    fits in :data:`TAIL_MAX_BYTES` (else no conversation at all: ``tail_left_out``)."""
     model = body.get("model")
     kept: dict[str, Any] = {
         "model": model[:200] if isinstance(model, str) else None,
         "stream": bool(body.get("stream")),
     }
     key = "input" if protocol == "responses" else "messages"
-    conversation = body.get(key)
-    tail: Any
+    conversation = body.get(key) if tail else None
+    kept_tail: Any
     if isinstance(conversation, list):
         starts = [k for k, item in enumerate(conversation) if _is_assistant(item)]
-        tail = conversation[starts[-1] if starts else max(len(conversation) - 1, 0) :]
+        kept_tail = conversation[starts[-1] if starts else max(len(conversation) - 1, 0) :]
     elif isinstance(conversation, str):
-        tail = conversation
+        kept_tail = conversation
     else:
         return kept
-    if len(json.dumps(tail, default=str)) <= TAIL_MAX_BYTES:
-        kept[key] = tail
+    if len(json.dumps(kept_tail, default=str)) <= TAIL_MAX_BYTES:
+        kept[key] = kept_tail
     else:
         kept["tail_left_out"] = True
     return kept

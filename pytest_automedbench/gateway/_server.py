@@ -34,7 +34,14 @@ from starlette.routing import Route
 from ._config import Budget, Prices, RetryPolicy
 from ._fields import GATEWAY_FIELDS, ProtocolName, screen
 from ._lease import Attempt, CellLease, Listener
-from ._log import MAX_BODY_BYTES, BodyTooLarge, body_digest, failed_request, read_capped
+from ._log import (
+    MAX_BODY_BYTES,
+    BodyTooLarge,
+    body_digest,
+    bounded_names,
+    failed_request,
+    read_capped,
+)
 from ._protocols import PROTOCOLS, TokenCounts, Upstream, WireProtocol
 
 #: Statuses worth another try: rate limits, timeouts and provider-side failures.
@@ -348,7 +355,7 @@ class Gateway:
             return refused(400, "invalid_request_error", message, [], {}, digest)
         screened = screen(protocol.name, body)
         if screened.refused:
-            names = ", ".join(screened.refused[:20])
+            names = ", ".join(bounded_names(screened.refused[:20]))
             message = (
                 f"AutoMedBench gateway: refused: the request names fields that would change "
                 f"where or how the model is called ({names}); the gateway decides the "
@@ -356,8 +363,8 @@ class Gateway:
             )
             extra = {
                 "request_digest": body_digest(raw, body),
-                "refused_fields": list(screened.refused),
-                "dropped_fields": list(screened.dropped),
+                "refused_fields": bounded_names(screened.refused),
+                "dropped_fields": bounded_names(screened.dropped),
                 "tampering": True,
             }
             return refused(
@@ -365,15 +372,15 @@ class Gateway:
                 "invalid_request_error",
                 message,
                 [],
-                failed_request(protocol.name, body),
+                failed_request(protocol.name, body, tail=lease.take_tail()),
                 extra,
             )
         forwarded = {**{k: body[k] for k in GATEWAY_FIELDS if k in body}, **screened.kept}
-        dropped = {"dropped_fields": list(screened.dropped)} if screened.dropped else {}
+        dropped = {"dropped_fields": bounded_names(screened.dropped)} if screened.dropped else {}
         refusal = lease.refusal()
         if refusal is not None:
             extra = {"request_digest": body_digest(raw, body), **dropped}
-            logged = failed_request(protocol.name, body)
+            logged = failed_request(protocol.name, body, tail=lease.take_tail())
             return refused(403, "budget_exceeded", refusal[1], [], logged, extra)
         stream = bool(body.get("stream"))
         attempts: list[Attempt] = []
@@ -381,7 +388,7 @@ class Gateway:
             reply = await self._call(protocol, lease, screened.kept, attempts)
         except UpstreamError as exc:
             extra = {"request_digest": body_digest(raw, body), **dropped}
-            logged = failed_request(protocol.name, body)
+            logged = failed_request(protocol.name, body, tail=lease.take_tail())
             message = lease.redact(str(exc))
             return refused(exc.status, "upstream_error", message, attempts, logged, extra)
         # Round-trip through the redaction: a reply that quotes the key loses it here.

@@ -268,10 +268,37 @@ def test_ten_big_requests_after_the_budget_leave_a_small_log(
     lines = log_lines(lease)
     assert [line["status"] for line in lines] == [200] + [403] * 10
     assert all(line["request_digest"]["bytes"] > 20 * 1024**2 for line in lines[1:])
-    assert all(line["request"].get("tail_left_out") for line in lines[1:])
+    # The first refusal's conversation tail was owed (it would carry the served reply's
+    # tool results) but is too big; the later ones owe none.
+    assert lines[1]["request"].get("tail_left_out") is True
+    assert all("messages" not in line["request"] for line in lines[1:])
     growth = lease.log_path.stat().st_size - served
     assert growth < 10 * 2048, growth
     assert len(provider.requests) == 1
+
+
+def test_a_flood_of_refusals_stops_growing_the_log(
+    gateway: Gateway, provider: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refusals in a row are logged up to a bound, then only counted; names an agent
+    chooses (their number and length) are cut too."""
+    from pytest_automedbench.gateway import _lease
+
+    monkeypatch.setattr(_lease, "UNSERVED_LINES_LOGGED", 5)
+    lease = open_lease(gateway, provider, OPENAI_MODEL)
+    path, body = ROUTES["chat"]
+    names = {f"litellm_{n}_{'x' * 1000}": 1 for n in range(5000)}
+    for _ in range(8):
+        assert post(lease, path, {"model": "m", **body, **names}).status_code == 400
+    lines = log_lines(lease)
+    assert len(lines) == 5 and lease.unlogged == 3 and lease.usage().requests == 8
+    assert all(len(line["refused_fields"]) <= 64 for line in lines)
+    assert all(len(name) <= 64 for line in lines for name in line["refused_fields"])
+    assert lease.log_path.stat().st_size < 5 * 16 * 1024
+    # A served reply starts the count again.
+    assert post(lease, path, {"model": "m", **body}).status_code == 200
+    assert post(lease, path, {"model": "m", **body, "base_url": "x"}).status_code == 400
+    assert [line["status"] for line in log_lines(lease)][-2:] == [200, 400]
 
 
 def _chat(content: str) -> tuple[str, dict[str, Any]]:
