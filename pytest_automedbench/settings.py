@@ -187,7 +187,8 @@ SETTINGS: tuple[Setting, ...] = (
         "sandbox_allow_hosts",
         "--sandbox-allow-host",
         "network allowlist: also allow this host (repeatable; '*.example.org' allows its "
-        "subdomains); added to the default list and the task's own",
+        "subdomains; 'host:8443' also allows that port, else CONNECT reaches 443 and plain "
+        "HTTP 80 only); added to the default list and the task's own",
         default=(),
         metavar="HOST",
         repeatable=True,
