@@ -188,8 +188,12 @@ def _harbor_cell(
     planned: dict[Path, dict[str, Cell]],
 ) -> list[tuple[str, Cell]]:
     """The cell behind a Harbor task's node id (``<task folder>/task.toml::...``)."""
-    from pytest_automedbench.harbor import HarborTaskError, harbor_root_of, load_harbor_task
-    from pytest_automedbench.harbor._task import harbor_env_names
+    from pytest_automedbench.harbor import (
+        HarborTaskError,
+        harbor_env_names,
+        harbor_root_of,
+        load_harbor_task,
+    )
 
     toml = next((root / relative for root in roots if (root / relative).is_file()), None)
     if toml is None:

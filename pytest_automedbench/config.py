@@ -307,7 +307,7 @@ class RunConfig(BaseModel):
     @field_validator("harbor_env")
     @classmethod
     def _harbor_env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from pytest_automedbench.harbor._task import secret_env_problem
+        from pytest_automedbench.harbor import secret_env_problem
 
         for name in value:
             if (problem := secret_env_problem(name.strip())) is not None:
