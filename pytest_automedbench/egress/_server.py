@@ -551,12 +551,12 @@ class _Acceptor:
             self._turn_away(sock)
 
     def _turn_away(self, sock: socket.socket) -> None:
+        """Refuse a connection over the cap with a 503, recorded *before* it is answered:
+        whoever has read the 503 finds its record (a record written after the answer
+        raced a reader of the lease's records)."""
         crowded = self.waiting.pop(sock)
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(sock)
-        with contextlib.suppress(OSError):
-            sock.send(_refusal("503 Service Unavailable", "the request", "too_many_connections"))
-        sock.close()
         self.cell.keep(
             ConnectionRecord(
                 cell_id=self.cell.cell_id,
@@ -573,6 +573,9 @@ class _Acceptor:
                 duration_s=round(time.monotonic() - crowded.clock, 3),
             )
         )
+        with contextlib.suppress(OSError):
+            sock.send(_refusal("503 Service Unavailable", "the request", "too_many_connections"))
+        sock.close()
 
 
 class _Connection:
