@@ -51,7 +51,7 @@ from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.ledger import Ledger, LedgerError, LedgerProblem
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.scoring import JudgeSettings, score_stages
+from pytest_automedbench.scoring import JudgeSettings, apply_violation_rule, score_stages
 from pytest_automedbench.scoring.agreement import (
     AgreementReport,
     agreement,
@@ -61,12 +61,11 @@ from pytest_automedbench.scoring.agreement import (
     format_report as format_agreement,
 )
 from pytest_automedbench.scoring.models import StageScores
-from pytest_automedbench.scoring.overall import agentic_score, overall_score, zero_stages
 from pytest_automedbench.scoring.rubric import load_rubric
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.stats import latest_per_cell
 from pytest_automedbench.tasks import TaskSpec
-from pytest_automedbench.violations import Violation, violation_reason
+from pytest_automedbench.violations import Violation
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -183,7 +182,8 @@ class Evidence:
     submitted: bool
     #: The evaluator's TASK score as stored (0 for a cell with a violation: excluded).
     task_score: float
-    violation: str | None
+    #: The violations the record stores (any one zeroes the cell).
+    violations: tuple[Violation, ...]
 
 
 @dataclass(frozen=True)
@@ -277,13 +277,12 @@ def _submitted(record: CellResult, events: list[dict[str, Any]]) -> bool:
     )
 
 
-def _violation(record: CellResult) -> str | None:
-    """Why the record's first violation zeroes the cell (isolation or protocol), or None."""
-    if not record.violations:
-        return None
-    first = record.violations[0]
-    category = str(first.get("category", ""))
-    return violation_reason(Violation(category, str(first.get("evidence", "in the ledger"))))
+def _violations(record: CellResult) -> tuple[Violation, ...]:
+    """The record's violations (isolation or protocol), as the violation rule reads them."""
+    return tuple(
+        Violation(str(found.get("category", "")), str(found.get("evidence", "in the ledger")))
+        for found in record.violations
+    )
 
 
 def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -> StoredCell:
@@ -303,8 +302,8 @@ def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -
         raise MissingEvidence(f"{trajectory} is missing")
     events = read_trajectory(trajectory)
     start = _start_event(events, trajectory)
-    violation = _violation(record)
-    if record.task_score is None and violation is None:
+    violations = _violations(record)
+    if record.task_score is None and not violations:
         raise MissingEvidence("the ledger record has no 'task_score'")
     ctx = JudgeContext.of_cell(
         task,
@@ -320,7 +319,7 @@ def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -
         format=_format_report(record, cell_dir),
         submitted=_submitted(record, events),
         task_score=record.task_score if record.task_score is not None else 0.0,
-        violation=violation,
+        violations=violations,
     )
     return StoredCell(cell_label(record), record.agent, stored, evidence)
 
@@ -361,11 +360,10 @@ class JudgedCell:
 
 def _scores_of(stages: StageScores, evidence: Evidence) -> CellScores:
     """AGENTIC and OVERALL of judged stages, by the scoring contract."""
-    if evidence.violation is not None:
-        stages = zero_stages(stages, evidence.violation)
-    agentic = agentic_score(stages)
-    overall = 0.0 if evidence.violation is not None else overall_score(agentic, evidence.task_score)
-    return CellScores(stages.s1, stages.s2, stages.s3, agentic, overall)
+    ruled = apply_violation_rule(stages, evidence.task_score, evidence.violations)
+    return CellScores(
+        ruled.stages.s1, ruled.stages.s2, ruled.stages.s3, ruled.agentic, ruled.overall
+    )
 
 
 def judge_cell(

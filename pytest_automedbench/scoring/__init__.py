@@ -11,6 +11,21 @@ from pytest_automedbench.scoring.deterministic import score_s4, score_s5
 from pytest_automedbench.scoring.models import ErrorCode, ItemResult, StageScores
 from pytest_automedbench.scoring.rubric import apply_requirements, load_rubric
 from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
+from pytest_automedbench.scoring.violation_rule import (
+    VIOLATION_RATING,
+    RuledScores,
+    apply_violation_rule,
+)
+
+__all__ = [
+    "VIOLATION_RATING",
+    "JudgeSettings",
+    "Judged",
+    "RuledScores",
+    "apply_violation_rule",
+    "score_stages",
+    "verdicts_of",
+]
 
 
 @dataclass(frozen=True)

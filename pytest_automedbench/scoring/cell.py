@@ -5,7 +5,8 @@ the evaluator's verdict, how the agent ended) and gets back every score the reco
 carries (:class:`CellScore`). The scoring contract's rules live here in one place: the
 judges score S1-S3, S4-S5 are deterministic, E1-E5 are diagnosed from the same events,
 and an isolation violation sets S1-S5 = 0, excludes TASK and sets OVERALL = 0; so does
-training where the task's inference-only protocol forbids it (a protocol violation).
+training where the task's inference-only protocol forbids it (a protocol violation): the
+rule is :func:`~pytest_automedbench.scoring.apply_violation_rule`'s.
 """
 
 from __future__ import annotations
@@ -15,20 +16,19 @@ from typing import Any
 
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.protocol import TrainingFinding, find_training
-from pytest_automedbench.scoring import JudgeSettings, score_stages
+from pytest_automedbench.scoring import (
+    JudgeSettings,
+    RuledScores,
+    apply_violation_rule,
+    score_stages,
+)
 from pytest_automedbench.scoring.attribution import stage_activity
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.models import ErrorCode, StageActivity, StageScores
-from pytest_automedbench.scoring.overall import (
-    agentic_score,
-    is_resolved,
-    overall_score,
-    rate,
-    zero_stages,
-)
+from pytest_automedbench.scoring.overall import is_resolved
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.violations import Policy as ViolationPolicy
-from pytest_automedbench.violations import Violation, find_violations, violation_reason
+from pytest_automedbench.violations import Violation, find_violations
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,15 @@ class CellScore:
     error_codes_llm: list[ErrorCode]
     activity: list[StageActivity]
     verdicts: dict[str, dict[str, float]]
+    #: The scores under the violation rule (:func:`apply_violation_rule`).
+    ruled: RuledScores
     violations: list[Violation] = field(default_factory=list)
     #: Evidence of training in the cell, whether the task allows it or not.
     training: list[TrainingFinding] = field(default_factory=list)
+
+    def stands(self, verdict: bool) -> bool:
+        """Whether a verdict in the agent's favour (a format's own pass) stands."""
+        return self.ruled.stands(verdict)
 
 
 def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
@@ -78,31 +84,25 @@ def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
     )
     activity = stage_activity(ctx, events)
     violations = find_violations(events, evidence.violation_policy)
-    task_score: float | None = evidence.task_score
-    if violations:
-        stages = zero_stages(stages, violation_reason(violations[0]))
-        task_score = None  # excluded, per the scoring contract
-    agentic = agentic_score(stages)
-    overall = 0.0 if violations else overall_score(agentic, evidence.task_score)
-    rating = rate(
+    ruled = apply_violation_rule(stages, evidence.task_score, violations)
+    rating = ruled.rating(
         task=evidence.task_score,
-        agentic=agentic,
         band_a=evidence.band_a,
         band_b=evidence.band_b,
-        submission_valid=evidence.format.valid,
-        violation=bool(violations),
+        valid=evidence.format.valid,
     )
     return CellScore(
-        stages=stages,
-        agentic=agentic,
-        task_score=task_score,
-        overall=overall,
+        stages=ruled.stages,
+        agentic=ruled.agentic,
+        task_score=ruled.task_score,
+        overall=ruled.overall,
         rating=rating,
-        resolved=is_resolved(rating),
+        resolved=ruled.stands(is_resolved(rating)),
         error_codes=error_codes,
         error_codes_llm=judged.llm_codes,
         activity=activity,
         verdicts=judged.verdicts,
+        ruled=ruled,
         violations=violations,
         training=find_training(events),
     )
