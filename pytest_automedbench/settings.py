@@ -540,3 +540,44 @@ def origin_of(field: str, from_pyproject: str | None = None) -> str:
 def flag(field: str) -> str:
     """The command-line flag of a setting (for messages that point the user to it)."""
     return BY_FIELD[field].flag
+
+
+#: Characters that Markdown would read as markup in a setting's help text.
+_MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|"})
+
+
+def _option_cell(s: Setting) -> str:
+    """How the options page writes a setting's flag with its value form. Alternatives are
+    separate code spans joined by an escaped pipe, which GitHub and MkDocs both render
+    as ``|`` (inside a code span they disagree)."""
+    value = "" if s.switch else s.metavar or "|".join(s.choices or ())
+    first, *others = f"{s.flag} {value}".strip().split("|")
+    shown = " \\| ".join(f"`{part}`" for part in (first, *others))
+    return shown + (" (repeatable)" if s.repeatable else "")
+
+
+def _default_cell(s: Setting) -> str:
+    """How the options page writes a setting's default."""
+    if s.switch:
+        return "off"
+    values = s.default if isinstance(s.default, tuple) else (s.default,)
+    shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in values if v is not None]
+    return ", ".join(f"`{v}`" for v in shown) or "—"
+
+
+def options_table() -> str:
+    """The settings as the Markdown table of the documentation's options page (one row per
+    setting: flag, pyproject key, default, whether it enters the configuration hash, help).
+    ``scripts/docs-options`` writes it into ``docs/options.md``; a test keeps them equal."""
+    rows = [
+        "| option | pyproject key | default | in the hash | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        meaning = s.help.translate(_MARKDOWN_SPECIAL)
+        hashed = "yes" if s.scoring else ""
+        rows.append(
+            f"| {_option_cell(s)} | `{s.pyproject_key}` | {_default_cell(s)} | {hashed} "
+            f"| {meaning} |"
+        )
+    return "\n".join(rows)
