@@ -15,59 +15,36 @@ from __future__ import annotations
 
 import json
 import math
-import string
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
-import yaml
 from PIL import Image
 from scipy import ndimage
 
-from pytest_automedbench.evaluators import get_evaluator
 from pytest_automedbench.fixtures import dental_panoramic as dp
-from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.registry import get_stager
 from pytest_automedbench.fixtures.staging import (
     case_ids_of,
     opaque_id,
     real_salt,
     stage_real,
 )
-from pytest_automedbench.tasks import BRIEF_FIELDS, load_task
+from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
+from .data_checks import COCO_DATASETS
 
 TASK_DIR = SUITES / "detection" / "dentex-det"
 BoolArray = npt.NDArray[np.bool_]
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _generate(root: Path, n_cases: int, seed: int) -> list[str]:
-    return dp.generate_dentex_dataset(root / "public", root / "private", n_cases, seed)
-
-
-def _annotations(root: Path) -> dict[str, Any]:
-    data = json.loads((root / "private" / "annotations.json").read_text(encoding="utf-8"))
-    assert isinstance(data, dict)
-    return data
-
-
-def _task_score(root: Path, predictions: list[dict[str, Any]], tmp: Path) -> float:
-    """TASK of a submission, scored in-process by the real detection evaluator."""
-    submission = tmp / "submission"
-    submission.mkdir(parents=True, exist_ok=True)
-    (submission / "predictions.json").write_text(json.dumps(predictions), encoding="utf-8")
-    spec = load_task(TASK_DIR).eval_spec(case_ids_of(root, "coco"))
-    return get_evaluator(spec).score(submission, root / "private").task_score
+DATA = COCO_DATASETS["dentex-det"]
+_generate = DATA.generate
+_annotations = DATA.annotations
+_task_score = DATA.task_score
 
 
 @pytest.fixture(scope="module")
@@ -89,60 +66,10 @@ def _maps(tooth: dp.Tooth, shape: tuple[int, int]) -> dict[str, BoolArray]:
     return out
 
 
-# --------------------------------------------------------------------------- registry and task
+# --------------------------------------------------------------------------- arguments
 
 
-def test_generator_and_stager_are_registered() -> None:
-    generator = get_generator("dental-panoramic")
-    assert generator.generate is dp.generate_dentex_dataset
-    assert generator.version == dp.GENERATOR_VERSION and generator.realistic is not None
-    stager = get_stager("dentex")
-    assert stager.stage is dp.stage_dentex and stager.dirname == "DENTEX"
-    assert not stager.credentialed and stager.source and stager.access
-
-
-def test_task_files_are_consistent() -> None:
-    raw = yaml.safe_load((TASK_DIR / "task.yaml").read_text(encoding="utf-8"))
-    task = load_task(TASK_DIR)
-    assert task.track == "detection" and task.modality == "dental"
-    assert task.evaluation.detection is not None
-    assert task.evaluation.detection.iou_threshold == 0.5
-    assert raw["data"]["synthetic"]["generator"] == "dental-panoramic"
-    assert raw["data"]["real"]["stager"] == "dentex"
-    assert task.rating.b <= task.reference.expected_task_min <= 1.0
-    for tier in ("lite", "standard", "pro"):
-        text = (TASK_DIR / f"brief_{tier}.md").read_text(encoding="utf-8")
-        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
-        assert {"outputs_dir", "public_dir", "case_count", "time_limit_min"} <= fields
-        assert fields <= BRIEF_FIELDS
-        assert "{outputs_dir}/predictions.json" in text and "mAP@0.5" in text
-    plan = (TASK_DIR / "reference" / "plan.md").read_text(encoding="utf-8").lower()
-    families = [k for k in task.method_keywords if any(s in plan for s in k.split("|"))]
-    assert len(families) >= 3, families
-
-
-# --------------------------------------------------------------------------- determinism
-
-
-def test_generator_is_deterministic(tmp_path: Path) -> None:
-    ids = _generate(tmp_path / "a", 2, 5)
-    assert ids == _generate(tmp_path / "b", 2, 5) == ["case_0001", "case_0002"]
-    assert _files(tmp_path / "a") == _files(tmp_path / "b")
-    _generate(tmp_path / "c", 2, 6)
-    first = "public/images/case_0001.png"
-    assert _files(tmp_path / "a")[first] != _files(tmp_path / "c")[first]
-
-
-def test_a_case_does_not_depend_on_the_case_count(tmp_path: Path) -> None:
-    _generate(tmp_path / "one", 1, 9)
-    _generate(tmp_path / "two", 2, 9)
-    first = "public/images/case_0001.png"
-    assert _files(tmp_path / "one")[first] == _files(tmp_path / "two")[first]
-
-
-def test_bad_arguments_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="n_cases"):
-        _generate(tmp_path, -1, 0)
+def test_a_too_small_shape_is_refused() -> None:
     with pytest.raises(ValueError, match="shape"):
         dp.generate_panoramic_case(0, (60, 120))
 
@@ -151,26 +78,16 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
 
 
 def test_split_follows_the_coco_contract(dataset: Path) -> None:
-    assert case_ids_of(dataset, "coco") == [f"case_{i:04d}" for i in range(1, 9)]
-    public = json.loads((dataset / "public" / "images.json").read_text(encoding="utf-8"))
-    assert set(public) == {"images", "categories"}
+    public, annotations = DATA.check_split(dataset, 8)
     assert [c["name"] for c in public["categories"]] == [
         "Caries",
         "Deep Caries",
         "Periapical Lesion",
         "Impacted",
     ]
-    assert sorted(p.name for p in (dataset / "public").iterdir()) == ["images", "images.json"]
-    annotations = _annotations(dataset)
-    assert annotations["images"] == public["images"]
-    for image in public["images"]:
-        with Image.open(dataset / "public" / image["file_name"]) as im:
-            assert im.format == "PNG" and im.mode == "L"
-            assert im.size == (image["width"], image["height"]) == (512, 246)
+    assert all((im["width"], im["height"]) == (512, 246) for im in public["images"])
     found = {c["id"]: 0 for c in public["categories"]}
     for ann in annotations["annotations"]:
-        x, y, w, h = ann["bbox"]
-        assert x >= 0 and y >= 0 and w > 0 and h > 0 and x + w <= 512 and y + h <= 246
         found[ann["category_id"]] += 1
     assert all(n > 0 for n in found.values()), found  # every diagnosis occurs
 
