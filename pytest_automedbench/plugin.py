@@ -81,6 +81,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.args[:] = with_harbor_args(list(config.args), _harbor_roots(config), explicit)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    """``--harbor`` with no test path: the Harbor paths become the session's paths before
+    the first conftest loads, so a checkout's ``testpaths`` (its tests' conftest) never
+    reaches a Harbor run."""
+    namespace = early_config.known_args_namespace
+    harbor = getattr(namespace, settings.BY_FIELD["harbor"].dest, None)
+    if not harbor:
+        return
+    from pytest_automedbench.harbor._collect import initial_harbor_args
+
+    paths = initial_harbor_args(list(harbor), list(namespace.file_or_dir or []))
+    namespace.file_or_dir = [*paths, *(namespace.file_or_dir or [])]
+    args[:0] = paths
+
+
 def _harbor_roots(config: pytest.Config) -> tuple[Path, ...]:
     """The ``--harbor`` paths of the session (none: no Harbor task is collected)."""
     state = config.stash.get(STATE_KEY, None)

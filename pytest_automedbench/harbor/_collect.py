@@ -110,10 +110,22 @@ def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     return True
 
 
+def initial_harbor_args(harbor: list[str], file_or_dir: list[str]) -> list[str]:
+    """The paths to put before pytest's arguments before any conftest loads: the
+    command line's ``--harbor`` paths when it gives no test path of its own, so that the
+    rootdir's ``testpaths`` (and the test configuration of a checkout) never apply to a
+    Harbor run; none otherwise."""
+    if file_or_dir:
+        return []
+    return [str(Path(value).expanduser()) for value in harbor]
+
+
 def with_harbor_args(args: list[str], roots: tuple[Path, ...], explicit: bool) -> list[str]:
     """pytest's arguments with the ``--harbor`` paths: they replace the default ones (the
-    rootdir, ``testpaths``) when no path was given, else they are added once."""
+    rootdir, ``testpaths``) when no path was given, else each one that no argument names
+    yet is added (the command line's are already there: :func:`initial_harbor_args`)."""
     paths = [str(root) for root in roots]
     if not explicit:
         return paths
-    return [*args, *(p for p in paths if p not in args)]
+    named = {Path(arg).expanduser().resolve() for arg in args if not arg.startswith("-")}
+    return [*args, *(p for p, root in zip(paths, roots, strict=True) if root not in named)]
