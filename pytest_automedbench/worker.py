@@ -8,8 +8,10 @@ through its executor, appends the record to the ledger and labels the test.
 
 from __future__ import annotations
 
+import signal
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -28,6 +30,28 @@ from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
 
 #: When the cell's set-up began (epoch seconds): the start of its test in Allure.
 CELL_STARTED = pytest.StashKey[float]()
+
+SignalHandler = Callable[[int, FrameType | None], Any]
+
+
+class CellTimeout(pytest.fail.Exception):  # type: ignore[misc,name-defined]
+    """A cell's test ran past pytest-timeout's limit (``--timeout``, signal method): the
+    same test failure pytest-timeout raises (its message, "Timeout >Ns"), by a type the
+    worker recognises it by."""
+
+
+def _raising_cell_timeout(handler: SignalHandler) -> SignalHandler:
+    """``handler`` (pytest-timeout's SIGALRM handler), its failure raised as a
+    :class:`CellTimeout`."""
+
+    def on_alarm(signum: int, frame: FrameType | None) -> Any:
+        __tracebackhide__ = True
+        try:
+            return handler(signum, frame)
+        except pytest.fail.Exception as exc:
+            raise CellTimeout(exc.msg, pytrace=exc.pytrace) from None
+
+    return on_alarm
 
 
 class BenchmarkWorker:
@@ -58,6 +82,19 @@ class BenchmarkWorker:
                 f"Docker backend, and this session's is {backend} "
                 "(start a Docker daemon, or give --sandbox docker)"
             )
+
+    @pytest.hookimpl(wrapper=True, optionalhook=True)
+    def pytest_timeout_set_timer(
+        self, item: pytest.Item, settings: Any
+    ) -> Generator[None, bool | None, bool | None]:
+        """pytest-timeout's timer, its signal handler wrapped so that the failure it raises
+        at the limit is a :class:`CellTimeout` (the thread method ends the process
+        instead: nothing is left to record)."""
+        started = yield
+        handler = signal.getsignal(signal.SIGALRM)
+        if started and callable(handler):
+            signal.signal(signal.SIGALRM, _raising_cell_timeout(handler))
+        return started
 
     # ------------------------------------------------------------------ one cell
 
@@ -102,9 +139,7 @@ class BenchmarkWorker:
         try:
             result = session.executor.run(plan, session)
         except BaseException as exc:  # killed (timeout, Ctrl-C): record it, then let it through
-            # pytest-timeout (signal method) fails the test with "Timeout >Ns".
-            timeout = isinstance(exc, pytest.fail.Exception) and str(exc).startswith("Timeout")
-            termination = "timeout" if timeout else "interrupted"
+            termination = "timeout" if isinstance(exc, CellTimeout) else "interrupted"
             # An infrastructure error, unless the trajectory shows a violation before it.
             session.ledger.append(failure_result(plan, f"{termination}: {exc!r}", termination))
             raise
