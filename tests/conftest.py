@@ -124,6 +124,26 @@ def stage_vqa_cases(cache_root: Path) -> StagedData:
     )
 
 
+#: The provider key the agent-system cells set on the host: it must never be readable in the
+#: sandbox, nor written to the cell's files.
+CANARY_ENV = "AMB_TEST_CANARY_PROVIDER_KEY"
+CANARY = "sk-canary-7d41e0b9c3a25f68-HOST-ONLY"
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
+    """:func:`stage_vqa_cases`, once per module (a module that needs other data defines its
+    own ``staged``)."""
+    return stage_vqa_cases(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture
+def canary(monkeypatch: pytest.MonkeyPatch) -> str:
+    """:data:`CANARY` set on the host under :data:`CANARY_ENV`."""
+    monkeypatch.setenv(CANARY_ENV, CANARY)
+    return CANARY
+
+
 @pytest.fixture
 def toolbox(tmp_path: Path) -> Iterator[Toolbox]:
     """The agent's tools over a process sandbox in ``tmp_path``, with a passing format

@@ -31,11 +31,9 @@ from pytest_automedbench.sandbox.agent_systems import AGENT_SYSTEMS
 from pytest_automedbench.tasks import load_task
 from tests.scripted_upstream import ScriptedUpstream, Shell, Step, StepUsage, Text
 
-from .conftest import SUITES, stage_vqa_cases
+from .conftest import CANARY, CANARY_ENV, SUITES
 
 TASK = load_task(SUITES / "vqa" / "vqa-rad")
-CANARY_ENV = "AMB_TEST_CANARY_PROVIDER_KEY"
-CANARY = "sk-canary-7d41e0b9c3a25f68-HOST-ONLY"
 PRICE_IN, PRICE_OUT = 3.0, 15.0
 #: The upstream model per system, and which base URL of the scripted upstream it needs.
 UPSTREAM_MODEL = {
@@ -79,18 +77,6 @@ def the_script(system: str = "") -> list[Step]:
         Shell(FAIL, StepUsage(1500, 20)),
         replace(last, usage=StepUsage(1600, 15)),
     ]
-
-
-@pytest.fixture(scope="module")
-def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    return stage_vqa_cases(tmp_path_factory.mktemp("data"))
-
-
-@pytest.fixture
-def canary(monkeypatch: pytest.MonkeyPatch) -> str:
-    """A provider key on the host that must never be readable in the sandbox."""
-    monkeypatch.setenv(CANARY_ENV, CANARY)
-    return CANARY
 
 
 def require(backend: str) -> None:

@@ -26,7 +26,7 @@ from pytest_automedbench.observe import observe_outputs
 from pytest_automedbench.sandbox import LocalSandbox, Sandbox, SandboxSpec
 from pytest_automedbench.tasks import load_task
 
-from .conftest import SUITES, stage_vqa_cases
+from .conftest import SUITES
 
 TASK = load_task(SUITES / "vqa" / "vqa-rad")
 
@@ -47,11 +47,6 @@ printf '%s\\n' '{"type": "message", "text": "read the brief"}' \\
   '{"type": "tool", "name": "bash"}' > transcript.jsonl
 echo done
 """
-
-
-@pytest.fixture(scope="module")
-def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    return stage_vqa_cases(tmp_path_factory.mktemp("data"))
 
 
 @dataclass

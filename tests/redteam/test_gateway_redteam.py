@@ -425,7 +425,8 @@ def attacker_cell(
     from pytest_automedbench.config import RunConfig
     from pytest_automedbench.results import CellKey
     from pytest_automedbench.runner import CellPlan, run_cell
-    from tests.test_agent_system_cells import CANARY_ENV, TASK, SystemCell, require
+    from tests.conftest import CANARY_ENV
+    from tests.test_agent_system_cells import TASK, SystemCell, require
 
     require("bubblewrap")
     command = f"export AMB_ATTACK={json.dumps(json.dumps(extra))} AMB_ATTACK_AFTER=3\n"
@@ -463,22 +464,6 @@ def attacker_cell(
 def three_steps() -> list[Step]:
     usage = StepUsage(100, 10)
     return [Shell("echo one", usage), Shell("echo two", usage), Shell("echo three", usage)]
-
-
-@pytest.fixture(scope="module")
-def staged(tmp_path_factory: pytest.TempPathFactory) -> StagedData:
-    from tests.conftest import stage_vqa_cases
-
-    return stage_vqa_cases(tmp_path_factory.mktemp("data"))
-
-
-@pytest.fixture
-def canary(monkeypatch: pytest.MonkeyPatch) -> str:
-    from tests.test_agent_system_cells import CANARY as CELL_CANARY
-    from tests.test_agent_system_cells import CANARY_ENV
-
-    monkeypatch.setenv(CANARY_ENV, CELL_CANARY)
-    return CELL_CANARY
 
 
 @pytest.mark.slow
