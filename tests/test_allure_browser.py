@@ -11,8 +11,8 @@ Needs Allure 3 (``.allure/node_modules/.bin/allure`` or ``AMB_ALLURE_BIN``), Chr
 (``/usr/bin/chromium`` or ``AMB_CHROMIUM``) and the ``playwright`` package; ``./scripts/test``
 installs all three. Without them the tests skip, except under ``CI=true``, where they fail.
 
-With ``AMB_ALLURE_SCREENSHOTS=<folder>`` the test also saves the README's two screenshots
-(``allure-overview.png``, ``allure-cell.png``) there.
+With ``AMB_ALLURE_SCREENSHOTS=<folder>`` the test also saves the two screenshots of the
+documentation's Reports page (``allure-overview.png``, ``allure-cell.png``) there.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The E1-E5 code validation: its metric arithmetic against scikit-learn, the labelled
-corpus of ``tests/ecode_corpus/`` measured for real, and the README's table."""
+corpus of ``tests/ecode_corpus/`` measured for real, and the table on the documentation's
+scoring page (``docs/scoring.md``)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from pytest_automedbench.terms import ERROR_CODE_IDS
 from .conftest import REPO, SUITES
 
 CORPUS = Path(__file__).parent / "ecode_corpus"
-README = REPO / "README.md"
+SCORING_PAGE = REPO / "docs" / "scoring.md"
 START, END = "<!-- error-code-table:start -->", "<!-- error-code-table:end -->"
 
 
@@ -173,17 +174,17 @@ def test_a_wrong_label_shows_as_a_disagreement(items: list[LabelledItem]) -> Non
     assert (e4.tp, e4.fp, e4.fn, e4.recall) == (0, 0, 1, 0.0)
 
 
-def readme_table() -> str | None:
-    text = README.read_text()
+def page_table() -> str | None:
+    text = SCORING_PAGE.read_text()
     found = re.search(re.escape(START) + r"\n(.*?)\n?" + re.escape(END), text, re.DOTALL)
     return found.group(1).strip() if found else None
 
 
-def test_the_readme_shows_the_computed_table(validation: Validation) -> None:
+def test_the_scoring_page_shows_the_computed_table(validation: Validation) -> None:
     expected = render_table(validation)
-    shown = readme_table()
+    shown = page_table()
     assert shown == expected, (
-        f"README.md must show, between {START} and {END}, exactly this table "
+        f"docs/scoring.md must show, between {START} and {END}, exactly this table "
         f"(benchmarks/error_codes.py prints it):\n\n{START}\n{expected}\n{END}\n"
     )
 
