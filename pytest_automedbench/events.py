@@ -8,6 +8,13 @@ plus the fields of its kind. This module gives those dicts types, once, for ever
 that reads them (the judges, the diagnosis, the stage attribution, the progress
 monitor, the reports):
 
+* Writers build the model of their kind (``ToolResultEvent.of(turn=..., tool=...)``,
+  :func:`event_of` by the kind's name) and hand it to
+  :meth:`~pytest_automedbench.agents.trajectory.TrajectoryWriter.write`, which stamps
+  ``v``/``seq``/``t``, appends the line and delivers the stamped event to its
+  subscribers (:data:`Subscriber`: the violation watch, ...). Readers get the same typed
+  events, once: the scoring (:class:`~pytest_automedbench.scoring.cell.CellEvidence`),
+  the judges, the diagnosis.
 * :func:`parse_event` / :func:`parse_events` turn a dict into the :class:`Event` subclass
   of its kind. Parsing never fails: a field of the wrong type reads as missing, unknown
   fields are kept in :attr:`Event.raw`, an unknown kind is a plain :class:`Event`, so
@@ -55,6 +62,13 @@ Kinds and their fields (``turn`` on most of them):
     (``status``, ``error``, ``attempts``; the cell ends scored, not as an infrastructure
     error), and a request the gateway refused for naming fields that would re-route it
     (``fields``: their names, ``protocol``, ``request_digest``): a violation.
+``phase``, ``environment``, ``verifier``, ``verifier_control``, ``verifier_failure``,
+``tampering``, ``harbor_trial_error``
+    a Harbor-format attempt: its phases and their seconds, the task's image, the
+    verifier's run and rewards (and the control run on a fresh container when it left
+    none), a verifier failure blamed on the agent, what the agent changed of the
+    programs the verifier runs (a violation), and a trial folder that could not be
+    written.
 ``egress``, ``runtime``
     what the sandbox saw the agent do: a connection through the egress proxy, and what
     the runtime probe recorded in the agent's Python (``probe``: ``optimizer_step``,
@@ -211,6 +225,34 @@ class Event:
     def get(self, key: str, default: Any = None) -> Any:
         """A field of the dict as read (for fields this model does not type)."""
         return self.raw.get(key, default)
+
+    @classmethod
+    def of(cls: type[E], **fields: Any) -> E:
+        """A new event of this kind, for :meth:`TrajectoryWriter.write
+        <pytest_automedbench.agents.trajectory.TrajectoryWriter.write>` (which stamps
+        ``v``, ``seq`` and ``t``). ``fields`` are written in the order given, each as
+        given (None too); the model reads them as :meth:`parse` does."""
+        if not cls.KIND:
+            raise TypeError("Event.of needs an event class with a kind; use event_of(kind)")
+        return cls.parse({"kind": cls.KIND, **fields})
+
+    def stamped(self: E, seq: int, t: float) -> E:
+        """This event as the trajectory records it: ``v``, ``seq`` and ``t`` first, then
+        ``kind`` and its fields in the order they were given (a field of the same name
+        as a stamp takes the stamp's place, as a dict literal would have it)."""
+        fields = {k: v for k, v in self.raw.items() if k != "kind"}
+        record = {"v": SCHEMA_VERSION, "seq": seq, "t": t, "kind": self.kind, **fields}
+        return dataclasses.replace(
+            self,
+            v=int_or_none(record["v"]),
+            seq=int_or_none(record["seq"]),
+            t=float_or_none(record["t"]),
+            raw=record,
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The event as a trajectory line holds it (a dict, for callers that read dicts)."""
+        return self.raw if isinstance(self.raw, dict) else dict(self.raw)
 
     @classmethod
     def parse(cls: type[E], data: Mapping[str, Any]) -> E:
@@ -493,6 +535,84 @@ class RuntimeEvent(Event):
     at: float | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseEvent(Event):
+    """A Harbor attempt's phase ended (``environment``, ``agent``, ``verifier``, ...):
+    its seconds and whether it ended without an exception."""
+
+    KIND = "phase"
+    name: str | None = None
+    duration_s: float | None = None
+    ok: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnvironmentEvent(Event):
+    """A Harbor task's environment: the image built or prepared (and its compose
+    volumes), or a line of what building it said (``message``: text, not a
+    conversation message)."""
+
+    KIND = "environment"
+    image: str | None = None
+    compose: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifierEvent(Event):
+    """A Harbor task's verifier ran in the agent's container: how it ended and the
+    rewards it left (``source``: the file they were read from), or why there are none."""
+
+    KIND = "verifier"
+    exit_code: int | None = None
+    duration_s: float | None = None
+    timed_out: bool | None = None
+    rewards: dict[str, Any] | None = None
+    source: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifierControlEvent(Event):
+    """The same verifier on a fresh container of the untouched image (run when the
+    verifier left no reward): whether the task's verifier works at all."""
+
+    KIND = "verifier_control"
+    exit_code: int | None = None
+    timed_out: bool | None = None
+    rewards: dict[str, Any] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifierFailureEvent(Event):
+    """The verifier left no reward and the failure is the agent's (``blame``), and why."""
+
+    KIND = "verifier_failure"
+    blame: str | None = None
+    why: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TamperingEvent(Event):
+    """What the agent changed of the programs a Harbor verifier runs (``category``:
+    ``harness_tampering``): a violation the monitor reads."""
+
+    KIND = "tampering"
+    category: str | None = None
+    evidence: str | None = None
+    findings: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HarborTrialErrorEvent(Event):
+    """Writing a Harbor attempt's trial folder failed (the record stands)."""
+
+    KIND = "harbor_trial_error"
+    error: str | None = None
+
+
 _BASE_FIELDS = frozenset(f.name for f in dataclasses.fields(Event))
 #: The event class of each kind.
 EVENT_TYPES: dict[str, type[Event]] = {}
@@ -518,6 +638,13 @@ for _cls in (
     GatewayErrorEvent,
     EgressEvent,
     RuntimeEvent,
+    PhaseEvent,
+    EnvironmentEvent,
+    VerifierEvent,
+    VerifierControlEvent,
+    VerifierFailureEvent,
+    TamperingEvent,
+    HarborTrialErrorEvent,
 ):
     _cls._SPEC = {
         f.name: _FIELD_READERS.get(f.name) or _READERS[str(f.type)]
@@ -535,6 +662,18 @@ def parse_event(data: Mapping[str, Any] | Event) -> Event:
     kind = data.get("kind")
     cls = EVENT_TYPES.get(kind, Event) if isinstance(kind, str) else Event
     return cls.parse(data)
+
+
+def event_of(kind: str, **fields: Any) -> Event:
+    """A new event of ``kind`` (the class :data:`EVENT_TYPES` names; a plain
+    :class:`Event` for a kind not declared): :meth:`Event.of` by the kind's name, for a
+    writer that has the kind as text."""
+    return parse_event({"kind": kind, **fields})
+
+
+#: What receives each event as it is written (the trajectory file's writer delivers
+#: every event to its subscribers, in ``seq`` order per thread).
+Subscriber = Callable[[Event], object]
 
 
 def kind_of(event: Mapping[str, Any] | Event) -> str | None:

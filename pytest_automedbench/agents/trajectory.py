@@ -12,9 +12,13 @@ Schema (version 2): every event has ``v``, ``seq`` (0, 1, ... without gaps), ``t
 ``crash``, ``interrupted``, ``end``; command agents add ``start_command`` and
 ``transcript``, agent systems ``end_command``, ``request_failed`` and ``gateway_error``
 (their turns come from the wire, emitted from the gateway's thread: ``emit`` is locked).
-The events are written as free dicts (so old trajectories stay readable) and read through
-the typed models of :mod:`pytest_automedbench.events`, which list every kind's fields;
-how a tool call ended is :func:`pytest_automedbench.events.tool_calls`'s to say.
+Events are written as the typed models of :mod:`pytest_automedbench.events`, which list
+every kind's fields (``writer.write(LimitEvent.of(limit="time_limit", turns=3))``); the
+line keeps the fields in the order they were given, so old trajectories and new ones read
+alike. Each written event is delivered to the writer's subscribers
+(:data:`~pytest_automedbench.events.Subscriber`: the violation watch, ...), after its line
+is on disk and outside the writer's lock (a subscriber may write an event of its own).
+How a tool call ended is :func:`pytest_automedbench.events.tool_calls`'s to say.
 """
 
 from __future__ import annotations
@@ -23,47 +27,66 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_automedbench.agents.base import AgentOutcome, Message, Termination, Usage
-from pytest_automedbench.events import SCHEMA_VERSION
+from pytest_automedbench.events import SCHEMA_VERSION, EndEvent, Event, Subscriber, event_of
 from pytest_automedbench.redact import redact, secret_values
 
 TRAJECTORY_SCHEMA_VERSION = SCHEMA_VERSION
 
+E = TypeVar("E", bound=Event)
+
 
 class TrajectoryWriter:
-    def __init__(self, path: Path) -> None:
+    """The cell's trajectory file, and the subscribers every event is delivered to."""
+
+    def __init__(self, path: Path, subscribers: Iterable[Subscriber] = ()) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
         self._t0 = time.monotonic()
         self._seq = 0
         self._secrets = secret_values()
+        #: Every event written, typed (stamped with ``v``, ``seq`` and ``t``).
+        self.typed: list[Event] = []
+        #: The same events as the dicts their lines hold, for callers that read dicts.
         self.events: list[dict[str, Any]] = []
-        # An agent system's turns are emitted from the gateway's thread while the runner's
+        self._subscribers: list[Subscriber] = list(subscribers)
+        # An agent system's turns are written from the gateway's thread while the runner's
         # thread waits on the system's command: one event at a time, in ``seq`` order.
         self._lock = threading.Lock()
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Deliver every event written from now on to ``subscriber`` too."""
+        self._subscribers.append(subscriber)
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
 
-    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def write(self, event: E) -> E:
+        """Append ``event`` (stamped with ``v``, ``seq`` and ``t``), flushed and synced to
+        disk, then deliver it to the subscribers; the stamped event is returned."""
         with self._lock:
-            event = {
-                "v": TRAJECTORY_SCHEMA_VERSION,
-                "seq": self._seq,
-                "t": round(self.elapsed(), 3),
-                "kind": kind,
-                **fields,
-            }
+            stamped = event.stamped(self._seq, round(self.elapsed(), 3))
             self._seq += 1
-            self.events.append(event)
-            self._file.write(redact(json.dumps(event, default=str), self._secrets) + "\n")
+            record = stamped.record()
+            self.typed.append(stamped)
+            self.events.append(record)
+            self._file.write(redact(json.dumps(record, default=str), self._secrets) + "\n")
             self._file.flush()
             os.fsync(self._file.fileno())
-            return event
+        for subscriber in tuple(self._subscribers):
+            subscriber(stamped)
+        return stamped
+
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Compatibility for writers that still name the kind and pass the fields: the
+        event of ``kind`` (:func:`~pytest_automedbench.events.event_of`), written, as the
+        dict its line holds. New code builds the model and calls :meth:`write`."""
+        return self.write(event_of(kind, **fields)).record()
 
     def close(self) -> None:
         if not self._file.closed:
@@ -81,14 +104,15 @@ def end_episode(
 ) -> AgentOutcome:
     """The ``end`` event of an agent's episode and the outcome it records: the same for
     the tool loop, command agents and agent systems (``extra``: what a kind adds)."""
-    trajectory.emit(
-        "end",
-        termination=termination,
-        turns=turns,
-        tokens_in=usage.tokens_in,
-        tokens_out=usage.tokens_out,
-        cost_usd=usage.cost_usd,
-        **extra,
+    trajectory.write(
+        EndEvent.of(
+            termination=termination,
+            turns=turns,
+            tokens_in=usage.tokens_in,
+            tokens_out=usage.tokens_out,
+            cost_usd=usage.cost_usd,
+            **extra,
+        )
     )
     return AgentOutcome(
         termination=termination,
