@@ -542,8 +542,11 @@ def flag(field: str) -> str:
     return BY_FIELD[field].flag
 
 
-#: Characters that Markdown would read as markup in a setting's help text.
-_MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|"})
+#: Characters that Markdown would read as markup in a setting's help text, escaped in the
+#: forms that GitHub and MkDocs both render (neither reads a backslash before ``<``).
+_MARKDOWN_SPECIAL = str.maketrans(
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;"} | {c: "\\" + c for c in "\\`*_[]|"}
+)
 
 
 def _option_cell(s: Setting) -> str:
