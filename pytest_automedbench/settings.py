@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_automedbench.agents.base import Limits
+from pytest_automedbench.sandbox.registry import choices as sandbox_choices
 from pytest_automedbench.terms import ALL_TIERS, TIERS
 
 #: The built-in limits of an agent in one cell (the defaults of the limit settings).
@@ -169,7 +170,7 @@ SETTINGS: tuple[Setting, ...] = (
         "bubblewrap where it can run, else a usage error; process (no isolation) only "
         "when asked for by name); 'local' is an alias of bubblewrap",
         default="auto",
-        choices=("auto", "docker", "bubblewrap", *SANDBOX_ALIASES, "process"),
+        choices=sandbox_choices(),
         scoring=True,
     ),
     Setting(

@@ -7,8 +7,10 @@ directly, so swapping the local backend for a container changes nothing above it
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -75,11 +77,91 @@ class ExecResult(BaseModel):
     timed_out: bool = False
 
 
+#: The ``--sandbox-network`` modes (``off``: no route out; ``allowlist``/``on``: through the
+#: egress proxy's socket).
+NetworkMode = Literal["off", "allowlist", "on"]
+ALL_NETWORK_MODES: frozenset[NetworkMode] = frozenset(("off", "allowlist", "on"))
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend offers, declared once: callers ask these, never a backend's name."""
+
+    #: Whether the agent's code is isolated from the host (``auto`` picks only these).
+    isolating: bool
+    #: One-line description of the isolation, for the pre-flight (``{base}``: the base image).
+    isolation: str
+    #: Each cell runs in containers made from images; the evaluator gets a container of its
+    #: own there too (:meth:`Sandbox.run_evaluator`).
+    containers: bool = False
+    #: The workspace may get its own disk and inode quota (:mod:`.quota`).
+    workspace_quota: bool = False
+    #: GPUs can be passed in (``SandboxSpec.gpus``).
+    gpus: bool = False
+    #: The network modes it can enforce.
+    network_modes: frozenset[NetworkMode] = ALL_NETWORK_MODES
+    #: The image roles it runs (made at session set-up: :meth:`Sandbox.session_setup`).
+    images: tuple[str, ...] = ()
+    #: It can run a task's own image (Harbor tasks' containers).
+    task_images: bool = False
+    #: Commands may run as another user than the sandbox's own (``run(user=...)``).
+    other_users: bool = False
+
+
 class Sandbox(ABC):
-    """One agent sandbox: public inputs read-only, one writable workspace."""
+    """One agent sandbox: public inputs read-only, one writable workspace.
+
+    A backend is one module with one subclass registered by name
+    (:func:`.registry.register`). Its life in a session:
+
+    * :meth:`problem` (class): why it cannot run on this host, or None;
+    * :meth:`session_setup` / :meth:`session_teardown` (class): once per process (images,
+      stale leftovers of dead harnesses);
+    * per cell: :meth:`start`, then :meth:`exec` / :meth:`run` (argv with user, env and
+      working folder), :meth:`copy_in` / :meth:`copy_out` and the file tools, then
+      :meth:`stop`.
+    """
+
+    #: The name it registers under (``--sandbox NAME``); set by ``register``.
+    name: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities] = Capabilities(isolating=False, isolation="no isolation")
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
+
+    # ------------------------------------------------------------------ session
+
+    @classmethod
+    def problem(cls) -> str | None:
+        """Why this backend cannot run here (None: it can). Cheap enough to ask per session."""
+        return None
+
+    @classmethod
+    def session_setup(cls, docker_base: str = "debootstrap") -> dict[str, str]:
+        """Once per process before its first cell: what the cells need from the host
+        (images made or found). Returns the images the cells run, role to ``tag@id``
+        (what a record names; empty for a backend without images)."""
+        return {}
+
+    @classmethod
+    def session_teardown(cls) -> None:
+        """Once per process after its last cell (nothing by default)."""
+        return None
+
+    @classmethod
+    def run_evaluator(
+        cls,
+        args: list[str],
+        mounts: dict[Path, tuple[str, str]],
+        out_dir: Path,
+        timeout_s: float,
+        *,
+        run_id: str = "",
+        docker_base: str = "debootstrap",
+    ) -> tuple[int, str]:
+        """Run the evaluator in a container of this backend (``capabilities.containers``):
+        its exit code and the end of its output."""
+        raise SandboxError(f"the {cls.name or cls.__name__} backend has no evaluator container")
 
     @property
     @abstractmethod
@@ -101,10 +183,34 @@ class Sandbox(ABC):
     @abstractmethod
     def start(self) -> None: ...
 
+    def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
+        """The agent's command: ``code`` in bash or the sandbox's Python, as the sandbox's
+        user, in the workspace, with the agent's environment."""
+        return self.run(self.interpreter(language, code), timeout_s=timeout_s)
+
+    def interpreter(self, language: Literal["bash", "python"], code: str) -> list[str]:
+        """The argv that runs ``code`` in ``language`` inside the sandbox."""
+        return ["/bin/bash", "-c", code] if language == "bash" else ["python3", "-c", code]
+
     @abstractmethod
-    def exec(
-        self, language: Literal["bash", "python"], code: str, timeout_s: float
-    ) -> ExecResult: ...
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` inside the sandbox: as ``user`` (None: the sandbox's own user; a
+        backend without ``capabilities.other_users`` refuses others), with ``env`` added to
+        the agent's environment, in ``workdir`` (None: the workspace). Nothing it starts
+        outlives the call; a call past ``timeout_s`` is killed (exit 124)."""
+
+    def copy_in(self, host_path: Path, path: str) -> None:
+        """Copy a host file or folder (no links followed) to ``path`` in the workspace,
+        owned by the sandbox's user; anywhere else raises ``PermissionError``."""
+        raise SandboxError(f"the {self.name or type(self).__name__} backend has no copy_in")
 
     @abstractmethod
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes:

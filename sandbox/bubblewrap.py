@@ -45,11 +45,12 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar
 
 from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
-from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.base import Capabilities, ExecResult, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox.egress import EGRESS_DIR
 from pytest_automedbench.sandbox.local import run_process_group
 from pytest_automedbench.sandbox.mounted import (
@@ -64,6 +65,7 @@ from pytest_automedbench.sandbox.mounted import (
     relayed,
 )
 from pytest_automedbench.sandbox.owner import is_gone, process_identity
+from pytest_automedbench.sandbox.registry import register
 from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT, PTH_NAME, pth_line
 from pytest_automedbench.sandbox.seccomp import bubblewrap_filter
 
@@ -154,7 +156,23 @@ def _probe_site_overlays(stage: Path, venv: Path, base: Path) -> list[tuple[Path
     return overlays
 
 
+@register("bubblewrap", preference=30)
 class BubblewrapSandbox(MountedFiles):
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        isolating=True,
+        isolation="bubblewrap namespaces, unprivileged uid",
+        workspace_quota=True,
+    )
+
+    @classmethod
+    def problem(cls) -> str | None:
+        return bubblewrap_problem()
+
+    @classmethod
+    def session_setup(cls, docker_base: str = "debootstrap") -> dict[str, str]:
+        sweep_stale_stages()
+        return {}
+
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._stage: Path | None = None
@@ -228,8 +246,14 @@ class BubblewrapSandbox(MountedFiles):
         links to (bound at its own path, so the venv's symlinks resolve)."""
         return Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()
 
-    def command(self, argv: list[str]) -> list[str]:
-        """The full host command line that runs ``argv`` inside this sandbox."""
+    def command(
+        self,
+        argv: list[str],
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> list[str]:
+        """The full host command line that runs ``argv`` inside this sandbox (``env``
+        added to the agent's environment, in ``workdir``: None, the workspace)."""
         if self._stage is None:
             raise SandboxError("exec() before start()")
         stage = self._stage
@@ -300,11 +324,12 @@ class BubblewrapSandbox(MountedFiles):
         bwrap += ["--size", str(self.spec.tmp_mb * 1024**2), "--tmpfs", "/dev/shm"]
         # The kernel state no namespace separates (keyrings, io_uring, ...): see seccomp.py.
         bwrap += ["--seccomp", str(SECCOMP_FD)]
-        bwrap += ["--unshare-net", "--remount-ro", "/", "--clearenv", "--chdir", WORKSPACE]
+        bwrap += ["--unshare-net", "--remount-ro", "/", "--clearenv"]
+        bwrap += ["--chdir", workdir or WORKSPACE]
         environment = agent_environment(
             agent_tools=tools is not None, egress=egress is not None, probe=probe is not None
         )
-        for key, value in environment.items():
+        for key, value in {**environment, **(env or {})}.items():
             bwrap += ["--setenv", key, value]
         memory = self.spec.memory_mb * 1024**2
         drop = [
@@ -344,13 +369,19 @@ class BubblewrapSandbox(MountedFiles):
             *argv,
         ]
 
-    def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
-        argv = relayed(
-            self.spec,
-            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code],
-        )
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        if user is not None:
+            raise SandboxError("the bubblewrap backend runs every command as the sandbox's uid")
         result = run_process_group(
-            self.command(argv),
+            self.command(relayed(self.spec, argv), env, workdir),
             timeout_s,
             cwd="/",
             # bubblewrap's own init keeps this environment (the command gets --clearenv).

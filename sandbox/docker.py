@@ -38,13 +38,13 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar
 
 from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS
-from pytest_automedbench.sandbox.base import ExecResult, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.base import Capabilities, ExecResult, SandboxError, SandboxSpec
 from pytest_automedbench.sandbox.egress import EGRESS_DIR
 from pytest_automedbench.sandbox.images import LABEL, ImageSet, ensure_images
 from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
@@ -61,6 +61,7 @@ from pytest_automedbench.sandbox.mounted import (
     relayed,
 )
 from pytest_automedbench.sandbox.owner import is_gone, process_identity
+from pytest_automedbench.sandbox.registry import register
 from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT, PTH_NAME, pth_line
 
 NOBODY = 65534
@@ -84,9 +85,6 @@ IMAGE_SITE_DIR = "/usr/lib/python3/dist-packages"
 OWNER_FILE = "owner"
 
 _clients: dict[int, Any] = {}
-_swept = False
-#: A daemon answered this process once (later sandboxes skip the ping).
-_daemon_answered = False
 
 
 def docker_client(timeout: int = API_TIMEOUT_S) -> Any:
@@ -101,16 +99,7 @@ def docker_client(timeout: int = API_TIMEOUT_S) -> Any:
 def image_digests(docker_base: str = "debootstrap") -> dict[str, str]:
     """The images a Docker cell runs (built when missing, once per process), each as
     ``tag@image-id``: what a record names so that runs in other images are told apart."""
-    client = docker_client()
-    images = ensure_images(client, docker_base)
-    return {
-        role: f"{tag}@{client.images.get(tag).id}"
-        for role, tag in (
-            ("base", images.base),
-            ("agent", images.agent),
-            ("evaluator", images.evaluator),
-        )
-    }
+    return DockerSandbox.session_setup(docker_base)
 
 
 def docker_problem() -> str | None:
@@ -152,13 +141,16 @@ def sweep_stale_containers(client: Any) -> list[str]:
     return removed
 
 
-def _sweep_once(client: Any, *, tolerant: bool = False) -> None:
-    """The stale-container sweep, once per process (whichever sandbox starts first);
-    ``tolerant``: a container another harness removes while it is listed (a 404 between
-    list and inspect) must not fail the caller."""
-    global _swept
-    if not _swept:
-        _swept = True
+#: The engines (by name) whose stale containers this process swept already.
+_swept: set[str] = set()
+
+
+def _sweep_once(client: Any, *, tolerant: bool = False, engine: str = "docker") -> None:
+    """The stale-container sweep of ``engine``, once per process (whichever sandbox
+    starts first); ``tolerant``: a container another harness removes while it is listed (a
+    404 between list and inspect) must not fail the caller."""
+    if engine not in _swept:
+        _swept.add(engine)
         if not tolerant:
             sweep_stale_containers(client)
             return
@@ -191,7 +183,63 @@ def cgroup_procs(pid: int, container_id: str) -> list[Path]:
     return files
 
 
+@register("docker", preference=10)
 class DockerSandbox(MountedFiles):
+    """A cell's agent container (the module's docstring). A backend with another
+    Docker-compatible engine (:mod:`.podman`) subclasses it with its own :meth:`client`
+    and image store."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        isolating=True,
+        isolation="containers from base {base}, unprivileged uid",
+        containers=True,
+        workspace_quota=True,
+        gpus=True,
+        images=("base", "agent", "evaluator"),
+        task_images=True,
+        other_users=True,
+    )
+    #: The engine answered this process once (later sandboxes skip the ping).
+    _answered: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ the engine
+
+    @classmethod
+    def client(cls, timeout: int = API_TIMEOUT_S) -> Any:
+        """An SDK client of this backend's engine."""
+        return docker_client(timeout)
+
+    @classmethod
+    def problem(cls) -> str | None:
+        return docker_problem()
+
+    @classmethod
+    def options(cls, spec: SandboxSpec) -> dict[str, Any]:
+        """The create call's hardening and limits (:func:`container_options`); an engine
+        that needs more adds them here."""
+        return container_options(spec)
+
+    @classmethod
+    def ensure_images(cls, docker_base: str) -> ImageSet:
+        """The backend's images in its engine's store (built when missing)."""
+        return ensure_images(cls.client(), docker_base, engine=cls.name)
+
+    @classmethod
+    def session_setup(cls, docker_base: str = "debootstrap") -> dict[str, str]:
+        """The images its cells run (made when missing, once per process), each as
+        ``tag@image-id``: what a record names so that runs in other images are told apart."""
+        client = cls.client()
+        _sweep_once(client, engine=cls.name)
+        images = cls.ensure_images(docker_base)
+        return {
+            role: f"{tag}@{client.images.get(tag).id}"
+            for role, tag in (
+                ("base", images.base),
+                ("agent", images.agent),
+                ("evaluator", images.evaluator),
+            )
+        }
+
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self.container_id: str | None = None
@@ -203,16 +251,16 @@ class DockerSandbox(MountedFiles):
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        global _daemon_answered
-        if not _daemon_answered:  # once per process: the session's first cell asks
-            if (problem := docker_problem()) is not None:
-                raise SandboxError(f"Docker backend unavailable: {problem}")
-            _daemon_answered = True
+        cls = type(self)
+        if not cls._answered:  # once per process: the session's first cell asks
+            if (problem := cls.problem()) is not None:
+                raise SandboxError(f"{cls.name.capitalize()} backend unavailable: {problem}")
+            cls._answered = True
         if not self.spec.public_dir.is_dir():
             raise SandboxError(f"public inputs not found: {self.spec.public_dir}")
-        client = docker_client()
-        _sweep_once(client)
-        self.images = ensure_images(client, self.spec.docker_base)
+        client = self.client()
+        _sweep_once(client, engine=cls.name)
+        self.images = self.ensure_images(self.spec.docker_base)
         workspace = self.spec.workspace_dir
         workspace.mkdir(parents=True, exist_ok=True)
         chown_tree(workspace, self.uid)
@@ -245,7 +293,7 @@ class DockerSandbox(MountedFiles):
             mounts.append(bind(stage / PTH_NAME, f"{IMAGE_SITE_DIR}/{PTH_NAME}", read_only=True))
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
             mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
-        options = container_options(self.spec)
+        options = self.options(self.spec)
         try:
             container = client.containers.run(
                 self.images.agent,
@@ -279,37 +327,42 @@ class DockerSandbox(MountedFiles):
         if self.container_id is not None:
             container_id, self.container_id = self.container_id, None
             with contextlib.suppress(Exception):
-                docker_client(STOP_TIMEOUT_S).api.remove_container(container_id, force=True)
+                self.client(STOP_TIMEOUT_S).api.remove_container(container_id, force=True)
         if self._stage is not None:
             shutil.rmtree(self._stage, ignore_errors=True)
             self._stage = None
 
     # ------------------------------------------------------------------ exec
 
-    def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
         if self.container_id is None:
             raise SandboxError("exec() before start()")
-        argv = relayed(
-            self.spec,
-            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code],
-        )
-        api = docker_client().api
+        api = self.client().api
         start = time.monotonic()
+        environment = agent_environment(
+            agent_tools=self.spec.agent_tools is not None,
+            egress=self.spec.network,
+            probe=self.spec.probe_dir is not None,
+        )
         try:
             exec_id = api.exec_create(
                 self.container_id,
-                argv,
-                user=f"{self.uid}:{self.uid}",
-                workdir=WORKSPACE,
-                environment=agent_environment(
-                    agent_tools=self.spec.agent_tools is not None,
-                    egress=self.spec.network,
-                    probe=self.spec.probe_dir is not None,
-                ),
+                relayed(self.spec, argv),
+                user=user or f"{self.uid}:{self.uid}",
+                workdir=workdir or WORKSPACE,
+                environment={**environment, **(env or {})},
             )["Id"]
             stream = api.exec_start(exec_id, stream=True, demux=True)
         except Exception as exc:
-            raise SandboxError(f"docker exec failed: {exc}") from exc
+            raise SandboxError(f"{self.name} exec failed: {exc}") from exc
         streams = ExecStreams(stream)
         timed_out = False
         try:
@@ -319,6 +372,21 @@ class DockerSandbox(MountedFiles):
         streams.wait(STOP_TIMEOUT_S)
         exit_code = 124 if timed_out else self._exit_code(api, exec_id)
         return streams.result(exit_code, time.monotonic() - start, timed_out)
+
+    @classmethod
+    def run_evaluator(
+        cls,
+        args: list[str],
+        mounts: dict[Path, tuple[str, str]],
+        out_dir: Path,
+        timeout_s: float,
+        *,
+        run_id: str = "",
+        docker_base: str = "debootstrap",
+    ) -> tuple[int, str]:
+        return evaluator_in_container(
+            cls, args, mounts, out_dir, timeout_s, run_id=run_id, docker_base=docker_base
+        )
 
     @staticmethod
     def _exit_code(api: Any, exec_id: str) -> int:
@@ -350,7 +418,7 @@ class DockerSandbox(MountedFiles):
     def _kill_through_daemon(self) -> None:
         """``kill -9 -1`` as the sandbox uid inside the container (everything of that uid
         but the caller), then ``pgrep`` (which leaves itself out) until nothing is found."""
-        api = docker_client().api
+        api = self.client().api
         sweep = f"kill -9 -1 2>/dev/null; exec pgrep -u {self.uid}"
         for _ in range(50):
             exec_id = api.exec_create(
@@ -494,12 +562,29 @@ def run_evaluator_container(
     run_id: str = "",
     docker_base: str = "debootstrap",
 ) -> tuple[int, str]:
+    """:meth:`DockerSandbox.run_evaluator`: the evaluator in a Docker container."""
+    return DockerSandbox.run_evaluator(
+        args, mounts, out_dir, timeout_s, run_id=run_id, docker_base=docker_base
+    )
+
+
+def evaluator_in_container(
+    backend: type[DockerSandbox],
+    args: list[str],
+    mounts: dict[Path, tuple[str, str]],
+    out_dir: Path,
+    timeout_s: float,
+    *,
+    run_id: str = "",
+    docker_base: str = "debootstrap",
+) -> tuple[int, str]:
     """Run ``python -m pytest_automedbench.evaluators ARGS`` in a fresh evaluator
-    container (no network, read-only mounts but ``out_dir`` at ``/out``); returns the exit
-    code and the end of its output. A container that overruns is killed (exit 124)."""
-    client = docker_client()
-    _sweep_once(client)
-    images = ensure_images(client, docker_base)
+    container of ``backend``'s engine (no network, read-only mounts but ``out_dir`` at
+    ``/out``); returns the exit code and the end of its output. A container that overruns
+    is killed (exit 124)."""
+    client = backend.client()
+    _sweep_once(client, engine=backend.name)
+    images = backend.ensure_images(docker_base)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.chown(out_dir, NOBODY, NOBODY)
     binds = [bind(host, inside, read_only=mode == "ro") for host, (inside, mode) in mounts.items()]
@@ -510,7 +595,7 @@ def run_evaluator_container(
         memory_mb=EVALUATOR_MEMORY_MB,
         max_processes=256,
     )
-    options = container_options(spec)
+    options = backend.options(spec)
     try:
         container = client.containers.run(
             images.evaluator,
@@ -536,5 +621,5 @@ def run_evaluator_container(
         logs = container.logs(stdout=True, stderr=True)[-4000:].decode(errors="replace")
     finally:
         with contextlib.suppress(Exception):
-            docker_client(STOP_TIMEOUT_S).api.remove_container(container.id, force=True)
+            backend.client(STOP_TIMEOUT_S).api.remove_container(container.id, force=True)
     return exit_code, logs

@@ -923,8 +923,8 @@ class HarborContainer(Sandbox):
         self,
         argv: list[str],
         *,
-        user: str | None,
         timeout_s: float,
+        user: str | None = None,
         env: Mapping[str, str] | None = None,
         workdir: str | None = None,
     ) -> ExecResult:

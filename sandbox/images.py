@@ -65,6 +65,9 @@ PACKAGES = (
 #: Besides the core dependencies: what honest research work expects (torch, MONAI) and
 #: what the evaluator computes with (HD95/NSD, the report metrics), at the host's versions.
 EXTRA_REQUIREMENTS = ("torch", "monai", "pycocotools", "pycocoevalcap")
+#: The package's extras whose libraries the agent's environment carries beside the core
+#: (HealthAgentBench's tasks hand the agent parquet tables and slides).
+AGENT_EXTRAS = ("healthagentbench",)
 #: Bump to rebuild every image (a change in how they are made that the hashes miss).
 RECIPE_VERSION = "1"
 LABEL = "org.automedbench"
@@ -81,7 +84,8 @@ class ImageSet:
     evaluator: str
 
 
-_ENSURED: dict[str, ImageSet] = {}
+#: (engine, base) -> the images found or built there, once per process.
+_ENSURED: dict[tuple[str, str], ImageSet] = {}
 
 
 def digest(*parts: str) -> str:
@@ -93,11 +97,16 @@ def digest(*parts: str) -> str:
 
 
 def ensure_images(
-    client: Any, base: str = DEBOOTSTRAP, log: Callable[[str], None] | None = None
+    client: Any,
+    base: str = DEBOOTSTRAP,
+    log: Callable[[str], None] | None = None,
+    *,
+    engine: str = "docker",
 ) -> ImageSet:
-    """The image tags for ``base``, building whatever is missing (once per process)."""
-    if base in _ENSURED:
-        return _ENSURED[base]
+    """The image tags for ``base`` in ``client``'s image store (``engine`` names that
+    store: each has its own), building whatever is missing (once per process)."""
+    if (engine, base) in _ENSURED:
+        return _ENSURED[engine, base]
     say = log or (lambda message: print(f"automedbench: {message}", file=sys.stderr))
     with FileLock(str(LOCK_FILE), timeout=BUILD_TIMEOUT_S):
         base_tag = ensure_base(client, base, say)
@@ -130,7 +139,7 @@ def ensure_images(
             say=say,
         )
     images = ImageSet(base=base_tag, agent=agent_tag, evaluator=evaluator_tag)
-    _ENSURED[base] = images
+    _ENSURED[engine, base] = images
     return images
 
 
@@ -231,8 +240,10 @@ def _python_of(client: Any, image: str) -> tuple[str, str]:
 
 
 def _requirement_name(requirement: str) -> str | None:
-    """The project name of a core requirement line (extras' requirements are skipped)."""
-    if ";" in requirement and "extra" in requirement.split(";", 1)[1]:
+    """The project name of a requirement line of the core or of :data:`AGENT_EXTRAS`
+    (other extras' requirements are skipped)."""
+    marker = requirement.partition(";")[2]
+    if "extra" in marker and not any(f'"{extra}"' in marker for extra in AGENT_EXTRAS):
         return None
     name = requirement.split(";")[0].strip()
     for stop in "<>=!~[ (":

@@ -18,11 +18,19 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pytest_automedbench.evaluators.safe_io import encodable
-from pytest_automedbench.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.base import (
+    Capabilities,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+)
+from pytest_automedbench.sandbox.registry import register
 
 #: Bytes kept from each stream; the agent tool layer truncates further for the model.
 MAX_STREAM_BYTES = 1_000_000
@@ -32,7 +40,12 @@ _PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE", "REQUESTS_C
 _GUARD = Path(__file__).with_name("guard.py")
 
 
+@register("process")  # never picked by auto: only by name
 class LocalSandbox(Sandbox):
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        isolating=False, isolation="NO isolation: asked for by name with --sandbox process"
+    )
+
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._started = False
@@ -71,13 +84,26 @@ class LocalSandbox(Sandbox):
             env.update(PYTHONPATH=str(self.spec.probe_dir), AMB_PROBE_DIR=str(self.spec.probe_dir))
         return env
 
-    def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
+    def interpreter(self, language: Literal["bash", "python"], code: str) -> list[str]:
+        return ["bash", "-c", code] if language == "bash" else [sys.executable, "-c", code]
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
         if not self._started:
             raise SandboxError("exec() before start()")
-        argv = ["bash", "-c", code] if language == "bash" else [sys.executable, "-c", code]
+        if user is not None:
+            raise SandboxError("the process backend runs every command as the harness's user")
         guarded = [sys.executable, "-I", "-S", str(_GUARD), str(os.getpid()), *argv]
+        cwd = self._resolve(workdir) if workdir is not None else self.spec.workspace_dir
         return run_process_group(
-            guarded, timeout_s, cwd=self.spec.workspace_dir, env=self._env(), what=argv[0]
+            guarded, timeout_s, cwd=cwd, env={**self._env(), **(env or {})}, what=argv[0]
         )
 
     def _resolve(self, path: str) -> Path:
@@ -117,6 +143,9 @@ class LocalSandbox(Sandbox):
 
     def copy_out(self, path: str, dest: Path) -> list[str]:
         return copy_tree_no_links(self._resolve(path), dest)
+
+    def copy_in(self, host_path: Path, path: str) -> None:
+        copy_tree_no_links(host_path, self._inside(path, (self.spec.workspace_dir,)))
 
     def stop(self) -> None:
         remove_tree(self.spec.workspace_dir / ".tmp")

@@ -13,6 +13,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Literal
 
 from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS_PATHS
 from pytest_automedbench.sandbox.base import GATEWAY_SOCKET_NAME, Sandbox, SandboxSpec
@@ -52,6 +53,12 @@ class MountedFiles(Sandbox):
     @property
     def workspace_path(self) -> str:
         return WORKSPACE
+
+    def interpreter(self, language: Literal["bash", "python"], code: str) -> list[str]:
+        """bash, or the Python at ``/venv`` (the scientific stack)."""
+        return (
+            ["/bin/bash", "-c", code] if language == "bash" else [f"{VENV}/bin/python", "-c", code]
+        )
 
     @property
     def gateway_socket(self) -> str | None:
@@ -99,6 +106,12 @@ class MountedFiles(Sandbox):
 
     def copy_out(self, path: str, dest: Path) -> list[str]:
         return copy_tree_no_links(self._host_path(path, writable=False), dest)
+
+    def copy_in(self, host_path: Path, path: str) -> None:
+        target = self._host_path(path, writable=True)
+        refuse_special_file(target, path)
+        copy_tree_no_links(host_path, target)
+        chown_tree(target, self.uid)
 
 
 def read_regular_file(target: Path, shown: str, max_bytes: int | None) -> bytes:

@@ -428,7 +428,7 @@ from pytest_automedbench.sandbox import DockerSandbox, SandboxSpec
 from pytest_automedbench.sandbox import docker as dk
 # No sweep from in here: every live harness of this host would look dead to it (and its
 # containers would go, see the test of the sweep below).
-dk._swept = True
+dk._swept.add("docker")
 spec = SandboxSpec(public_dir=Path(sys.argv[1]), workspace_dir=Path(sys.argv[2]),
                    run_id=sys.argv[3])
 box = DockerSandbox(spec)

@@ -7,21 +7,23 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-import pytest_automedbench.sandbox as sandbox_package
 from pytest_automedbench.sandbox import (
     LocalSandbox,
+    Sandbox,
     SandboxError,
     SandboxSpec,
+    backend_class,
+    backend_names,
     create_sandbox,
     resolve_backend,
 )
 from pytest_automedbench.sandbox.docker import docker_problem
 from pytest_automedbench.sandbox.local import copy_tree_no_links
+from pytest_automedbench.sandbox.registry import register
 
 from .conftest import SUITES
 
@@ -98,49 +100,58 @@ def test_an_explicit_backend_that_cannot_run_is_refused(monkeypatch: pytest.Monk
     assert resolve_backend("process") == "process"
 
 
-def _probes(
-    monkeypatch: pytest.MonkeyPatch, docker: str | None, bubblewrap: str | None
-) -> list[str]:
-    """The two host probes answer as given; returns the names of those asked, in order."""
+def _probes(monkeypatch: pytest.MonkeyPatch, **answers: str | None) -> list[str]:
+    """Each isolating backend's ``problem()`` answers as given (a backend not named: it
+    cannot run on this test's host); returns the names of those asked, in order."""
     asked: list[str] = []
 
-    def probe(name: str, answer: str | None) -> Callable[[], str | None]:
-        def ask() -> str | None:
+    def probe(name: str, answer: str | None) -> classmethod[Sandbox, [], str | None]:
+        def ask(cls: type[Sandbox]) -> str | None:
             asked.append(name)
             return answer
 
-        return ask
+        return classmethod(ask)
 
-    monkeypatch.setattr(sandbox_package, "docker_problem", probe("docker", docker))
-    monkeypatch.setattr(sandbox_package, "bubblewrap_problem", probe("bubblewrap", bubblewrap))
+    for name in backend_names():
+        if not backend_class(name).capabilities.isolating:
+            continue  # process: no host probe
+        answer = answers.get(name, f"{name} is not on this test's host")
+        monkeypatch.setattr(backend_class(name), "problem", probe(name, answer))
     return asked
 
 
 @pytest.mark.parametrize(
-    ("docker", "bubblewrap", "expected"),
+    ("answers", "expected"),
     [
-        (None, None, "docker"),
-        (None, "missing bwrap", "docker"),
-        ("no Docker daemon answers", None, "bubblewrap"),
+        ({"docker": None, "podman": None, "bubblewrap": None}, "docker"),
+        ({"docker": None, "bubblewrap": "missing bwrap"}, "docker"),
+        ({"docker": "no Docker daemon answers", "podman": None, "bubblewrap": None}, "podman"),
+        ({"docker": "no Docker daemon answers", "bubblewrap": None}, "bubblewrap"),
     ],
 )
-def test_auto_prefers_docker_then_bubblewrap(
-    monkeypatch: pytest.MonkeyPatch, docker: str | None, bubblewrap: str | None, expected: str
+def test_auto_takes_the_first_isolating_backend_that_can_run(
+    monkeypatch: pytest.MonkeyPatch, answers: dict[str, str | None], expected: str
 ) -> None:
-    asked = _probes(monkeypatch, docker, bubblewrap)
+    """In preference order (docker, podman, bubblewrap), asking no further than the pick."""
+    asked = _probes(monkeypatch, **answers)
     assert resolve_backend("auto") == expected
-    assert asked == (["docker"] if expected == "docker" else ["docker", "bubblewrap"])
+    order = [name for name in backend_names() if backend_class(name).capabilities.isolating]
+    assert order[:3] == ["docker", "podman", "bubblewrap"]
+    assert asked == order[: order.index(expected) + 1]
 
 
 def test_auto_never_falls_back_to_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Neither isolating backend can run: a refusal that names both reasons and the ways
-    out (install bubblewrap or Docker, or ask for ``--sandbox process`` by name)."""
-    _probes(monkeypatch, "no Docker daemon answers (X)", "missing bwrap (Debian: ...)")
+    """No isolating backend can run: a refusal that names every reason and the ways out
+    (install bubblewrap or Docker, or ask for ``--sandbox process`` by name)."""
+    _probes(
+        monkeypatch, docker="no Docker daemon answers (X)", bubblewrap="missing bwrap (Debian: ...)"
+    )
     with pytest.raises(SandboxError) as refused:
         resolve_backend("auto")
     message = str(refused.value)
     assert "docker: no Docker daemon answers (X)" in message
     assert "bubblewrap: missing bwrap" in message
+    assert "podman: podman is not on this test's host" in message
     assert "./scripts/system-setup bench" in message
     assert "--sandbox process" in message
     with pytest.raises(SandboxError):
@@ -155,17 +166,31 @@ def test_named_backends_are_given_as_named(
     monkeypatch: pytest.MonkeyPatch, requested: str, expected: str
 ) -> None:
     """``process`` only by name, whatever the host offers; ``local`` is bubblewrap."""
-    _probes(monkeypatch, None, None)
+    _probes(monkeypatch, docker=None, podman=None, bubblewrap=None)
     assert resolve_backend(requested) == expected
 
 
-@pytest.mark.parametrize("requested", ["docker", "bubblewrap", "local"])
+@pytest.mark.parametrize("requested", ["docker", "podman", "bubblewrap", "local"])
 def test_named_backends_that_cannot_run_are_refused_not_downgraded(
     monkeypatch: pytest.MonkeyPatch, requested: str
 ) -> None:
-    _probes(monkeypatch, "no Docker daemon answers", "missing bwrap")
+    _probes(monkeypatch, docker="no Docker daemon answers", bubblewrap="missing bwrap")
     with pytest.raises(SandboxError, match="cannot run here"):
         resolve_backend(requested)
+
+
+def test_an_unknown_backend_is_refused_with_the_registered_names() -> None:
+    with pytest.raises(SandboxError, match="available: bubblewrap, docker, podman, process"):
+        resolve_backend("firecracker")
+
+
+def test_only_isolating_backends_may_be_preferred_by_auto() -> None:
+    class Unisolated(LocalSandbox):
+        pass
+
+    with pytest.raises(ValueError, match="never pick the unisolated"):
+        register("unisolated-test", preference=1)(Unisolated)
+    assert "unisolated-test" not in backend_names()
 
 
 def _no_isolation_here(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,232 @@
+"""The podman backend: the Docker backend's containers, run by podman (rootful).
+
+Podman serves a Docker-compatible API on a unix socket (``podman system service``), so
+this backend is :class:`~.docker.DockerSandbox` with another client: the same agent and
+evaluator containers, mounts, hardening, limits, labels, stale sweep and egress relay, in
+podman's own image store. What differs is here:
+
+* **The service.** :data:`SOCKET` (or ``CONTAINER_HOST=unix://...``); where nothing
+  answers and ``podman`` is installed, the first availability check starts
+  ``podman system service --time=0`` on it (root only: rootful podman), detached, its log
+  in :data:`SERVICE_LOG`. ``scripts/system-setup --sandbox podman`` installs Debian's
+  ``podman`` and starts the service the same way.
+* **Images.** Podman has its own store. The images are the Docker backend's, by the same
+  content-hash tags: where a Docker engine answers and holds them they are copied over
+  (``docker save | podman load``: the image ids stay the same, so the tags derived from
+  them match and nothing is rebuilt); otherwise podman builds them from the same recipes
+  (:func:`~.images.ensure_images`).
+* **Resource limits.** Docker's containers inherit the daemon's ``nofile``/``nproc``
+  limits; podman asks runc for fixed large ones, which a host whose root cannot raise its
+  hard limits refuses ("error setting rlimit"). The service this backend starts gets a
+  ``containers.conf`` of its own (:func:`service_config`) with the limits the harness
+  has, so every container, image builds included, stays within them.
+* **GPUs** are not passed (podman's compat API has no device requests; CDI is left for
+  later), and Harbor tasks' own images stay with the Docker backend.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pytest_automedbench.sandbox.base import Capabilities, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox.docker import API_TIMEOUT_S, DockerSandbox
+from pytest_automedbench.sandbox.images import ImageSet, base_tag_for, ensure_images
+from pytest_automedbench.sandbox.registry import register
+
+SOCKET = "/run/podman/podman.sock"
+SERVICE_LOG = Path("/tmp/automedbench-podman.log")
+#: How long a service this backend starts may take to answer.
+SERVICE_START_S = 20.0
+#: Seconds a whole ``docker save | podman load`` of the three images may take.
+LOAD_TIMEOUT_S = 1800
+#: What podman asks for when a limit is not given (``define.RLimitDefaultValue``).
+PODMAN_LIMIT = 1_048_576
+
+_clients: dict[int, Any] = {}
+
+
+def socket_path() -> str | None:
+    """The service's socket: ``CONTAINER_HOST`` when it names a unix socket, else
+    :data:`SOCKET`; None when ``CONTAINER_HOST`` names something else (not supported)."""
+    host = os.environ.get("CONTAINER_HOST", f"unix://{SOCKET}")
+    return host.removeprefix("unix://") if host.startswith("unix://") else None
+
+
+def podman_client(timeout: int = API_TIMEOUT_S) -> Any:
+    """A Docker SDK client of the podman service."""
+    if timeout not in _clients:
+        import docker
+
+        _clients[timeout] = docker.DockerClient(base_url=f"unix://{socket_path()}", timeout=timeout)
+    return _clients[timeout]
+
+
+def _answers(path: str) -> str | None:
+    """Why the service at ``path`` does not answer (None: it does)."""
+    import docker
+
+    try:
+        docker.DockerClient(base_url=f"unix://{path}", timeout=3).ping()
+    except Exception as exc:
+        return f"no podman service answers at {path} ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
+
+
+def container_limits() -> dict[str, int]:
+    """``nofile`` and ``nproc`` for every container: the limits this process can give
+    (podman asks runc for 1048576 of each otherwise, which a host whose root cannot raise
+    its hard limits refuses; podman keeps at most 32768 processes for itself)."""
+    _, files = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, processes = resource.getrlimit(resource.RLIMIT_NPROC)
+    files = files if files != resource.RLIM_INFINITY else PODMAN_LIMIT
+    processes = processes if processes != resource.RLIM_INFINITY else PODMAN_LIMIT
+    return {"nofile": min(files, PODMAN_LIMIT), "nproc": min(processes, 32768)}
+
+
+def service_config() -> str:
+    """The ``containers.conf`` of the service this backend starts: the default limits of
+    its containers (image builds included) are :func:`container_limits`."""
+    limits = ", ".join(f'"{name}={n}:{n}"' for name, n in container_limits().items())
+    return (
+        "# Written by AutoMedBench (sandbox/podman.py) for the podman service it starts.\n"
+        f"[containers]\ndefault_ulimits = [{limits}]\n"
+    )
+
+
+def start_service(path: str) -> None:
+    """``podman system service --time=0 unix://PATH``, detached (its own session), with
+    :func:`service_config` and its output in :data:`SERVICE_LOG`; returns once it answers
+    or the wait is over."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    config = Path(path).with_name("automedbench-containers.conf")
+    config.write_text(service_config())
+    with SERVICE_LOG.open("ab") as log:
+        subprocess.Popen(
+            ["podman", "system", "service", "--time=0", f"unix://{path}"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env={**os.environ, "CONTAINERS_CONF": str(config)},
+        )
+    deadline = time.monotonic() + SERVICE_START_S
+    while _answers(path) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def podman_problem() -> str | None:
+    """Why the podman backend cannot run here, or None when its service answers (started
+    here when podman is installed, we are root and nothing answers yet)."""
+    try:
+        import docker  # noqa: F401
+    except ImportError:
+        return "the docker SDK is not installed (pip install docker)"
+    if shutil.which("podman") is None:
+        return "podman is not installed (Debian: apt-get install podman)"
+    path = socket_path()
+    if path is None:
+        return "CONTAINER_HOST names no unix socket (only a local podman service is supported)"
+    if (problem := _answers(path)) is None:
+        return None
+    if os.geteuid() != 0:
+        return f"{problem}; rootful podman: run as root"
+    start_service(path)
+    if (problem := _answers(path)) is not None:
+        return f"{problem} (started `podman system service`; log: {SERVICE_LOG})"
+    return None
+
+
+def copy_images_from_docker(tags: list[str]) -> None:
+    """``docker save TAGS | podman load``: the Docker engine's images into podman's store."""
+    save = subprocess.Popen(
+        ["docker", "save", *tags], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        load = subprocess.run(
+            ["podman", "load"],
+            stdin=save.stdout,
+            capture_output=True,
+            timeout=LOAD_TIMEOUT_S,
+            check=False,
+        )
+    finally:
+        if save.stdout is not None:
+            save.stdout.close()
+        saved = save.wait()
+    if saved != 0 or load.returncode != 0:
+        detail = (load.stderr or b"").decode(errors="replace")[-2000:]
+        raise SandboxError(f"copying the images from Docker to podman failed: {detail}")
+
+
+def _present(client: Any, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except Exception:
+        return False
+    return True
+
+
+@register("podman", preference=20)
+class PodmanSandbox(DockerSandbox):
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        isolating=True,
+        isolation="podman containers from base {base}, unprivileged uid",
+        containers=True,
+        workspace_quota=True,
+        images=("base", "agent", "evaluator"),
+        other_users=True,
+    )
+    _answered: ClassVar[bool] = False
+    _images: ClassVar[dict[str, ImageSet]] = {}
+
+    @classmethod
+    def client(cls, timeout: int = API_TIMEOUT_S) -> Any:
+        return podman_client(timeout)
+
+    @classmethod
+    def problem(cls) -> str | None:
+        return podman_problem()
+
+    @classmethod
+    def options(cls, spec: SandboxSpec) -> dict[str, Any]:
+        from docker.types import Ulimit
+
+        if spec.gpus:
+            raise SandboxError("the podman backend passes no GPUs (use --sandbox docker)")
+        options = super().options(spec)
+        # Ulimits given in the create call replace the service's defaults: all of them here.
+        limits = [Ulimit(name=name, soft=n, hard=n) for name, n in container_limits().items()]
+        options["ulimits"] = [*options["ulimits"], *limits]
+        return options
+
+    @classmethod
+    def ensure_images(cls, docker_base: str) -> ImageSet:
+        """The Docker backend's images in podman's store: copied from a Docker engine that
+        holds them, else built by podman from the same recipes (once per process)."""
+        if docker_base not in cls._images:
+            cls._copy_from_docker(docker_base)
+            cls._images[docker_base] = ensure_images(cls.client(), docker_base, engine=cls.name)
+        return cls._images[docker_base]
+
+    @classmethod
+    def _copy_from_docker(cls, docker_base: str) -> None:
+        """Copy the images podman lacks from a Docker engine that answers and holds the
+        base (it makes the agent and evaluator images from it when they are missing)."""
+        from pytest_automedbench.sandbox.docker import docker_client, docker_problem
+
+        if shutil.which("docker") is None or docker_problem() is not None:
+            return
+        docker = docker_client()
+        if not _present(docker, base_tag_for() if docker_base == "debootstrap" else docker_base):
+            return
+        images = ensure_images(docker, docker_base, engine="docker")
+        tags = [images.base, images.agent, images.evaluator]
+        missing = [tag for tag in tags if not _present(cls.client(), tag)]
+        if missing:
+            copy_images_from_docker(missing)
