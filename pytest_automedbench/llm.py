@@ -8,10 +8,11 @@ Both ask chat completions through litellm; what is delicate about that lives her
 * **keys**: :func:`api_key` reads the key from the named environment variable on the
   host at request time, sends a placeholder to a self-hosted endpoint that needs none,
   and says which variable is missing before any request is made;
-* **retries**: :class:`LlmClient` retries 429, 5xx, timeouts and connection errors with
-  exponential backoff and jitter (``Retry-After`` honoured, capped), records every failed
-  attempt, and never lets litellm or the OpenAI SDK retry on their own (their retries
-  would be invisible and would not respect a deadline);
+* **retries**: :class:`LlmClient` retries what :mod:`pytest_automedbench.retry` (the
+  policy the LLM gateway follows too) says is worth it, plus time-outs and connection
+  errors, waiting as it says (backoff with jitter, ``Retry-After`` honoured, capped);
+  it records every failed attempt, and never lets litellm or the OpenAI SDK retry on
+  their own (their retries would be invisible and would not respect a deadline);
 * **time-outs**: every request is cut after ``request_timeout_s`` (or the caller's
   deadline, if sooner), whatever the server does: the time-out is passed to litellm
   (which gives up on a server that sends nothing) and enforced around the call (the
@@ -31,20 +32,18 @@ the functions that need them.
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import importlib
 import os
-import random
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pytest_automedbench.redact import redact, secret_values
+from pytest_automedbench.retry import RetryPolicy
 
 #: The longest wait for one request (``--amb-request-timeout``): a hung request is cut
 #: after it and retried.
@@ -154,35 +153,6 @@ def http_status(exc: BaseException) -> int | None:
         return None
 
 
-def retry_after_s(exc: BaseException) -> float | None:
-    """The provider's requested wait, from ``retry-after-ms`` or ``Retry-After`` (seconds
-    or an HTTP date), or None when it asked for nothing readable."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
 def mask_secrets(text: str, keys: Iterable[str | None] = ()) -> str:
     """``text`` with the ``keys`` in use, every credential-like environment value
     (:func:`pytest_automedbench.redact.secret_values`, and any variable with KEY in its
@@ -281,11 +251,12 @@ class LlmClient:
     """Chat-completions requests to one model through litellm, with visible retries.
 
     ``max_retries`` failed attempts are retried (so at most ``max_retries + 1`` requests
-    per :meth:`complete`); the n-th wait is ``backoff_base_s * 2**(n-1)`` with jitter, or
-    what the provider's Retry-After asks for, never more than :data:`MAX_WAIT_S`. Only
-    429, 408, 409, 5xx, timeouts and connection errors are retried. Each request is cut
-    after ``request_timeout_s`` (:func:`call_within`); its recorded attempt says
-    ``timed_out`` and the ``timeout_s`` it had.
+    per :meth:`complete`), as :class:`~pytest_automedbench.retry.RetryPolicy` says: the
+    n-th wait is ``backoff_base_s * 2**(n-1)`` with jitter, or what the provider's
+    Retry-After asks for, never more than :data:`MAX_WAIT_S`; only the statuses of
+    :func:`~pytest_automedbench.retry.retryable_status`, timeouts and connection errors
+    are retried. Each request is cut after ``request_timeout_s`` (:func:`call_within`);
+    its recorded attempt says ``timed_out`` and the ``timeout_s`` it had.
     """
 
     def __init__(
@@ -299,17 +270,24 @@ class LlmClient:
     ) -> None:
         self.model = model
         self.api_base = api_base
-        self.max_retries = max_retries
-        self.backoff_base_s = backoff_base_s
-        self.request_timeout_s = request_timeout_s
-        self._rng = random.Random()
+        self.retry = RetryPolicy(
+            max_attempts=max_retries + 1,
+            base_delay_s=backoff_base_s,
+            max_delay_s=MAX_WAIT_S,
+            timeout_s=request_timeout_s,
+        )
 
-    def backoff_s(self, failures: int, exc: BaseException) -> float:
-        asked = retry_after_s(exc)
-        if asked is not None:
-            return min(asked, MAX_WAIT_S)
-        ceiling = min(MAX_WAIT_S, self.backoff_base_s * 2.0 ** (failures - 1))
-        return ceiling * self._rng.uniform(0.5, 1.0)
+    @property
+    def max_retries(self) -> int:
+        return self.retry.max_attempts - 1
+
+    @property
+    def backoff_base_s(self) -> float:
+        return self.retry.base_delay_s
+
+    @property
+    def request_timeout_s(self) -> float:
+        return self.retry.timeout_s
 
     def complete(
         self, request: dict[str, Any], *, key: str | None, timeout_s: float | None = None
@@ -390,8 +368,7 @@ class LlmClient:
                 retryable = (
                     timed_out
                     or isinstance(exc, openai.APIConnectionError)
-                    or status in (408, 409, 429)
-                    or (status is not None and status >= 500)
+                    or self.retry.retryable(status)
                 )
                 attempts.append(record)
                 if not retryable:
@@ -404,7 +381,7 @@ class LlmClient:
                         f"{self.model}: gave up after {attempt} attempts; last: "
                         f"{error} (status {status}): {detail}",
                     ) from None
-                wait = self.backoff_s(attempt, exc)
+                wait = self.retry.delay_after(attempt, exc)
                 if deadline is not None and time.monotonic() + wait >= deadline:
                     raise fail(
                         DeadlineExceeded,

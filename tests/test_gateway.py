@@ -418,7 +418,8 @@ def test_prices_and_backoff_arithmetic() -> None:
     assert prices.cost(1_000_000, 400_000, 100_000) == pytest.approx(0.6 * 2 + 0.4 * 0.5 + 1.0)
     assert Prices(1.0, 1.0).cost(10, 10, 0) == pytest.approx(10 / 1e6)
     policy = RetryPolicy(base_delay_s=0.5, max_delay_s=3.0)
-    assert [policy.delay(n, None) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 3.0]
+    for attempt, ceiling in ((1, 0.5), (2, 1.0), (3, 2.0), (4, 3.0)):
+        assert ceiling / 2 <= policy.delay(attempt, None) <= ceiling  # jittered
     assert policy.delay(1, 1.25) == 1.25 and policy.delay(1, 99) == 3.0
 
 

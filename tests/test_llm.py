@@ -19,7 +19,6 @@ from pytest_automedbench.llm import (
     api_key,
     http_status,
     mask_secrets,
-    retry_after_s,
 )
 from tests.fake_openai import ErrorReply, FakeOpenAI, TextReply
 
@@ -71,15 +70,10 @@ def test_secrets_and_bearer_tokens_are_masked(monkeypatch: pytest.MonkeyPatch) -
     assert "not-a-secret-at-all" in masked and PLACEHOLDER_KEY in masked
 
 
-def test_status_and_retry_after_are_read_from_provider_exceptions() -> None:
+def test_status_is_read_from_provider_exceptions() -> None:
     assert http_status(SimpleNamespace(status_code="429")) == 429  # type: ignore[arg-type]
     assert http_status(SimpleNamespace(status_code="n/a")) is None  # type: ignore[arg-type]
     assert http_status(ValueError("no status")) is None
-    asked = SimpleNamespace(response=SimpleNamespace(headers={"retry-after-ms": "1500"}))
-    assert retry_after_s(asked) == 1.5  # type: ignore[arg-type]
-    seconds = SimpleNamespace(response=SimpleNamespace(headers={"retry-after": "7"}))
-    assert retry_after_s(seconds) == 7.0  # type: ignore[arg-type]
-    assert retry_after_s(ValueError()) is None
 
 
 def test_retries_are_recorded_and_the_last_failure_described(server: FakeOpenAI) -> None:

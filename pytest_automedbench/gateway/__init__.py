@@ -5,7 +5,8 @@ bearer token. The agent talks OpenAI Chat Completions, OpenAI Responses or Anthr
 Messages to the gateway with that token; the gateway holds the provider key, runs the
 cell's configured litellm model whatever model the client names, meters every request
 into the cell's JSONL log, enforces the cell's token / cost / time budget, and retries
-upstream 429/5xx with bounded backoff.
+upstream 429/5xx with bounded backoff
+(:mod:`pytest_automedbench.retry`, the policy of the harness's own LLM client too).
 
 The upstream call is built from an allow-list of body fields per protocol
 (:mod:`._fields`): a field that would change where or how the call goes (``base_url``,
@@ -17,7 +18,9 @@ digest, never whole (:mod:`._log`).
 
 from __future__ import annotations
 
-from ._config import Budget, Prices, RetryPolicy, Usage
+from pytest_automedbench.retry import RetryPolicy
+
+from ._config import Budget, Prices, Usage
 from ._lease import CellLease, Listener, Termination
 from ._server import Gateway
 

@@ -40,24 +40,6 @@ class Budget:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    """Upstream 429/5xx and connection failures are retried at the gateway, so a flaky
-    provider costs the agent latency, not a failed turn. Delays are exponential from
-    ``base_delay_s``, a ``Retry-After`` header is honoured, and both are capped at
-    ``max_delay_s`` so a provider cannot park a cell for minutes."""
-
-    max_attempts: int = 4
-    base_delay_s: float = 0.5
-    max_delay_s: float = 8.0
-    timeout_s: float = 600.0
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds to wait after failed ``attempt`` (1-based)."""
-        wanted = retry_after if retry_after is not None else self.base_delay_s * 2 ** (attempt - 1)
-        return min(max(wanted, 0.0), self.max_delay_s)
-
-
-@dataclass(frozen=True)
 class Usage:
     """A cell's totals so far. ``price_known`` is false as soon as one request's cost could
     not be priced (then ``cost`` is a lower bound)."""

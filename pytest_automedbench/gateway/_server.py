@@ -31,7 +31,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ._config import Budget, Prices, RetryPolicy
+from pytest_automedbench.retry import RetryPolicy
+
+from ._config import Budget, Prices
 from ._fields import GATEWAY_FIELDS, ProtocolName, screen
 from ._lease import Attempt, CellLease, Listener
 from ._log import (
@@ -44,8 +46,6 @@ from ._log import (
 )
 from ._protocols import PROTOCOLS, TokenCounts, Upstream, WireProtocol
 
-#: Statuses worth another try: rate limits, timeouts and provider-side failures.
-RETRYABLE: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _NO_TOKENS: Final = TokenCounts(0, 0, 0)
 _SAFE_CELL_ID: Final = re.compile(r"[^A-Za-z0-9._-]+")
 #: Requests without a valid token noted in ``unauthenticated.jsonl`` (then only counted).
@@ -84,24 +84,6 @@ def _translation_fault(exc: BaseException) -> bool:
     if any(isinstance(link, OSError | httpx.TransportError) for link in chain):
         return False
     return any(isinstance(link, _TRANSLATION_ERRORS) for link in chain)
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    """Seconds from the provider's ``Retry-After`` header, where litellm kept it."""
-    candidates: list[object] = [getattr(exc, "litellm_response_headers", None)]
-    response = getattr(exc, "response", None)
-    candidates.append(getattr(response, "headers", None))
-    for headers in candidates:
-        if headers is None or not hasattr(headers, "get"):
-            continue
-        value = headers.get("retry-after") or headers.get("Retry-After")
-        if value is None:
-            continue
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            return None  # an HTTP-date: fall back to the policy's backoff
-    return None
 
 
 class Gateway:
@@ -454,9 +436,9 @@ class Gateway:
                         f"model's provider (a field of the wrong shape?): {message}",
                     ) from exc
                 attempts.append(Attempt(status, time.monotonic() - began, message))
-                if status not in RETRYABLE or attempt == policy.max_attempts:
+                if not policy.retryable(status) or attempt == policy.max_attempts:
                     raise UpstreamError(status, message) from exc
-                await asyncio.sleep(policy.delay(attempt, _retry_after(exc)))
+                await asyncio.sleep(policy.delay_after(attempt, exc))
                 continue
             attempts.append(Attempt(200, time.monotonic() - began))
             return reply
