@@ -42,7 +42,7 @@ import time
 import urllib.request
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -63,10 +63,10 @@ from pytest_automedbench.sandbox import (
     LocalSandbox,
     Sandbox,
     SandboxSpec,
+    backend_class,
+    backend_names,
     create_sandbox,
 )
-from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
-from pytest_automedbench.sandbox.docker import docker_problem
 from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
 from pytest_automedbench.violations import Policy, find_violations
 from tests.redteam.attempts import (
@@ -92,7 +92,8 @@ from tests.redteam.attempts import (
 
 pytestmark = pytest.mark.redteam
 
-BACKEND_NAMES = ("bubblewrap", "docker")
+#: Every isolating backend of the registry (docker, podman, bubblewrap).
+BACKEND_NAMES = tuple(n for n in backend_names() if backend_class(n).capabilities.isolating)
 CellKey = Literal["A", "B", "C"]
 #: Programs some attempts need; probed once inside each sandbox.
 PROBED_TOOLS = (
@@ -569,6 +570,18 @@ class RecordingSandbox(Sandbox):
 
     def exec(self, language: Literal["bash", "python"], code: str, timeout_s: float) -> ExecResult:
         self.last = self.inner.exec(language, code, timeout_s)
+        return self.last
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        self.last = self.inner.run(argv, timeout_s=timeout_s, user=user, env=env, workdir=workdir)
         return self.last
 
     def take_last(self) -> ExecResult | None:
@@ -1057,10 +1070,8 @@ class Arena:
 @pytest.fixture(scope="module", params=BACKEND_NAMES)
 def arena(request: pytest.FixtureRequest, layout: Layout) -> Iterator[Arena]:
     backend = str(request.param)
-    if backend == "docker" and (problem := docker_problem()) is not None:
-        pytest.skip(f"Docker backend cannot run here: {problem}")
-    if backend == "bubblewrap" and (problem := bubblewrap_problem()) is not None:
-        pytest.skip(f"bubblewrap backend cannot run here: {problem}")
+    if (problem := backend_class(backend).problem()) is not None:
+        pytest.skip(f"{backend} backend cannot run here: {problem}")
     built = Arena(backend, layout)
     built.start()
     try:
