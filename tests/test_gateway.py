@@ -37,7 +37,7 @@ KEY_ENV = "AMB_TEST_GATEWAY_KEY"
 MODEL = "openai/fake-model"
 #: Both ways a self-hosted OpenAI-compatible endpoint is named to litellm.
 SELF_HOSTED = pytest.mark.parametrize("model", [MODEL, "hosted_vllm/fake-model"])
-PRICES = Prices(input=3.0, output=15.0)
+PRICES = Prices(input_per_mtok=3.0, output_per_mtok=15.0)
 USAGE = TokenUsage(prompt_tokens=1000, completion_tokens=200)
 COST = (1000 * 3.0 + 200 * 15.0) / 1e6
 
@@ -128,8 +128,8 @@ def assert_metered(
     assert line["status"] == 200 and line["error"] is None
     assert line["request"]["model"] == requested and line["response"] is not None
     usage = lease.usage()
-    assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 1000, 200)
-    assert usage.cost == pytest.approx(COST)
+    assert (lease.requests, usage.tokens_in, usage.tokens_out) == (1, 1000, 200)
+    assert usage.cost_usd == pytest.approx(COST)
     # The upstream saw the cell's model and the real key; the client never did.
     [sent] = upstream.requests
     assert sent.body["model"] == "fake-model"
@@ -255,7 +255,7 @@ def test_upstream_503_is_retried_and_every_attempt_recorded(
     assert len(upstream.requests) == 3
     [line] = log_lines(lease)
     assert [a["status"] for a in line["attempts"]] == [503, 502, 200]
-    assert line["status"] == 200 and lease.usage().attempts == 3
+    assert line["status"] == 200 and lease.attempts == 3
 
 
 def test_retries_are_bounded_and_the_failure_reaches_the_agent(
@@ -414,9 +414,12 @@ def test_retry_after_is_honoured_but_capped(
 
 
 def test_prices_and_backoff_arithmetic() -> None:
-    prices = Prices(input=2.0, output=10.0, cached_input=0.5)
-    assert prices.cost(1_000_000, 400_000, 100_000) == pytest.approx(0.6 * 2 + 0.4 * 0.5 + 1.0)
-    assert Prices(1.0, 1.0).cost(10, 10, 0) == pytest.approx(10 / 1e6)
+    prices = Prices(2.0, 10.0, cached_input_per_mtok=0.5)
+    assert prices.cost(1_000_000, 100_000, cached_tokens=400_000) == pytest.approx(
+        0.6 * 2 + 0.4 * 0.5 + 1.0
+    )
+    assert Prices(1.0, 1.0).cost(10, 10) == pytest.approx(20 / 1e6)
+    assert Prices(1.0, 1.0).cost(10, 10, cached_tokens=4) == Prices(1.0, 1.0).cost(10, 10)
     policy = RetryPolicy(base_delay_s=0.5, max_delay_s=3.0)
     for attempt, ceiling in ((1, 0.5), (2, 1.0), (3, 2.0), (4, 3.0)):
         assert ceiling / 2 <= policy.delay(attempt, None) <= ceiling  # jittered

@@ -88,9 +88,7 @@ def test_real_samples_read_as_turns_and_tool_results(sample: str, native: str, s
     assert len(served) == len(usages)
     for turn, usage in zip(served, usages, strict=True):
         assert (turn.tokens_in, turn.tokens_out) == (usage.input_tokens, usage.output_tokens)
-        assert turn.cost_usd == pytest.approx(
-            PRICES.cost(usage.input_tokens, 0, usage.output_tokens)
-        )
+        assert turn.cost_usd == pytest.approx(PRICES.cost(usage.input_tokens, usage.output_tokens))
         assert turn.price_known and [a["status"] for a in turn.attempts] == [200]
         assert turn.message["role"] == "assistant"
     made, failed = results(items)
@@ -122,7 +120,7 @@ def test_sample_ledgers_equal_what_was_served_times_prices() -> None:
         assert sum(line["input_tokens"] for line in lines) == tokens_in
         assert sum(line["output_tokens"] for line in lines) == tokens_out
         cost = sum(line["cost"] for line in lines)
-        assert cost == pytest.approx(PRICES.cost(tokens_in, 0, tokens_out))
+        assert cost == pytest.approx(PRICES.cost(tokens_in, tokens_out))
 
 
 def test_real_file_tool_samples() -> None:
@@ -472,7 +470,7 @@ def test_read_log_tolerates_only_a_torn_last_line(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- live, each protocol
 
 LIVE_KEY_ENV = "AMB_TEST_WIRE_KEY"
-LIVE_PRICES = Prices(input=2.0, output=10.0)
+LIVE_PRICES = Prices(input_per_mtok=2.0, output_per_mtok=10.0)
 SHELL_TOOLS: dict[str, Any] = {
     "messages": [
         {
@@ -632,14 +630,14 @@ def test_scripted_upstream_behind_a_real_gateway(
     assert served[1].message["content"] == "done" and reader.unanswered() == []
     # The ledger is exactly what the upstream served, at the lease's prices.
     usage = lease.usage()
-    assert (usage.input_tokens, usage.output_tokens) == (
+    assert (usage.tokens_in, usage.tokens_out) == (
         upstream.served_input_tokens,
         upstream.served_output_tokens,
     )
-    assert usage.cost == pytest.approx(
-        LIVE_PRICES.cost(upstream.served_input_tokens, 0, upstream.served_output_tokens)
+    assert usage.cost_usd == pytest.approx(
+        LIVE_PRICES.cost(upstream.served_input_tokens, upstream.served_output_tokens)
     )
-    assert sum(t.cost_usd for t in turns(items)) == pytest.approx(usage.cost)
+    assert sum(t.cost_usd for t in turns(items)) == pytest.approx(usage.cost_usd)
 
 
 # --------------------------------------------------------------------------- the real CLIs

@@ -2,15 +2,19 @@
 
 Model agents (litellm) and scripted agents implement the same :class:`Policy`, so
 both go through the one tool loop in :mod:`pytest_automedbench.agents.loop` and
-produce the same trajectory.
+produce the same trajectory. How an episode ends (:data:`Termination`) and what it
+spent (:class:`Usage`) are defined once, for agents and the gateway alike, in
+:mod:`pytest_automedbench.metering`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_automedbench.llm import DEFAULT_REQUEST_TIMEOUT_S
+from pytest_automedbench.metering import Termination as Termination
+from pytest_automedbench.metering import Usage as Usage
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.tools import Toolbox
@@ -20,20 +24,6 @@ if TYPE_CHECKING:
     from pytest_automedbench.tasks import TaskSpec
 
 Message = dict[str, Any]
-
-Termination = Literal[
-    "submitted",  # the agent called submit_results and the submission was accepted
-    "turn_limit",
-    "time_limit",
-    "token_limit",
-    "cost_limit",
-    "no_action",  # too many replies in a row without a tool call
-    "context_overflow",  # the conversation no longer fits even after compaction
-    "finished",  # an external agent's command exited (it cannot call submit_results)
-    "provider_error",  # the model provider failed past its retries: an infrastructure error
-    "gateway_error",  # the cell's LLM gateway stopped serving: an infrastructure error
-    "request_rejected",  # the provider refused the agent's own request: scored (see below)
-]
 
 #: Terminations that are the harness's or the provider's fault, never the agent's.
 INFRA_TERMINATIONS: frozenset[str] = frozenset({"provider_error", "gateway_error"})
@@ -121,26 +111,6 @@ class LimitSettings:
 
 #: The settings of :class:`LimitSettings`, in order.
 LIMIT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(LimitSettings))
-
-
-@dataclass
-class Usage:
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float = 0.0
-    #: Whether ``cost_usd`` is the cost: False once a reply came from a model without a
-    #: price (its cost is unknown, not 0) or the spending is not metered (command agents).
-    price_known: bool = True
-
-    def add(self, other: Usage) -> None:
-        self.tokens_in += other.tokens_in
-        self.tokens_out += other.tokens_out
-        self.cost_usd += other.cost_usd
-        self.price_known = self.price_known and other.price_known
-
-    @property
-    def tokens(self) -> int:
-        return self.tokens_in + self.tokens_out
 
 
 @dataclass

@@ -132,19 +132,17 @@ class GatewayRoute:
 
     def __init__(self, entry: SystemAgent, run: AgentRun, gateway: Gateway) -> None:
         from pytest_automedbench.gateway import Budget
-        from pytest_automedbench.gateway import Prices as GatewayPrices
         from pytest_automedbench.gateway._wire import WireReader
 
         self.entry, self.run, self.gateway = entry, run, gateway
         self.reader = WireReader()
         upstream, limits = entry.upstream, run.limits
-        prices = upstream.prices
         self.lease = gateway.open_cell(
             run.cell_id,
             model=upstream.model,
             api_base=upstream.api_base,
             api_key_env=upstream.api_key_env,
-            prices=GatewayPrices(prices.input_per_mtok, prices.output_per_mtok) if prices else None,
+            prices=upstream.prices,
             budget=Budget(
                 max_tokens=limits.max_tokens,
                 max_cost=limits.max_cost_usd,
@@ -206,16 +204,12 @@ class GatewayRoute:
         self.gateway.close_cell(self.lease)
 
     def usage(self) -> Usage:
-        u = self.lease.usage()
-        return Usage(
-            tokens_in=u.input_tokens,
-            tokens_out=u.output_tokens,
-            cost_usd=round(u.cost, 9),
-            price_known=u.price_known,
-        )
+        usage = self.lease.usage()
+        usage.cost_usd = round(usage.cost_usd, 9)
+        return usage
 
     def turns(self) -> int:
-        return self.lease.usage().served
+        return self.lease.served
 
     def termination(self, result: ExecResult, trajectory: TrajectoryWriter) -> Termination:
         """How the cell ended, first match wins: the route broke (an infrastructure

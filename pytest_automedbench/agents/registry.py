@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 
 from pytest_automedbench.agents.base import LIMIT_KEYS, Limits, LimitSettings
+from pytest_automedbench.metering import Prices as Prices
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentContext, AgentOutcome, AgentRun, Policy
@@ -48,17 +49,6 @@ if TYPE_CHECKING:
 
 class UnknownAgentError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class Prices:
-    """US dollars per million tokens."""
-
-    input_per_mtok: float
-    output_per_mtok: float
-
-    def cost(self, tokens_in: int, tokens_out: int) -> float:
-        return (tokens_in * self.input_per_mtok + tokens_out * self.output_per_mtok) / 1e6
 
 
 class _Kind:

@@ -18,19 +18,20 @@ digest, never whole (:mod:`._log`).
 
 from __future__ import annotations
 
+from pytest_automedbench.metering import LimitReached, Prices, Usage
 from pytest_automedbench.retry import RetryPolicy
 
-from ._config import Budget, Prices, Usage
-from ._lease import CellLease, Listener, Termination
+from ._config import Budget
+from ._lease import CellLease, Listener
 from ._server import Gateway
 
 __all__ = [
     "Budget",
     "CellLease",
     "Gateway",
+    "LimitReached",
     "Listener",
     "Prices",
     "RetryPolicy",
-    "Termination",
     "Usage",
 ]

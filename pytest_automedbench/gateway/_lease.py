@@ -20,17 +20,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import litellm
 
+from pytest_automedbench.metering import LimitReached, Prices, Usage
 from pytest_automedbench.redact import redact
 
-from ._config import Budget, Prices, Usage
+from ._config import Budget
 from ._fields import ProtocolName
 from ._protocols import TokenCounts, Upstream
 
-Termination = Literal["token_limit", "cost_limit", "time_limit", "turn_limit"]
 #: Unserved requests in a row that are written to the log; later ones are only counted
 #: (:attr:`CellLease.unlogged`), so an agent looping on refusals cannot grow the log.
 UNSERVED_LINES_LOGGED = 200
@@ -66,8 +66,13 @@ class CellLease:
     prices: Prices | None
     upstream: Upstream = field(repr=False)
     opened_at: float = field(default_factory=time.monotonic)
-    termination: Termination | None = None
+    termination: LimitReached | None = None
     closed: bool = False
+    #: Requests made, those answered with a model reply (the others were refused or
+    #: failed), and the upstream attempts they took.
+    requests: int = 0
+    served: int = 0
+    attempts: int = 0
     #: Told of every request as it is logged (the live trajectory of an agent system).
     listener: Listener | None = field(default=None, repr=False)
     #: The first exception the listener raised (the log line was written all the same).
@@ -96,15 +101,16 @@ class CellLease:
         return self.url
 
     def usage(self) -> Usage:
-        """The cell's totals so far (a snapshot)."""
+        """The cell's tokens and cost so far (a copy). ``price_known`` is false as soon
+        as one request's cost could not be priced (then the cost is a lower bound)."""
         with self._lock:
-            return self._usage
+            return replace(self._usage)
 
-    def refusal(self) -> tuple[Termination, str] | None:
+    def refusal(self) -> tuple[LimitReached, str] | None:
         """Which limit, if any, forbids another request, and the message the agent sees.
         The first limit hit is kept: once a cell is over budget it stays so."""
         with self._lock:
-            usage, limit = self._usage, self.termination
+            usage, limit = replace(self._usage), self.termination
             if limit is None:
                 limit = self._exceeded(usage)
                 self.termination = limit
@@ -113,29 +119,31 @@ class CellLease:
         budget = self.budget
         detail = {
             "token_limit": f"token budget of {budget.max_tokens} tokens exhausted "
-            f"({usage.total_tokens} used)",
-            "cost_limit": f"cost budget of ${budget.max_cost} exhausted (${usage.cost:.6f} used)",
+            f"({usage.tokens} used)",
+            "cost_limit": f"cost budget of ${budget.max_cost} exhausted "
+            f"(${usage.cost_usd:.6f} used)",
             "time_limit": f"wall-clock deadline of {budget.deadline_s} s passed",
             "turn_limit": f"limit of {budget.max_requests} model replies reached",
         }[limit]
         return limit, f"AutoMedBench gateway: {detail} [{limit}]; no further model calls"
 
-    def _exceeded(self, usage: Usage) -> Termination | None:
+    def _exceeded(self, usage: Usage) -> LimitReached | None:
         budget = self.budget
         if budget.deadline_s is not None and time.monotonic() - self.opened_at >= budget.deadline_s:
             return "time_limit"
-        if budget.max_tokens is not None and usage.total_tokens >= budget.max_tokens:
+        if budget.max_tokens is not None and usage.tokens >= budget.max_tokens:
             return "token_limit"
-        if budget.max_cost is not None and usage.cost >= budget.max_cost:
+        if budget.max_cost is not None and usage.cost_usd >= budget.max_cost:
             return "cost_limit"
-        if budget.max_requests is not None and usage.served >= budget.max_requests:
+        if budget.max_requests is not None and self.served >= budget.max_requests:
             return "turn_limit"
         return None
 
     def price(self, tokens: TokenCounts) -> Priced:
         """Configured per-Mtok prices first, then litellm's cost map, else unknown."""
         if self.prices is not None:
-            return Priced(self.prices.cost(tokens.input, tokens.cached, tokens.output), True)
+            cost = self.prices.cost(tokens.input, tokens.output, cached_tokens=tokens.cached)
+            return Priced(cost, True)
         try:
             prompt, completion = litellm.cost_per_token(
                 model=self.upstream.model,
@@ -205,17 +213,17 @@ class CellLease:
         }
         text = self.redact(json.dumps(line, default=str))
         with self._lock:
-            u = self._usage
-            self._usage = replace(
-                u,
-                requests=u.requests + 1,
-                served=u.served + (reply is not None),
-                attempts=u.attempts + len(attempts),
-                input_tokens=u.input_tokens + tokens.input,
-                cached_tokens=u.cached_tokens + tokens.cached,
-                output_tokens=u.output_tokens + tokens.output,
-                cost=u.cost + priced.cost,
-                price_known=u.price_known and priced.price_known,
+            self.requests += 1
+            self.served += reply is not None
+            self.attempts += len(attempts)
+            self._usage.add(
+                Usage(
+                    tokens_in=tokens.input,
+                    tokens_out=tokens.output,
+                    cost_usd=priced.cost,
+                    price_known=priced.price_known,
+                    cached_tokens=tokens.cached,
+                )
             )
             # The reply that crosses a limit is still delivered (it is paid for); the lease
             # records the limit now, so it is known even if the agent never calls again.

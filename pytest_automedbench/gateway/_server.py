@@ -31,9 +31,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from pytest_automedbench.metering import Prices
 from pytest_automedbench.retry import RetryPolicy
 
-from ._config import Budget, Prices
+from ._config import Budget
 from ._fields import GATEWAY_FIELDS, ProtocolName, screen
 from ._lease import Attempt, CellLease, Listener
 from ._log import (

@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 BIN = REPO / ".agent-tools" / "node_modules" / ".bin"
 NOBODY = 65534
-PRICES = Prices(input=3.0, output=15.0)
+PRICES = Prices(input_per_mtok=3.0, output_per_mtok=15.0)
 KEY_ENV = "AMB_CAPTURE_UPSTREAM_KEY"
 #: A model Codex knows (its built-in metadata): it then offers ``apply_patch`` too.
 CODEX_MODEL = "gpt-5.5"
