@@ -686,6 +686,18 @@ def parse_events(events: Iterable[Mapping[str, Any] | Event]) -> list[Event]:
     return [parse_event(event) for event in events]
 
 
+def records(events: Iterable[Mapping[str, Any] | Event]) -> list[dict[str, Any]]:
+    """Each event as the dict its trajectory line holds (for readers of raw fields)."""
+    return [
+        event.record()
+        if isinstance(event, Event)
+        else event
+        if isinstance(event, dict)
+        else dict(event)
+        for event in events
+    ]
+
+
 def read_events(path: Path) -> list[Event]:
     """A trajectory file's events, typed; a torn last line (a killed writer) ends it."""
     events: list[Event] = []

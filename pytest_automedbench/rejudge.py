@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.events import Event, StartEvent, ToolResultEvent, read_events
 from pytest_automedbench.ledger import Ledger, LedgerError, LedgerProblem
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring import JudgeSettings, apply_violation_rule, score_stages
@@ -177,7 +177,8 @@ class Evidence:
     """What a stored cell left to judge it by again."""
 
     ctx: JudgeContext
-    events: list[dict[str, Any]]
+    #: The cell's trajectory, typed (read once).
+    events: list[Event]
     format: FormatReport
     submitted: bool
     #: The evaluator's TASK score as stored (0 for a cell with a violation: excluded).
@@ -227,12 +228,12 @@ def _not_judgeable(record: CellResult) -> str | None:
     return None
 
 
-def _start_event(events: list[dict[str, Any]], path: Path) -> dict[str, Any]:
-    start = next((e for e in events if e.get("kind") == "start"), None)
+def _start_event(events: list[Event], path: Path) -> StartEvent:
+    start = next((e for e in events if isinstance(e, StartEvent)), None)
     if start is None:
         raise MissingEvidence(f"{path}: no 'start' event")
     for name in ("cases", "public_dir", "outputs_dir"):
-        if name not in start:
+        if name not in start.raw:
             raise MissingEvidence(f"{path}: the 'start' event has no field {name!r}")
     return start
 
@@ -264,7 +265,7 @@ def _format_report(record: CellResult, cell_dir: Path) -> FormatReport:
     return report
 
 
-def _submitted(record: CellResult, events: list[dict[str, Any]]) -> bool:
+def _submitted(record: CellResult, events: list[Event]) -> bool:
     """Whether the agent handed in through ``submit_results``: as the record's S5 item
     says, else as the trajectory shows."""
     if record.stages is not None and not record.violations:
@@ -272,7 +273,7 @@ def _submitted(record: CellResult, events: list[dict[str, Any]]) -> bool:
             if item.id == "s5_submitted":
                 return item.score == 1.0
     return any(
-        e.get("kind") == "tool_result" and e.get("tool") == "submit_results" and e.get("accepted")
+        isinstance(e, ToolResultEvent) and e.tool == "submit_results" and e.get("accepted")
         for e in events
     )
 
@@ -300,7 +301,7 @@ def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -
     trajectory = cell_dir / "trajectory.jsonl"
     if not trajectory.is_file():
         raise MissingEvidence(f"{trajectory} is missing")
-    events = read_trajectory(trajectory)
+    events = read_events(trajectory)
     start = _start_event(events, trajectory)
     violations = _violations(record)
     if record.task_score is None and not violations:
@@ -309,9 +310,9 @@ def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -
         task,
         record.tier,
         cell_dir / "workspace",
-        int(start["cases"]),
-        str(start["public_dir"]),
-        str(start["outputs_dir"]),
+        int(start.raw["cases"]),
+        str(start.raw["public_dir"]),
+        str(start.raw["outputs_dir"]),
     )
     evidence = Evidence(
         ctx=ctx,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.scoring.deterministic import score_s4, score_s5
 from pytest_automedbench.scoring.models import ErrorCode, ItemResult, StageScores
 from pytest_automedbench.scoring.rubric import apply_requirements, load_rubric
-from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
+from pytest_automedbench.scoring.rules import Events, JudgeContext, judge_rules
 from pytest_automedbench.scoring.violation_rule import (
     VIOLATION_RATING,
     RuledScores,
@@ -59,7 +58,7 @@ def verdicts_of(items: list[ItemResult]) -> dict[str, float]:
 
 def score_stages(
     ctx: JudgeContext,
-    events: list[dict[str, Any]],
+    events: Events,
     report: FormatReport,
     submitted: bool,
     settings: JudgeSettings | None = None,

@@ -11,10 +11,12 @@ rule is :func:`~pytest_automedbench.scoring.apply_violation_rule`'s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.events import Event, parse_events, records
 from pytest_automedbench.protocol import TrainingFinding, find_training
 from pytest_automedbench.scoring import (
     JudgeSettings,
@@ -36,7 +38,9 @@ class CellEvidence:
     """What a finished cell left to score it by."""
 
     judge_ctx: JudgeContext
-    events: list[dict[str, Any]]
+    #: The trajectory: typed events (``TrajectoryWriter.typed``). Dicts, from a caller
+    #: not yet moved to typed events, are parsed once, here.
+    events: Sequence[Event | Mapping[str, Any]]
     format: FormatReport
     #: The evaluator's TASK score.
     task_score: float
@@ -46,6 +50,11 @@ class CellEvidence:
     band_a: float
     band_b: float
     violation_policy: ViolationPolicy
+    #: ``events`` typed: what every judge, the diagnosis and the monitors read.
+    typed: tuple[Event, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "typed", tuple(parse_events(self.events)))
 
 
 @dataclass
@@ -76,7 +85,7 @@ class CellScore:
 
 def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
     """Judge, diagnose and rate one cell (pure: reads the evidence, writes nothing)."""
-    ctx, events = evidence.judge_ctx, evidence.events
+    ctx, events = evidence.judge_ctx, evidence.typed
     judged = score_stages(ctx, events, evidence.format, evidence.submitted, judges)
     stages = judged.stages
     error_codes = diagnose(
@@ -104,5 +113,5 @@ def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
         verdicts=judged.verdicts,
         ruled=ruled,
         violations=violations,
-        training=find_training(events),
+        training=find_training(records(events)),
     )
