@@ -180,19 +180,19 @@ def cost_text(plan: Sequence[PlannedCell]) -> str:
 # --------------------------------------------------------------------------- one cell
 
 
-def parse_chunk(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Events from newly read trajectory bytes, and how many bytes they used: a last
-    line without its newline (being written, or torn by a kill) waits for the next read;
-    a complete line that is not JSON is skipped."""
+def parse_chunk(data: bytes) -> tuple[list[Event], int]:
+    """Events from newly read trajectory bytes, typed (the fields a progress line reads),
+    and how many bytes they used: a last line without its newline (being written, or
+    torn by a kill) waits for the next read; a complete line that is not JSON is skipped."""
     end = data.rfind(b"\n") + 1
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     for raw in data[:end].splitlines():
         try:
             event = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         if isinstance(event, dict):
-            events.append({k: v for k, v in event.items() if k in KEPT_FIELDS})
+            events.append(parse_event({k: v for k, v in event.items() if k in KEPT_FIELDS}))
     return events, end
 
 
@@ -203,17 +203,16 @@ class TrajectoryTail:
 
     path: Path
     offset: int = 0
-    events: list[dict[str, Any]] = field(default_factory=list)
     mtime: float | None = None
     inode: int | None = None
-    #: ``events`` as typed events (:mod:`pytest_automedbench.events`), each parsed once.
+    #: The events read so far, typed (:mod:`pytest_automedbench.events`), each parsed once.
     typed: list[Event] = field(default_factory=list)
 
     def read(self) -> None:
         try:
             stat = self.path.stat()
             if stat.st_size < self.offset or (self.inode is not None and stat.st_ino != self.inode):
-                self.offset, self.events, self.typed = 0, [], []
+                self.offset, self.typed = 0, []
             self.mtime, self.inode = stat.st_mtime, stat.st_ino
             if stat.st_size == self.offset:
                 return
@@ -223,8 +222,7 @@ class TrajectoryTail:
         except OSError:
             return
         events, used = parse_chunk(data)
-        self.events += events
-        self.typed += parse_events(events)
+        self.typed += events
         self.offset += used
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from pytest_automedbench.cells import cells_of_nodeids, param_id
 from pytest_automedbench.config import build_config
+from pytest_automedbench.events import StartEvent, ToolResultEvent
 from pytest_automedbench.progress import (
     CellProgress,
     PlannedCell,
@@ -156,13 +157,15 @@ def test_a_torn_last_line_waits_and_a_bad_line_is_skipped() -> None:
     first, second = events(START, turn(1))
     data = lines(first) + b"{not json\n" + json.dumps(second).encode()[:-3]
     parsed, used = parse_chunk(data)
-    assert [e["kind"] for e in parsed] == ["start"]
+    assert [type(e) for e in parsed] == [StartEvent]
     assert used == data.rfind(b"\n") + 1
 
 
 def test_large_fields_are_dropped_as_they_are_read() -> None:
     (parsed,), _ = parse_chunk(lines(events(START, call(1, "ls"))[1]))
-    assert "stdout" not in parsed and parsed["code"] == "ls" and parsed["turn"] == 1
+    assert isinstance(parsed, ToolResultEvent)
+    assert "stdout" not in parsed.raw and parsed.stdout is None
+    assert parsed.code == "ls" and parsed.turn == 1
 
 
 def test_the_tail_reads_each_event_once_across_partial_writes(tmp_path: Path) -> None:
@@ -173,18 +176,18 @@ def test_the_tail_reads_each_event_once_across_partial_writes(tmp_path: Path) ->
     path.write_bytes(whole[:cut])
     tail = TrajectoryTail(path)
     tail.read()
-    assert len(tail.events) == 2 and tail.mtime is not None
+    assert len(tail.typed) == 2 and tail.mtime is not None
     with path.open("ab") as handle:
         handle.write(whole[cut:])
     tail.read()
     tail.read()
-    assert [e["seq"] for e in tail.events] == [0, 1, 2]
+    assert [e.seq for e in tail.typed] == [0, 1, 2]
     # A new attempt replaces the file (another inode): read again from the start.
     replacement = tmp_path / "new.jsonl"
     replacement.write_bytes(lines(*events(START, turn(1), turn(2), turn(3))))
     replacement.replace(path)
     tail.read()
-    assert [e.get("turn") for e in tail.events] == [None, 1, 2, 3]
+    assert [e.turn for e in tail.typed] == [None, 1, 2, 3]
 
 
 # --------------------------------------------------------------------------- the line
