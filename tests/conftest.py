@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -54,6 +56,21 @@ def run_reference_solve(
     return subprocess.run(
         argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=env
     )
+
+
+def import_reference_solve(task_dir: Path) -> ModuleType:
+    """A task's reference ``solve.py`` imported in this process, with its shared modules
+    importable (as beside it in the agent's workspace)."""
+    task = load_task(task_dir)
+    for folder in sorted({str(lib.parent) for lib in task.reference_libraries}):
+        if folder not in sys.path:
+            sys.path.append(folder)
+    name = f"solve_{task.id.replace('-', '_')}"
+    spec = importlib.util.spec_from_file_location(name, task.reference_dir / "solve.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_vqa_rad_cell(

@@ -12,7 +12,6 @@ tiny trees in the official layouts, written in the real formats (DICOM, HDF5).
 from __future__ import annotations
 
 import functools
-import importlib.util
 import string
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +35,7 @@ from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import case_ids_of
 from pytest_automedbench.tasks import BRIEF_FIELDS
 
-from .conftest import SUITES
+from .conftest import SUITES, import_reference_solve
 
 F64 = npt.NDArray[np.float64]
 TASK_DIRS = {
@@ -56,12 +55,7 @@ def _task(name: str) -> dict[str, Any]:
 
 
 def _solver(name: str) -> ModuleType:
-    path = TASK_DIRS[name] / "reference" / "solve.py"
-    spec = importlib.util.spec_from_file_location(f"solve_{name.replace('-', '_')}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_reference_solve(TASK_DIRS[name])
 
 
 def _metrics(

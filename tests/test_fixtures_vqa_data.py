@@ -12,7 +12,6 @@ evaluator scores the same answers in the golden test).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import string
@@ -51,7 +50,7 @@ from pytest_automedbench.fixtures.vqa_radiology import (
 from pytest_automedbench.fixtures.vqa_vignettes import SKIN_DIAGNOSES, SkinScene, render_skin
 from pytest_automedbench.tasks import BRIEF_FIELDS
 
-from .conftest import SUITES
+from .conftest import SUITES, import_reference_solve
 
 TASKS = ("vqa-rad", "pathvqa", "slake", "medframeqa", "medxpertqa-mm")
 TASK_DIRS = {name: SUITES / "vqa" / name for name in TASKS}
@@ -79,12 +78,7 @@ def _task(name: str) -> dict[str, Any]:
 
 
 def _solver(name: str) -> ModuleType:
-    path = TASK_DIRS[name] / "reference" / "solve.py"
-    spec = importlib.util.spec_from_file_location(f"solve_{name.replace('-', '_')}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_reference_solve(TASK_DIRS[name])
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -13,14 +13,13 @@ direction of motion) is answered from these series, and the answer is the option
 whose text matches.
 """
 
-import argparse
-import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from PIL import Image
 from scipy import ndimage
+from vqa_batch import Measured, load, run
 
 SAME_SIZE = "all frames show it at about the same size"
 
@@ -44,8 +43,7 @@ def _largest(mask: np.ndarray, min_area: float) -> dict[str, float] | None:
 
 def detect(path: Path) -> dict[str, float] | None:
     """The lesion in one frame: None, or its area (pixels) and centroid (fractions)."""
-    with Image.open(path) as image:
-        rgb = np.asarray(image.convert("RGB")).astype(np.float64)
+    rgb = load(path, "RGB").astype(np.float64)
     size = rgb.shape[0]
     f = size / 256.0
     colour = float(np.abs(rgb[..., 0] - rgb[..., 2]).mean()) > 8.0
@@ -115,34 +113,17 @@ def reason(question: str, found: list[dict[str, float] | None]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--inputs", type=Path, required=True)
-    parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", default="answers.json")
-    parser.add_argument("--cases", nargs="*")
-    args = parser.parse_args()
-    questions = json.loads((args.inputs / "questions.json").read_text(encoding="utf-8"))
-    wanted = set(args.cases) if args.cases else None
-    cache: dict[str, dict[str, float] | None] = {}
-    answers: dict[str, str] = {}
-    for item in questions:
-        qid = item["question_id"]
-        if wanted is not None and qid not in wanted:
-            continue
-        for rel in item["images"]:
-            if rel not in cache:
-                cache[rel] = detect(args.inputs / rel)
-        text = reason(item["question"], [cache[rel] for rel in item["images"]])
+    frames = Measured(detect)
+
+    def choose(item: dict[str, Any], inputs: Path) -> str:
+        text = reason(item["question"], [frames(inputs / rel) for rel in item["images"]])
         options = item.get("options") or {}
-        letter = next(
+        return next(
             (k for k, v in options.items() if re.sub(r"\s+", " ", v.strip().lower()) == text),
             sorted(options)[0] if options else "A",
         )
-        answers[qid] = letter
-    out = args.outputs / args.pattern
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(answers, indent=1) + "\n", encoding="utf-8")
-    print(f"{len(answers)} answers written to {out} ({len(cache)} frames analysed)")
+
+    run(choose, lambda: f"{len(frames)} frames analysed")
 
 
 if __name__ == "__main__":

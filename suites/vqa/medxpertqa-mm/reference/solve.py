@@ -19,36 +19,13 @@ clinical photograph); the image decides between the options:
 The answer is the letter of the option whose text names the finding.
 """
 
-import argparse
-import json
 import re
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from radiology_reading import components, holes
 from scipy import ndimage
-
-
-def _components(mask: np.ndarray, min_area: float) -> tuple[np.ndarray, list[int]]:
-    labels, n = ndimage.label(mask)
-    if n == 0:
-        return labels, []
-    areas = ndimage.sum_labels(mask, labels, index=np.arange(1, n + 1))
-    return labels, [i + 1 for i, a in enumerate(areas) if a >= min_area]
-
-
-def _holes(
-    component: np.ndarray, smooth: np.ndarray, min_area: float, lo: float, hi: float
-) -> list[tuple[float, float, np.ndarray]]:
-    holes = ndimage.binary_fill_holes(component) & ~component
-    labels, keep = _components(holes, min_area)
-    found = []
-    for k in keep:
-        blob = labels == k
-        if lo < float(smooth[blob].mean()) < hi:
-            ys, xs = np.nonzero(blob)
-            found.append((ys.mean(), xs.mean(), blob))
-    return found
+from vqa_batch import load, run
 
 
 def read_xray(gray: np.ndarray) -> tuple[str, str]:
@@ -57,19 +34,19 @@ def read_xray(gray: np.ndarray) -> tuple[str, str]:
     f = size / 256.0
     g = ndimage.gaussian_filter(gray.astype(np.float64), 1.5 * f)
     inner = ndimage.binary_erosion(ndimage.binary_fill_holes(g > 20), iterations=int(5 * f))
-    labels, keep = _components((g < 105) & inner, 0.01 * size * size)
+    labels, keep = components((g < 105) & inner, 0.01 * size * size)
     fields = {"left": np.zeros_like(inner), "right": np.zeros_like(inner)}
     masses = []
     for k in keep:
         comp = labels == k
         _ys, xs = np.nonzero(comp)
         fields["left" if xs.mean() > size / 2 else "right"] |= comp
-        masses += _holes(comp, g, 30 * f * f, 105, 255)
+        masses += holes(comp, g, 30 * f * f, 105, 255)
     for side, field in fields.items():
         if field.any() and ((g < 38) & field).sum() > 0.2 * field.sum():
             return "pneumothorax", side
     if masses:
-        return "mass", "left" if masses[0][1] > size / 2 else "right"
+        return "mass", "left" if masses[0]["x"] > size / 2 else "right"
     left, right = (
         int(np.nonzero(fields[s])[0].max()) if fields[s].any() else 0 for s in ("left", "right")
     )
@@ -84,13 +61,13 @@ def read_ct(gray: np.ndarray) -> str:
     f = size / 256.0
     g = ndimage.gaussian_filter(gray.astype(np.float64), 1.5 * f)
     body = ndimage.binary_fill_holes(g > 40)
-    labels, keep = _components((g > 122) & body, 0.004 * size * size)
+    labels, keep = components((g > 122) & body, 0.004 * size * size)
     for k in keep:
-        for _y, x, blob in _holes(labels == k, g, 30 * f * f, 60, 120):
-            near = ndimage.binary_dilation(blob, iterations=int(3 * f) + 1)
+        for hole in holes(labels == k, g, 30 * f * f, 60, 120):
+            near = ndimage.binary_dilation(hole["mask"], iterations=int(3 * f) + 1)
             ring = ndimage.binary_dilation(near, iterations=int(3 * f) + 1) & ~near
             value = float(np.median(g[ring & (labels == k)]))
-            side = "left" if x > size / 2 else "right"
+            side = "left" if hole["x"] > size / 2 else "right"
             if value > 172:
                 return f"{side} kidney"
             return "liver" if value > 147 else "spleen"
@@ -109,7 +86,7 @@ def read_pathology(rgb: np.ndarray) -> str:
     mean_area = float(areas.mean()) / (f * f) if len(areas) else 0.0
     bright = (lum > 232) & (img.max(axis=2) - img.min(axis=2) < 25)
     bright = ndimage.binary_opening(bright, iterations=1)
-    _, lumens = _components(bright, 60 * f * f)
+    _, lumens = components(bright, 60 * f * f)
     if lumens:
         return "adenocarcinoma" if mean_area > 32 else "normal"
     if nuclei.mean() > 0.12 and mean_area > 32:
@@ -131,7 +108,7 @@ def read_skin(rgb: np.ndarray) -> str:
         | (np.abs(yellow - bg_yellow) > 25)
     )
     mask = ndimage.binary_opening(mask, iterations=2)
-    labels, keep = _components(mask, 100 * f * f)
+    labels, keep = components(mask, 100 * f * f)
     if not keep:
         return "naevus"
     lesion = np.isin(labels, keep)
@@ -165,8 +142,7 @@ def choose(question: str, options: dict[str, str], path: Path) -> str:
     """The option letter for one vignette."""
     q = question.lower()
     texts = {k: v.lower() for k, v in options.items()}
-    with Image.open(path) as image:
-        rgb = np.asarray(image.convert("RGB"))
+    rgb = load(path, "RGB")
     if "radiograph" in q:
         finding, side = read_xray(rgb.mean(axis=2))
         for k, t in texts.items():
@@ -189,25 +165,11 @@ def choose(question: str, options: dict[str, str], path: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--inputs", type=Path, required=True)
-    parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", default="answers.json")
-    parser.add_argument("--cases", nargs="*")
-    args = parser.parse_args()
-    questions = json.loads((args.inputs / "questions.json").read_text(encoding="utf-8"))
-    wanted = set(args.cases) if args.cases else None
-    answers: dict[str, str] = {}
-    for item in questions:
-        qid = item["question_id"]
-        if wanted is not None and qid not in wanted:
-            continue
-        options = item.get("options") or {"A": ""}
-        answers[qid] = choose(item["question"], options, args.inputs / item["images"][0])
-    out = args.outputs / args.pattern
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(answers, indent=1) + "\n", encoding="utf-8")
-    print(f"{len(answers)} answers written to {out}")
+    run(
+        lambda item, inputs: choose(
+            item["question"], item.get("options") or {"A": ""}, inputs / item["images"][0]
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -14,15 +14,12 @@ question (malignancy, glands, inflammation, nuclear size, normality, stain, arra
 gland count) is answered from it.
 """
 
-import argparse
-import json
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from scipy import ndimage
+from vqa_batch import question_clause, run_per_image
 
 TISSUES = {
     # malignant, glands, inflamed, enlarged nuclei, arrangement, main finding
@@ -32,14 +29,6 @@ TISSUES = {
     "inflamed": (False, False, True, False, "scattered", "inflammation"),
     "fibrous": (False, False, False, False, "scattered", "normal"),
 }
-
-
-def question_clause(text: str) -> str:
-    """The question itself: the last sentence that asks (ends in '?'), without a framing
-    sentence around it ("Looking at the image: ...", "... Answer from the image.")."""
-    parts = re.split(r"(?<=[.:!?])\s+", text.strip())
-    asked = [part for part in parts if part.endswith("?")]
-    return asked[-1] if asked else text
 
 
 def analyse(rgb: np.ndarray) -> dict[str, Any]:
@@ -125,29 +114,7 @@ def answer(question: str, kind: str, info: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--inputs", type=Path, required=True)
-    parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", default="answers.json")
-    parser.add_argument("--cases", nargs="*")
-    args = parser.parse_args()
-    questions = json.loads((args.inputs / "questions.json").read_text(encoding="utf-8"))
-    wanted = set(args.cases) if args.cases else None
-    cache: dict[str, Any] = {}
-    answers: dict[str, str] = {}
-    for item in questions:
-        qid = item["question_id"]
-        if wanted is not None and qid not in wanted:
-            continue
-        rel = item["images"][0]
-        if rel not in cache:
-            with Image.open(args.inputs / rel) as image:
-                cache[rel] = analyse(np.asarray(image.convert("RGB")))
-        answers[qid] = answer(item["question"], item.get("answer_type", "open"), cache[rel])
-    out = args.outputs / args.pattern
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(answers, indent=1) + "\n", encoding="utf-8")
-    print(f"{len(answers)} answers written to {out} ({len(cache)} images analysed)")
+    run_per_image(analyse, answer, "RGB")
 
 
 if __name__ == "__main__":
