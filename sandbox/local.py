@@ -127,9 +127,8 @@ class LocalSandbox(Sandbox):
 
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         target = self._inside(path, (self.spec.workspace_dir, self.spec.public_dir))
-        with contextlib.suppress(FileNotFoundError):  # a missing file: the usual error below
-            if not target.is_file():
-                raise PermissionError(errno.EACCES, f"{path} is not a regular file")
+        if target.exists() and not target.is_file():  # missing: FileNotFoundError below
+            raise PermissionError(errno.EACCES, f"{path} is not a regular file")
         fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
             return fh.read() if max_bytes is None else fh.read(max_bytes)

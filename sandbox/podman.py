@@ -20,12 +20,16 @@ podman's own image store. What differs is here:
   hard limits refuses ("error setting rlimit"). The service this backend starts gets a
   ``containers.conf`` of its own (:func:`service_config`) with the limits the harness
   has, so every container, image builds included, stays within them.
+* **Seccomp.** Podman's default profile lets a container make namespaces (a user
+  namespace with every capability in it); Docker's does not. The containers get
+  podman's profile less that (:func:`seccomp_profile`).
 * **GPUs** are not passed (podman's compat API has no device requests; CDI is left for
   later), and Harbor tasks' own images stay with the Docker backend.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -47,6 +51,11 @@ SERVICE_START_S = 20.0
 LOAD_TIMEOUT_S = 1800
 #: What podman asks for when a limit is not given (``define.RLimitDefaultValue``).
 PODMAN_LIMIT = 1_048_576
+#: Podman's default seccomp profile (containers-common), the base of this backend's own.
+DEFAULT_SECCOMP = Path("/usr/share/containers/seccomp.json")
+#: The namespace flags of clone(2) (CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET).
+CLONE_NAMESPACES = 0x7E020000
+ERRNO_EPERM, ERRNO_ENOSYS = 1, 38
 
 _clients: dict[int, Any] = {}
 
@@ -97,6 +106,46 @@ def service_config() -> str:
         "# Written by AutoMedBench (sandbox/podman.py) for the podman service it starts.\n"
         f"[containers]\ndefault_ulimits = [{limits}]\n"
     )
+
+
+def seccomp_profile(default: dict[str, Any]) -> dict[str, Any]:
+    """Podman's default profile, less what it allows that Docker's refuses without
+    ``CAP_SYS_ADMIN``: new namespaces (``unshare``, ``clone`` with a namespace flag,
+    ``clone3``, which a filter cannot look into: ENOSYS, so the C library falls back to
+    ``clone``) and ``setns``. In a user namespace of its own the agent would hold every
+    capability there, and the kernel's whole namespaced surface with them."""
+    refused = {"unshare", "clone", "clone3", "setns"}
+    rules = []
+    for rule in default["syscalls"]:
+        names = [name for name in rule.get("names", []) if name not in refused]
+        if names:
+            rules.append({**rule, "names": names})
+    namespaces = {"index": 0, "value": CLONE_NAMESPACES, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}
+    rules += [
+        {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [namespaces]},
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": ERRNO_ENOSYS},
+        {"names": ["unshare", "setns"], "action": "SCMP_ACT_ERRNO", "errnoRet": ERRNO_EPERM},
+    ]
+    return {**default, "syscalls": rules}
+
+
+def seccomp_file() -> Path:
+    """:func:`seccomp_profile` written beside the service's socket (the compat API takes
+    a profile's path), once per process."""
+    target = Path(socket_path() or SOCKET).with_name("automedbench-seccomp.json")
+    if not _written:
+        try:
+            default = json.loads(DEFAULT_SECCOMP.read_text())
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"podman's default seccomp profile is unreadable: {exc}") from exc
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        partial.write_text(json.dumps(seccomp_profile(default)))
+        partial.replace(target)
+        _written.append(target)
+    return target
+
+
+_written: list[Path] = []
 
 
 def start_service(path: str) -> None:
@@ -200,6 +249,7 @@ class PodmanSandbox(DockerSandbox):
         if spec.gpus:
             raise SandboxError("the podman backend passes no GPUs (use --sandbox docker)")
         options = super().options(spec)
+        options["security_opt"] = [*options["security_opt"], f"seccomp={seccomp_file()}"]
         # Ulimits given in the create call replace the service's defaults: all of them here.
         limits = [Ulimit(name=name, soft=n, hard=n) for name, n in container_limits().items()]
         options["ulimits"] = [*options["ulimits"], *limits]
