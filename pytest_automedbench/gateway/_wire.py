@@ -7,11 +7,14 @@ request, when the system sends the tool's result back to the model
 (:class:`WireToolResult`). A refused or failed request is a :class:`WireFailure`.
 
 :class:`WireReader` reads the log line by line, so a monitor can follow a running
-system. Calls are matched to their results by call id, so requests of other
-conversations in the same lease (sub-agents, title generation) do no harm. Text actions
-(a reply without tool calls whose text holds exactly one fenced bash block, in a request
-that offered no tools: mini-swe-agent's format) get the synthetic call id
-``text-action-<turn>`` and are answered by the user message that follows that reply.
+system; :meth:`WireReader.events` gives each line's typed trajectory events
+(:mod:`pytest_automedbench.events`), which the agent system's runner writes to the
+trajectory (and so delivers to its subscribers). Calls are matched to their results by
+call id, so requests of other conversations in the same lease (sub-agents, title
+generation) do no harm. Text actions (a reply without tool calls whose text holds exactly
+one fenced bash block, in a request that offered no tools: mini-swe-agent's format) get
+the synthetic call id ``text-action-<turn>`` and are answered by the user message that
+follows that reply.
 
 Standard library only: the progress monitor imports this.
 """
@@ -21,10 +24,19 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+from pytest_automedbench.events import (
+    Event,
+    GatewayTamperingEvent,
+    MessageEvent,
+    RequestFailedEvent,
+    RetryEvent,
+    ToolResultEvent,
+)
 
 #: The harness's tool names for the systems' native ones.
 EXECUTE_TOOLS: Final = frozenset(
@@ -375,6 +387,24 @@ class WireReader:
         )
         return items
 
+    def events(self, line: Mapping[str, Any], observe: Callable[[], Any]) -> Iterator[Event]:
+        """The line's trajectory events, typed, in the order they are written: a request
+        refused for naming re-routing fields (``gateway_tampering``), then for each item
+        :meth:`feed` returns its events (:func:`item_events`). ``observe`` says what the
+        outputs hold; it is called when a tool result is reached, so write each event
+        as it comes."""
+        if line.get("tampering"):
+            # Fields that would have re-routed the call: refused, and evidence for the
+            # violation monitor (names only; the values never reach the log).
+            yield GatewayTamperingEvent.of(
+                status=line.get("status"),
+                protocol=line.get("protocol"),
+                fields=list(line.get("refused_fields") or []),
+                request_digest=line.get("request_digest"),
+            )
+        for item in self.feed(line):
+            yield from item_events(item, observe)
+
     def _results(self, protocol: str, request: Mapping[str, Any]) -> list[WireToolResult]:
         if not self._pending:
             return []
@@ -409,6 +439,57 @@ class WireReader:
         """(turn, call id, native tool) of every call no later request answered."""
         calls = sorted(self._pending.values(), key=lambda c: (c.turn, c.index))
         return [(c.turn, c.call_id, c.native) for c in calls]
+
+
+def item_events(item: WireItem, observe: Callable[[], Any]) -> Iterator[Event]:
+    """A wire item's trajectory events: a tool result (with what ``observe`` says the
+    outputs held when the system sent it back, right after the call ran: the judges find
+    the pilot and the batch by it); a turn's retries at the gateway, then its message;
+    a failed request."""
+    if isinstance(item, WireToolResult):
+        message = {
+            "role": "tool",
+            "tool_call_id": item.call_id,
+            "name": item.tool,
+            "content": item.content,
+        }
+        record = {"observed": observe(), **item.record}
+        yield ToolResultEvent.of(
+            turn=item.turn,
+            tool=item.tool,
+            call_id=item.call_id,
+            index=item.index,
+            message=message,
+            source="wire",
+            native_tool=item.native_tool,
+            **record,
+        )
+    elif isinstance(item, WireTurn):
+        failed = [a for a in item.attempts if a.get("status") != 200]
+        for n, attempt in enumerate(failed, start=1):
+            yield RetryEvent.of(
+                turn=item.turn,
+                attempt=n,
+                status=attempt.get("status"),
+                error=attempt.get("error"),
+                detail="retried at the gateway",
+            )
+        yield MessageEvent.of(
+            turn=item.turn,
+            message=item.message,
+            latency_s=round(item.latency_s, 3),
+            usage={
+                "tokens_in": item.tokens_in,
+                "tokens_out": item.tokens_out,
+                "cost_usd": item.cost_usd,
+                "price_known": item.price_known,
+                "cached_tokens": item.cached_tokens,
+            },
+            source="wire",
+            protocol=item.protocol,
+        )
+    else:
+        yield RequestFailedEvent.of(status=item.status, error=item.error, attempts=item.attempts)
 
 
 def _reply_to(conversation: list[tuple[str, str]], text: str, occurrence: int) -> str | None:
