@@ -48,7 +48,7 @@ from pytest_automedbench.settings import (
 from pytest_automedbench.terms import ALL_TIERS, TIERS
 
 if TYPE_CHECKING:
-    from pytest_automedbench.cells import AnyTask
+    from pytest_automedbench.formats import Task
 
 DEFAULT_OUT = Path("automedbench-results")
 
@@ -345,7 +345,7 @@ class RunConfig(BaseModel):
         """What ``--agent name`` stands for under this configuration."""
         return resolve_agent(name, self.agent_entries(), self.agent_api_base)
 
-    def limits_for(self, entry: AgentEntry, task: AnyTask) -> Limits:
+    def limits_for(self, entry: AgentEntry, task: Task) -> Limits:
         """The agent's limits in one cell of ``task``: each limit is the agent
         definition's value when it sets one (the more specific wins), else the
         session's (``--amb-max-turns`` ... or its default); the wall clock is

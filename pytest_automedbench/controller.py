@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from pytest_automedbench import adaptive
-from pytest_automedbench.cells import Cell
+from pytest_automedbench.cells import Cell, formats_of
+from pytest_automedbench.formats import TaskFormat
 from pytest_automedbench.gates import (
     GateResult,
     check_coverage,
@@ -37,11 +38,6 @@ ISOLATION = {
     "bubblewrap": "bubblewrap namespaces, unprivileged uid",
     "process": "NO isolation: asked for by name with --sandbox process",
 }
-#: Harbor tasks bring their own images, which run as their own user (root as a rule).
-HARBOR_ISOLATION = (
-    "Harbor tasks: containers from their own images (mapped bases: {bases}), the image's user, "
-    "no network interface"
-)
 
 
 class BenchmarkController:
@@ -59,7 +55,7 @@ class BenchmarkController:
 
     # ------------------------------------------------------------------ before the cells
 
-    def header_lines(self, harbor: bool = False) -> list[str]:
+    def header_lines(self, formats: Sequence[TaskFormat] = ()) -> list[str]:
         run = self.session.config
         lines = [f"run {self.session.run_id}", *run.describe()]
         if self.session.executor.backend_on_node:
@@ -74,9 +70,7 @@ class BenchmarkController:
                 raise pytest.UsageError(str(exc)) from None
             isolation = ISOLATION.get(backend, backend).format(base=run.docker_base)
             lines.append(f"sandbox backend: {backend} ({isolation})")
-        if harbor:
-            bases = ", ".join(run.harbor_base) or "none"
-            lines.append(HARBOR_ISOLATION.format(bases=bases))
+        lines.extend(line for f in formats if (line := f.header_line(run)) is not None)
         return [f"automedbench: {line}" for line in lines]
 
     def begin(self, cells: Sequence[tuple[str, Cell]]) -> None:
@@ -85,7 +79,7 @@ class BenchmarkController:
             return
         self.selected = list(cells)
         writer = self.config.get_terminal_writer()
-        for line in self.header_lines(harbor=any(cell.harbor for _, cell in cells)):
+        for line in self.header_lines(formats_of(cell for _, cell in cells)):
             writer.line(line)
         runnable = [(n, c) for n, c in cells if c.skip_reason is None]
         reused = self.session.reusable_cells(runnable)

@@ -23,6 +23,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import pytest
 
 from pytest_automedbench import settings
+from pytest_automedbench.formats import FORMAT_MARKERS, MODULE_TASKS
 from pytest_automedbench.terms import ERROR_CODES, MODALITIES, TIERS, TRACKS
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from pytest_automedbench.config import RunConfig
     from pytest_automedbench.controller import BenchmarkController
     from pytest_automedbench.fixtures.staging import StagedData
-    from pytest_automedbench.harbor import HarborTask
     from pytest_automedbench.results import CellResult
     from pytest_automedbench.session import AutoMedBenchSession
     from pytest_automedbench.worker import BenchmarkWorker
@@ -65,7 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{tier}: AutoMedBench {tier.upper()} tier cells")
     for modality in MODALITIES:
         config.addinivalue_line("markers", f"{modality}: AutoMedBench cells on {modality} data")
-    config.addinivalue_line("markers", "harbor: cells of Harbor-format tasks (--harbor)")
+    for name, meaning in FORMAT_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
     for code, meaning in ERROR_CODES.items():
         config.addinivalue_line("markers", f"{code}: a cell diagnosed with {meaning}")
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
@@ -110,7 +111,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         return None
     from pytest_automedbench.harbor._collect import collect_file
 
-    return collect_file(file_path, parent)
+    run_config = parent.config.stash[STATE_KEY].run_config
+    assert run_config is not None
+    return collect_file(file_path, parent, run_config)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -119,7 +122,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     from pytest_automedbench.harbor._collect import ignore_collect
 
-    return ignore_collect(collection_path, config)
+    return ignore_collect(collection_path, _harbor_roots(config))
 
 
 def _has_settings_table(config: pytest.Config) -> bool:
@@ -181,24 +184,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     state = _activate(metafunc.config, collecting=True)
     assert state.session is not None
     suite_dir = Path(str(metafunc.definition.fspath)).parent
-    harbor_task = _harbor_task_of(metafunc)
-    tasks = [harbor_task] if harbor_task is not None else discover_tasks(suite_dir)
+    module = metafunc.definition.getparent(pytest.Module)
+    own = module.stash.get(MODULE_TASKS, None) if module is not None else None
+    tasks = list(own) if own is not None else discover_tasks(suite_dir)
     cells = plan_cells(state.session.config, tasks)
     params = [pytest.param(cell, id=cell.test_id, marks=_marks_of(cell)) for cell in cells]
     if not params:  # a track folder without tasks: say so instead of pytest's "NOTSET"
         reason = f"no tasks in {suite_dir}"
         params.append(pytest.param(None, id="no-tasks", marks=pytest.mark.skip(reason=reason)))
     metafunc.parametrize("cell", params)
-
-
-def _harbor_task_of(metafunc: pytest.Metafunc) -> HarborTask | None:
-    """The Harbor task whose ``task.toml`` module is being collected, if it is one."""
-    if not _harbor_roots(metafunc.config):
-        return None
-    from pytest_automedbench.harbor._collect import HarborTaskFile
-
-    module = metafunc.definition.getparent(HarborTaskFile)
-    return module.task if module is not None else None
 
 
 def _marks_of(cell: Cell) -> list[pytest.MarkDecorator]:

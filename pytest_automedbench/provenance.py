@@ -19,8 +19,8 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_automedbench.cells import AnyTask
     from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.formats import Task
     from pytest_automedbench.results import CellKey
 
 __all__ = ["Provenance", "cell_provenance", "harness_version", "judge_identity", "task_hash"]
@@ -52,25 +52,18 @@ class Provenance:
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _sha(*parts: bytes) -> str:
+def content_sha(*parts: bytes) -> str:
     digest = hashlib.sha256()
     for part in parts:
         digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()[:16]
 
 
-def task_hash(task: AnyTask, tier: str) -> str:
-    """The task's content as one cell sees it: its task.yaml, the tier's brief and the
-    evaluator's declaration (an edit to any of them is another version of the task)."""
-    from pytest_automedbench.cells import is_harbor
+def task_hash(task: Task, tier: str) -> str:
+    """The task's content as one cell sees it (its format says what that is)."""
+    from pytest_automedbench.formats import format_of
 
-    if is_harbor(task):  # a Harbor task folder: every file of it
-        return task.content_hash[:16]
-    yaml_path = task.folder / "task.yaml"
-    raw = yaml_path.read_bytes() if yaml_path.is_file() else b""
-    brief = task.tiers[tier].model_dump_json().encode() if tier in task.tiers else b""
-    evaluation = task.evaluation.model_dump_json().encode()
-    return _sha(raw, brief, evaluation)
+    return format_of(task).task_hash(task, tier)
 
 
 @cache
@@ -85,7 +78,7 @@ def harness_version() -> str:
 def _rubric_identity() -> tuple[int, str]:
     from pytest_automedbench.scoring.rubric import RUBRIC_FILE, load_rubric
 
-    return load_rubric().version, _sha(RUBRIC_FILE.read_bytes())
+    return load_rubric().version, content_sha(RUBRIC_FILE.read_bytes())
 
 
 def judge_identity(config: RunConfig) -> dict[str, Any]:
@@ -100,7 +93,7 @@ def judge_identity(config: RunConfig) -> dict[str, Any]:
     }
 
 
-def cell_limits(config: RunConfig, agent: str, task: AnyTask) -> dict[str, Any]:
+def cell_limits(config: RunConfig, agent: str, task: Task) -> dict[str, Any]:
     """The agent's limits in this cell (:meth:`RunConfig.limits_for`), as recorded."""
     return config.limits_for(config.agent(agent), task).as_record()
 
@@ -108,7 +101,7 @@ def cell_limits(config: RunConfig, agent: str, task: AnyTask) -> dict[str, Any]:
 def cell_provenance(
     config: RunConfig,
     key: CellKey,
-    task: AnyTask,
+    task: Task,
     data_hash: str | None,
     backend: str,
     images: dict[str, str],

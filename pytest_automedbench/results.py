@@ -105,18 +105,21 @@ class CellResult(BaseModel):
     data_hash: str | None = None
     judge: dict[str, Any] = Field(default_factory=dict)
     limits: dict[str, Any] = Field(default_factory=dict)
-    #: Harbor-format tasks only (tier ``harbor``; None/empty for the catalogue's tasks):
-    #: the verifier's ``reward`` (every key of its reward file is in ``task_metrics``),
-    #: whether the attempt passed (``reward`` >= the task's threshold), seconds per phase
-    #: (``environment``, ``agent``, ``verifier``) and the task's category (also its
-    #: ``track``). A verifier that left no readable reward makes the record an
-    #: ``infra_error`` with ``termination="verifier_error"``: never a silent 0.
+    #: Format-specific fields: each is filled only by its task format, the rest leave it
+    #: None/empty. The Harbor format's (:class:`pytest_automedbench.harbor._runner.HarborFields`,
+    #: tier ``harbor``): the verifier's ``reward`` (every key of its reward file is in
+    #: ``task_metrics``), whether the attempt passed (``reward`` >= the task's threshold),
+    #: seconds per phase (``environment``, ``agent``, ``verifier``) and the task's
+    #: category (also its ``track``). A verifier that left no readable reward makes the
+    #: record an ``infra_error`` with ``termination="verifier_error"``: never a silent 0.
     reward: float | None = None
     passed: bool | None = None
     phase_s: dict[str, float] = Field(default_factory=dict)
     category: str | None = None
-    #: HealthAgentBench-track cells only (None elsewhere): the cases staged and those that
-    #: passed the category's rule (None when the cell was not scored: every case failed).
+    #: The catalogue format's (``record_fields`` and ``fill`` of
+    #: :mod:`pytest_automedbench.formats.catalogue`), HealthAgentBench-track cells only:
+    #: the cases staged and those that passed the category's rule (None when the cell
+    #: was not scored: every case failed).
     cases_total: int | None = None
     cases_passed: int | None = None
     finished_at: str

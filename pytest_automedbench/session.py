@@ -13,27 +13,20 @@ from typing import TYPE_CHECKING
 
 from filelock import FileLock
 
-from pytest_automedbench.cells import data_unavailable_reason, has_prepared_split, is_harbor
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import (
-    StagedData,
-    load_prepared,
-    stage_real,
-    stage_synthetic,
-)
+from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.formats import DataUnavailable, format_of
+from pytest_automedbench.formats.catalogue import stage_synthetic_task
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.provenance import Provenance, cell_provenance
 from pytest_automedbench.results import CellKey, CellResult, LedgerKey, ledger_key
-from pytest_automedbench.tasks import TaskSpec
 
 if TYPE_CHECKING:
-    from pytest_automedbench.cells import AnyTask, Cell
+    from pytest_automedbench.cells import Cell
     from pytest_automedbench.executors import Executor
+    from pytest_automedbench.formats import Task
 
-
-class DataUnavailable(LookupError):
-    """The user asked for real data that is not there: the cell is skipped, not failed."""
+__all__ = ["AutoMedBenchSession", "DataUnavailable", "stage_synthetic_task"]
 
 
 @dataclass
@@ -79,7 +72,7 @@ class AutoMedBenchSession:
                 self._images = image_digests(self.config.docker_base)
         return self._images
 
-    def provenance(self, cell_key: CellKey, task: AnyTask, data_hash: str | None) -> Provenance:
+    def provenance(self, cell_key: CellKey, task: Task, data_hash: str | None) -> Provenance:
         """What will produce this cell's record (and so its configuration hash)."""
         backend = self.config.sandbox if self.executor.backend_on_node else self.backend
         return cell_provenance(self.config, cell_key, task, data_hash, backend, self.images)
@@ -157,56 +150,9 @@ class AutoMedBenchSession:
             records += Ledger(self.resumed_file).records()
         return records
 
-    def staged(self, task: AnyTask) -> StagedData:
+    def staged(self, task: Task) -> StagedData:
         """Stage a task's data once per process; the file lock inside staging makes it
         once per machine across xdist workers."""
         if task.id not in self._staged:
-            if is_harbor(task):  # the task folder itself: nothing to stage
-                self._staged[task.id] = task.staged()
-            else:
-                self._staged[task.id] = self._stage(task)
+            self._staged[task.id] = format_of(task).staged(task, self.config, self.data_cache)
         return self._staged[task.id]
-
-    def _stage(self, task: TaskSpec) -> StagedData:
-        if self.config.data_root is not None:
-            base = self._stage_real(task, self.config.data_root)
-        else:
-            base = stage_synthetic_task(task, self.data_cache, self.config.data_size)
-        if self.config.holdout == "perturbed":
-            from pytest_automedbench.fixtures.perturb import stage_perturbed
-
-            return stage_perturbed(task, base, self.data_cache, self.config.holdout_seed)
-        return base
-
-    def _stage_real(self, task: TaskSpec, data_root: Path) -> StagedData:
-        """A prepared split under ``<data-root>/<task>/``, else the official layout under
-        ``<data-root>/<stager dirname>/`` converted once into the cache."""
-        prepared = data_root / task.id
-        if has_prepared_split(prepared):
-            return load_prepared(task.id, prepared, task.case_layout)
-        if (reason := data_unavailable_reason(task, data_root)) is not None:
-            raise DataUnavailable(reason)
-        assert task.data.real is not None
-        stager = get_stager(task.data.real.stager)
-        source_root = data_root / stager.dirname
-        return stage_real(task.id, stager, source_root, self.data_cache, layout=task.case_layout)
-
-
-def stage_synthetic_task(task: TaskSpec, cache_root: Path, data_size: str = "small") -> StagedData:
-    """A task's synthetic split in ``cache_root``, staged once per machine (what a session
-    with ``--data-size data_size`` stages; ``export-harbor`` ships the same split)."""
-    source = task.data.synthetic
-    generator = get_generator(source.generator)
-    # A generator without a realistic variant already writes real sizes: same cache.
-    size = data_size if generator.realistic is not None else "small"
-    return stage_synthetic(
-        task_id=task.id,
-        generator_name=generator.name,
-        generator=generator.for_size(size),
-        cache_root=cache_root,
-        n_cases=source.n_cases,
-        seed=source.seed,
-        generator_version=generator.version,
-        layout=task.case_layout,
-        size=size,
-    )

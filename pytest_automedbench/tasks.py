@@ -11,7 +11,7 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import yaml
 from pydantic import (
@@ -193,6 +193,9 @@ class TierSpec(BaseModel):
 
 class TaskSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    #: Its task format (:mod:`pytest_automedbench.formats`).
+    format_name: ClassVar[str] = "catalogue"
 
     id: str
     track: Track

@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from pytest_automedbench import adaptive
-from pytest_automedbench.cells import Cell
+from pytest_automedbench.cells import Cell, formats_of
 from pytest_automedbench.config import ConfigError
+from pytest_automedbench.extras import MissingExtraError
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.ledger import LedgerWriteError
 from pytest_automedbench.outcome import CellInfrastructureError, CellUnresolved
 from pytest_automedbench.printable import printable
@@ -74,14 +76,10 @@ class BenchmarkWorker:
             self.session.executor.prepare(self.session)
         except (ConfigError, SandboxError) as exc:
             raise pytest.UsageError(str(exc)) from None
-        harbor = any(cell.harbor for cell in cells)
         backend = None if self.session.executor.backend_on_node else self.session.backend
-        if harbor and backend not in (None, "docker"):
-            raise pytest.UsageError(
-                "Harbor tasks (--harbor) run in their own Docker images: they need the "
-                f"Docker backend, and this session's is {backend} "
-                "(start a Docker daemon, or give --sandbox docker)"
-            )
+        for task_format in formats_of(cells):
+            if (problem := task_format.backend_problem(backend)) is not None:
+                raise pytest.UsageError(problem)
 
     @pytest.hookimpl(wrapper=True, optionalhook=True)
     def pytest_timeout_set_timer(
@@ -104,6 +102,8 @@ class BenchmarkWorker:
             return self.session.staged(cell.task)
         except DataUnavailable as exc:
             pytest.skip(str(exc))
+        except MissingExtraError as exc:  # the message names the install command
+            pytest.fail(str(exc), pytrace=False)
 
     def run(self, cell: Cell, staged: StagedData, item: pytest.Item) -> Iterator[CellResult]:
         """Run the cell (in the fixture's setup, so a harness fault is a pytest ERROR) and
@@ -225,10 +225,7 @@ def junit_properties(result: CellResult) -> dict[str, str]:
     }
     if result.stages is not None:
         properties |= {f"amb_{k}": _points(v) for k, v in result.stages.by_stage().items()}
-    if result.tier == "harbor":  # a Harbor attempt: its verifier's verdict
-        properties["amb_reward"] = "" if result.reward is None else f"{result.reward:g}"
-        properties["amb_passed"] = "" if result.passed is None else str(result.passed).lower()
-        properties["amb_category"] = result.category or ""
+    properties |= format_of_record(result).junit_properties(result)
     properties |= {
         "amb_error_codes": ",".join(c.code for c in result.error_codes) or "none",
         "amb_turns": str(result.turns),

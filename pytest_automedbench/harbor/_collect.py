@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_automedbench.formats import MODULE_TASKS
 from pytest_automedbench.harbor._task import (
     HarborTask,
     HarborTaskError,
@@ -27,7 +28,8 @@ from pytest_automedbench.harbor._task import (
 from pytest_automedbench.outcome import check_resolved
 from pytest_automedbench.results import CellResult
 
-HARBOR_TASK = pytest.StashKey[HarborTask]()
+if TYPE_CHECKING:
+    from pytest_automedbench.config import RunConfig
 
 
 def test_harbor(cell_result: CellResult) -> None:
@@ -37,7 +39,12 @@ def test_harbor(cell_result: CellResult) -> None:
 
 
 class HarborTaskFile(pytest.Module):
-    """A Harbor task's ``task.toml`` as a test module with the one test above."""
+    """A Harbor task's ``task.toml`` as a test module with the one test above; its task
+    is the module's own (:data:`~pytest_automedbench.formats.MODULE_TASKS`)."""
+
+    def __init__(self, *args: Any, run_config: RunConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.run_config = run_config
 
     def _getobj(self) -> types.ModuleType:
         module = types.ModuleType(f"harbor_task_{self.path.parent.name}")
@@ -47,17 +54,18 @@ class HarborTaskFile(pytest.Module):
 
     @property
     def task(self) -> HarborTask:
-        return self.stash[HARBOR_TASK]
+        task = self.stash[MODULE_TASKS][0]
+        assert isinstance(task, HarborTask)
+        return task
 
     def collect(self) -> Any:
-        roots = harbor_roots(self.config)
+        roots = self.run_config.harbor if self.run_config is not None else ()
+        host_env = harbor_env_names(self.run_config) if self.run_config is not None else ()
         try:
-            task = load_harbor_task(
-                self.path.parent, harbor_root_of(self.path, roots), harbor_env(self.config)
-            )
+            task = load_harbor_task(self.path.parent, harbor_root_of(self.path, roots), host_env)
         except HarborTaskError as exc:
             raise self.CollectError(str(exc)) from None
-        self.stash[HARBOR_TASK] = task
+        self.stash[MODULE_TASKS] = (task,)
         for marker in task.markers:
             register_marker(self.config, marker)
         return super().collect()
@@ -70,36 +78,24 @@ def register_marker(config: pytest.Config, name: str) -> None:
         config.addinivalue_line("markers", f"{name}: Harbor task cells marked {name}")
 
 
-def harbor_env(config: pytest.Config) -> tuple[str, ...]:
-    """The host variables the session passes to Harbor tasks (``--harbor-env``), checked."""
-    from pytest_automedbench.plugin import STATE_KEY
-
-    run_config = config.stash[STATE_KEY].run_config
-    return harbor_env_names(run_config) if run_config is not None else ()
-
-
-def harbor_roots(config: pytest.Config) -> tuple[Path, ...]:
-    from pytest_automedbench.plugin import STATE_KEY
-
-    run_config = config.stash[STATE_KEY].run_config
-    return run_config.harbor if run_config is not None else ()
-
-
-def collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+def collect_file(
+    file_path: Path, parent: pytest.Collector, run_config: RunConfig
+) -> pytest.Collector | None:
     """A ``task.toml`` at the top of a task folder under a ``--harbor`` path."""
     if file_path.name != "task.toml":
         return None
-    roots = harbor_roots(parent.config)
+    roots = run_config.harbor
     if not roots or task_folder_of(file_path, roots) != file_path.parent.resolve():
         return None
-    collector: pytest.Collector = HarborTaskFile.from_parent(parent, path=file_path)
+    collector: pytest.Collector = HarborTaskFile.from_parent(
+        parent, path=file_path, run_config=run_config
+    )
     return collector
 
 
-def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+def ignore_collect(collection_path: Path, roots: tuple[Path, ...]) -> bool | None:
     """Everything inside a task folder but its ``task.toml`` (the verifier's own tests,
     the solution) is not collected; None lets pytest decide elsewhere."""
-    roots = harbor_roots(config)
     if not roots:
         return None
     folder = task_folder_of(collection_path, roots)

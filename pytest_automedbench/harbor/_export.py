@@ -57,8 +57,8 @@ from pathlib import Path
 from pytest_automedbench.agents.base import AgentContext
 from pytest_automedbench.agents.reference import reference_steps
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.formats.catalogue import KICKOFF
 from pytest_automedbench.provenance import task_hash
-from pytest_automedbench.runner import KICKOFF
 from pytest_automedbench.sandbox.images import agent_requirements, evaluator_sources
 from pytest_automedbench.tasks import TaskSpec
 from pytest_automedbench.terms import TIERS

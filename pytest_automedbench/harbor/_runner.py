@@ -1,4 +1,5 @@
-"""One attempt of a Harbor task, end to end (what :func:`runner.run_cell` does for one).
+"""One attempt of a Harbor task: the Harbor format's steps of :func:`runner.run_cell`
+(:class:`HarborCell`).
 
 The steps, each timed as a phase of the record (``phase_s``) and a ``phase`` event:
 
@@ -15,8 +16,9 @@ The steps, each timed as a phase of the record (``phase_s``) and a ``phase`` eve
    by the harness's own static bash (never a program the agent could have replaced), its
    reward file read by the fixed rule of :mod:`._reward`.
 
-Then the attempt is scored as any cell (S1-S5 and E1-E5 from its trajectory, OVERALL =
-0.5 AGENTIC + 0.5 reward), and written as a Harbor trial folder beside the record.
+Then the pipeline scores the attempt as any cell (S1-S5 and E1-E5 from its trajectory,
+OVERALL = 0.5 AGENTIC + 0.5 reward), and :meth:`HarborCell.finish` writes it as a Harbor
+trial folder beside the record.
 
 Whose failure a verifier without a reward is (see :func:`judge_verifier_failure`): the
 agent's (scored, reward 0) when the agent tampered with the image's programs, or when the
@@ -41,28 +43,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_automedbench.agents.base import INFRA_TERMINATIONS, AgentContext, AgentOutcome, AgentRun
-from pytest_automedbench.agents.tools import Toolbox
-from pytest_automedbench.agents.trajectory import (
-    TrajectoryWriter,
-)
-from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.agents.base import AgentContext
+from pytest_automedbench.agents.trajectory import TrajectoryWriter
+from pytest_automedbench.evaluators.schema import EvaluationResult, FormatReport
+from pytest_automedbench.formats import Brief, Crash, Verdict
 from pytest_automedbench.harbor._agents import SOLUTION_DIR
 from pytest_automedbench.harbor._task import HARBOR_TIER, HarborTask
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox import SandboxSpec
 from pytest_automedbench.sandbox.base import ExecResult
-from pytest_automedbench.scoring.cell import CellEvidence, score_cell
+from pytest_automedbench.scoring.cell import CellEvidence, CellScore
 from pytest_automedbench.scoring.rules import JudgeContext
 
 if TYPE_CHECKING:
+    from pytest_automedbench.agents.base import AgentOutcome
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.harbor._reward import RewardReading
     from pytest_automedbench.harbor._tampering import Finding
     from pytest_automedbench.harbor._trial import TrialRecord
-    from pytest_automedbench.runner import CellPlan
+    from pytest_automedbench.plan import CellPlan
+    from pytest_automedbench.sandbox import Sandbox
     from pytest_automedbench.sandbox.harbor_compose import PreparedCompose
     from pytest_automedbench.sandbox.harbor_env import HarborContainer
+    from pytest_automedbench.violations import Policy as ViolationPolicy
 
 #: Where Harbor's container conventions put the verifier's and the agent's logs.
 VERIFIER_LOGS = "/logs/verifier"
@@ -115,7 +118,7 @@ class Phases:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class VerifierRun:
     """What the verifier left: the rewards, or why there are none; and what the agent
     changed of the image's programs before it ran (:mod:`._tampering`)."""
 
@@ -125,69 +128,236 @@ class Verdict:
     tampering: tuple[Finding, ...] = ()
 
 
-def run_harbor_cell(plan: CellPlan, trajectory: TrajectoryWriter) -> CellResult:
-    """Run one attempt (see the module's docstring); faults propagate to
-    :func:`runner.run_cell`, which records them as infrastructure errors."""
-    from pytest_automedbench.runner import failure_result
+@dataclass(frozen=True)
+class HarborFields:
+    """What a Harbor attempt adds to its record, in one place: the verifier's ``reward``
+    and whether the attempt passed (None when it was not scored), seconds per phase and
+    the task's category. Stored as the record's flat keys (``reward``, ``passed``,
+    ``phase_s``, ``category``), which no other format fills; the record's ``backend`` is
+    always Docker."""
 
-    task = plan.task
-    assert isinstance(task, HarborTask)
-    phases = Phases()
-    started = datetime.now(UTC)
-    exception: tuple[str, str, str, datetime] | None = None
-    result: CellResult
-    try:
-        result = _attempt(plan, task, trajectory, phases)
-    except Exception as exc:
-        import traceback
+    phase_s: dict[str, float]
+    category: str
+    reward: float | None = None
+    passed: bool | None = None
 
-        exception = (type(exc).__name__, str(exc), traceback.format_exc(), datetime.now(UTC))
-        trajectory.emit("crash", error=repr(exc), traceback=traceback.format_exc())
-        result = failure_result(plan, f"{type(exc).__name__}: {exc}", None, trajectory.events)
-        result = _with_harbor_fields(result, task, phases)
-    if result.status == "infra_error" and exception is None:
-        exception = ("HarborAttemptError", str(result.error), "", datetime.now(UTC))
-    try:
-        _write_trial(plan, task, result, phases, started, exception)
-    except Exception as exc:  # the record stands; the Harbor copy of it is what failed
-        trajectory.emit("harbor_trial_error", error=repr(exc))
-    (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
-    return result
+    def onto(self, result: CellResult) -> CellResult:
+        result.reward, result.passed = self.reward, self.passed
+        result.phase_s, result.category = dict(self.phase_s), self.category
+        result.backend = "docker"
+        return result
 
 
-def _attempt(
-    plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter, phases: Phases
-) -> CellResult:
-    from pytest_automedbench.runner import _failed, infra_detail, open_egress, open_gateway
+class HarborCell:
+    """The Harbor format's steps of one attempt (see the module's docstring and
+    :class:`~pytest_automedbench.formats.FormatCell`)."""
 
-    with phases.phase("environment", trajectory):
-        image = task_image(plan, task, trajectory)
-    task = image.for_attempt(task)  # the verifier's /tests: this attempt's copy of tests/
-    egress = open_egress(plan, trajectory) if task.internet else None
-    with (
-        open_gateway(plan) as gateway,
-        egress if egress is not None else contextlib.nullcontext() as egress_dir,
-    ):
+    wants_probe = False
+
+    def __init__(self, plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> None:
+        self.plan = plan
+        self.task = task
+        self.trajectory = trajectory
+        self.wants_egress = task.internet
+        self.phases = Phases()
+        self.started = datetime.now(UTC)
+        self._image: TaskEnvironment | None = None
+        self._box: HarborContainer | None = None
+        self._egress: Path | None = None
+        self._reading: RewardReading | None = None
+        #: The reward and the pass of a scored attempt (set by :meth:`fill`).
+        self._verdict: tuple[float, bool] | None = None
+
+    @property
+    def image(self) -> TaskEnvironment:
+        assert self._image is not None, "the task's image is built in prepared()"
+        return self._image
+
+    @property
+    def box(self) -> HarborContainer:
+        assert self._box is not None, "the container is opened in sandbox()"
+        return self._box
+
+    @contextmanager
+    def prepared(self) -> Iterator[None]:
+        """The task's image (the ``environment`` phase), removed after the attempt; the
+        verifier's ``/tests`` is this attempt's copy of ``tests/``."""
+        with self.phases.phase("environment", self.trajectory):
+            image = task_image(self.plan, self.task, self.trajectory)
+        self.task = image.for_attempt(self.task)
+        self._image = image
         try:
-            box = open_container(plan, task, image, gateway, egress_dir)
-            try:
-                box.start()
-                verdict, outcome, ctx = _in_container(plan, task, box, trajectory, gateway, phases)
-            finally:
-                box.stop()
-            reading = verdict.reading if verdict is not None else None
-            if verdict is not None and reading is None:
-                reading = judge_verifier_failure(plan, task, image, egress_dir, verdict, trajectory)
+            yield
         finally:
             image.close()  # after the container: Docker keeps a volume in use
-    if verdict is None:  # the agent's episode was cut by the provider or the gateway
-        failed = _failed(plan, trajectory, infra_detail(outcome, trajectory), outcome.termination)
-        return _with_harbor_fields(failed, task, phases)
-    if reading is None:
-        error = f"verifier_error: {verdict.error}"
-        failed = _failed(plan, trajectory, error, "verifier_error")
-        return _with_harbor_fields(failed, task, phases)
-    return score_attempt(plan, task, ctx, outcome, reading, trajectory, phases)
+
+    @contextmanager
+    def sandbox(
+        self, gateway: Gateway | None, egress: Path | None, probe: Path | None
+    ) -> Iterator[Sandbox]:
+        self._egress = egress
+        self._box = open_container(self.plan, self.task, self.image, gateway, egress)
+        try:
+            self._box.start()
+            yield self._box
+        finally:
+            self._box.stop()
+
+    def brief(self, sandbox: Sandbox) -> Brief:
+        """``instruction.md`` as the brief; no format pre-check (the tests are hidden).
+        The loop measures its wall clock on the trajectory, which began before the image
+        was built and the container started: the agent's own time starts now."""
+        ctx = agent_context(self.task, self.box)
+        task_limits = self.plan.limits()
+        elapsed = self.trajectory.elapsed()
+        return Brief(
+            ctx=ctx,
+            system_prompt=SYSTEM_PROMPT.format(plan_dir=PLAN_DIR),
+            kickoff=kickoff_of(self.task, ctx, task_limits.wall_clock_s),
+            limits=replace(task_limits, wall_clock_s=task_limits.wall_clock_s + elapsed),
+            precheck=lambda: NO_PRECHECK,
+            observe=dict,
+            start_fields={"harbor_task": self.task.name, "image": self.box.image},
+        )
+
+    @contextmanager
+    def agent_phase(self, sandbox: Sandbox) -> Iterator[None]:
+        """The oracle's copy of ``solution/``, then the ``agent`` phase, its log folders
+        made (and the agent's user's) first."""
+        box, task = self.box, self.task
+        if is_oracle(self.plan) and task.has_solution:
+            box.copy_in(task.solution_dir, SOLUTION_DIR)
+        with self.phases.phase("agent", self.trajectory):
+            box.run(["mkdir", "-p", PLAN_DIR, VERIFIER_LOGS], user="root", timeout_s=30)
+            if task.config.agent.user is not None:  # the agent may write its plan and logs
+                owner = str(task.config.agent.user)
+                box.run(["chown", "-R", owner, AGENT_LOGS], user="root", timeout_s=30)
+            yield
+
+    def check(self, sandbox: Sandbox, outcome: AgentOutcome) -> VerifierRun:
+        """The ``verifier`` phase, once nothing the agent started is left: the image's
+        programs read for tampering, the verifier run; then the container's files kept."""
+        box, plan = self.box, self.plan
+        box.kill_all()  # nothing the agent started may touch what the verifier checks
+        with self.phases.phase("verifier", self.trajectory):
+            tampering = inspect_image_changes(box, self.trajectory)
+            run = verify(self.task, box, plan.cell_dir, self.trajectory)
+            run = replace(run, tampering=tampering)
+        keep_container_files(box, plan.cell_dir)
+        redact_copies(plan)
+        return run
+
+    def recheck(self, checked: object) -> VerifierRun:
+        """A verifier that left no reward: whose failure it is (:func:`judge_verifier_failure`)."""
+        assert isinstance(checked, VerifierRun)
+        if checked.reading is not None:
+            return checked
+        reading = judge_verifier_failure(
+            self.plan, self.task, self.image, self._egress, checked, self.trajectory
+        )
+        return replace(checked, reading=reading)
+
+    def verdict(self, checked: object, outcome: AgentOutcome) -> Verdict:
+        """TASK = the reward clipped to 0-1 (every key of the reward file a metric), or
+        an infrastructure error (``verifier_error``) when there is no reward."""
+        assert isinstance(checked, VerifierRun)
+        if checked.reading is None:
+            return Verdict(None, f"verifier_error: {checked.error}", "verifier_error")
+        self._reading = checked.reading
+        task = self.task
+        reward = checked.reading.rewards["reward"]
+        evaluation = EvaluationResult(
+            task_id=task.id,
+            track=task.category,
+            evaluator_version=f"harbor-verifier:{task.content_hash[:12]}",
+            task_score=min(1.0, max(0.0, reward)) if math.isfinite(reward) else 0.0,
+            metrics=dict(checked.reading.rewards),
+            completion_rate=1.0,  # not a Harbor notion: left out of the record
+            format=NO_PRECHECK,
+            cases=[],
+            elapsed_s=self.phases.seconds.get("verifier", 0.0),
+        )
+        return Verdict(evaluation)
+
+    def evidence(
+        self,
+        brief: Brief,
+        outcome: AgentOutcome,
+        verdict: Verdict,
+        events: list[dict[str, Any]],
+        policy: ViolationPolicy,
+    ) -> CellEvidence:
+        """Judged as a PRO-tier cell (nothing is given), its rating bands the task's
+        pass threshold."""
+        task, ctx = self.task, brief.ctx
+        assert verdict.evaluation is not None
+        return CellEvidence(
+            judge_ctx=JudgeContext(
+                tier="pro",
+                track=task.category,
+                plan_dir=self.plan.cell_dir / "agent-logs" / "plan",
+                method_keywords=[],
+                n_cases=0,
+                public_path=ctx.workspace,
+                submission_path=ctx.workspace,
+                input_markers=input_markers(task),
+                output_markers=(),
+            ),
+            events=events,
+            format=NO_PRECHECK,
+            task_score=verdict.evaluation.task_score,
+            submitted=outcome.submitted,
+            termination=outcome.termination,
+            band_a=task.pass_threshold,
+            band_b=task.pass_threshold,
+            violation_policy=policy,
+        )
+
+    def fill(self, result: CellResult, verdict: Verdict, score: CellScore) -> CellResult:
+        """The reward and whether the attempt passed (the reward reaches the task's
+        threshold, and no violation): resolved = passed."""
+        reading = self._reading
+        assert reading is not None and verdict.evaluation is not None
+        self.trajectory.emit(
+            "evaluation",
+            task_score=verdict.evaluation.task_score,
+            metrics=reading.rewards,
+            format_valid=True,
+        )
+        reward = reading.rewards["reward"]
+        passed = score.stands(reward >= self.task.pass_threshold)
+        self._verdict = (reward, passed)
+        result.completion_rate = None
+        result.resolved = passed
+        return result
+
+    def finish(self, result: CellResult, crash: Crash | None) -> CellResult:
+        """Every record of an attempt: its phases and category, a Harbor trial folder
+        (an infrastructure error is the trial's exception), then ``result.json``."""
+        result = self.with_harbor_fields(result)
+        exception: tuple[str, str, str, datetime] | None = None
+        if crash is not None:
+            exception = (crash.kind, crash.message, crash.traceback, datetime.now(UTC))
+        elif result.status == "infra_error":
+            exception = ("HarborAttemptError", str(result.error), "", datetime.now(UTC))
+        try:
+            _write_trial(self.plan, self.task, result, self.phases, self.started, exception)
+        except Exception as exc:  # the record stands; the Harbor copy of it is what failed
+            self.trajectory.emit("harbor_trial_error", error=repr(exc))
+        path = self.plan.cell_dir / "result.json"
+        path.write_text(result.model_dump_json(indent=1), encoding="utf-8")
+        return result
+
+    def with_harbor_fields(self, result: CellResult) -> CellResult:
+        """The record with this attempt's :class:`HarborFields` (reward and pass only
+        when it was scored)."""
+        reward, passed = self._verdict if self._verdict is not None else (None, None)
+        return HarborFields(
+            phase_s=dict(self.phases.seconds),
+            category=self.task.category,
+            reward=reward,
+            passed=passed,
+        ).onto(result)
 
 
 def judge_verifier_failure(
@@ -195,7 +365,7 @@ def judge_verifier_failure(
     task: HarborTask,
     image: TaskEnvironment,
     egress_dir: Path | None,
-    verdict: Verdict,
+    verdict: VerifierRun,
     trajectory: TrajectoryWriter,
 ) -> RewardReading | None:
     """Whose failure a verifier that left no reward is: a reward of 0 when it is the
@@ -236,34 +406,8 @@ def judge_verifier_failure(
     return failure
 
 
-def _blame_agent(trajectory: TrajectoryWriter, verdict: Verdict, why: str) -> None:
+def _blame_agent(trajectory: TrajectoryWriter, verdict: VerifierRun, why: str) -> None:
     trajectory.emit("verifier_failure", blame="agent", why=why, error=verdict.error)
-
-
-def _in_container(
-    plan: CellPlan,
-    task: HarborTask,
-    box: HarborContainer,
-    trajectory: TrajectoryWriter,
-    gateway: Gateway | None,
-    phases: Phases,
-) -> tuple[Verdict | None, AgentOutcome, AgentContext]:
-    """The agent's phase, then (unless the harness failed it) the verifier's."""
-    ctx = agent_context(task, box)
-    if is_oracle(plan) and task.has_solution:
-        box.copy_in(task.solution_dir, SOLUTION_DIR)
-    with phases.phase("agent", trajectory):
-        outcome = run_agent(plan, task, box, ctx, trajectory, gateway)
-    if outcome.termination in INFRA_TERMINATIONS:
-        return None, outcome, ctx
-    box.kill_all()  # nothing the agent started may touch what the verifier checks
-    with phases.phase("verifier", trajectory):
-        tampering = inspect_image_changes(box, trajectory)
-        verdict = verify(task, box, plan.cell_dir, trajectory)
-        verdict = replace(verdict, tampering=tampering)
-    keep_container_files(box, plan.cell_dir)
-    redact_copies(plan)
-    return verdict, outcome, ctx
 
 
 def redact_copies(plan: CellPlan) -> None:
@@ -344,7 +488,7 @@ def open_container(
     egress: Path | None,
 ) -> HarborContainer:
     """The attempt's container with the task's resources, user and environment."""
-    from pytest_automedbench.sandbox.agent_systems import ensure_agent_tools
+    from pytest_automedbench.agents.systems import ensure_agent_tools
     from pytest_automedbench.sandbox.harbor_env import HarborContainer
 
     environment = task.config.environment
@@ -407,53 +551,6 @@ def kickoff_of(task: HarborTask, ctx: AgentContext, limit_s: float) -> str:
     )
 
 
-def run_agent(
-    plan: CellPlan,
-    task: HarborTask,
-    box: HarborContainer,
-    ctx: AgentContext,
-    trajectory: TrajectoryWriter,
-    gateway: Gateway | None,
-) -> AgentOutcome:
-    """The agent's episode in the container; the conversation is written whatever
-    happens. There is no format pre-check: a Harbor task's tests are hidden."""
-    from pytest_automedbench.runner import (
-        ViolationWatch,
-        emit_start,
-        run_recorded,
-        violation_policy,
-    )
-
-    # The loop measures its wall clock on the trajectory, which began before the image
-    # was built and the container started: the agent's own time starts now.
-    task_limits = plan.limits()
-    limits = replace(task_limits, wall_clock_s=task_limits.wall_clock_s + trajectory.elapsed())
-    emit_start(plan, trajectory, ctx, box, harbor_task=task.name, image=box.image)
-    box.run(["mkdir", "-p", PLAN_DIR, VERIFIER_LOGS], user="root", timeout_s=30)
-    if task.config.agent.user is not None:  # the agent may write its plan and logs
-        owner = str(task.config.agent.user)
-        box.run(["chown", "-R", owner, AGENT_LOGS], user="root", timeout_s=30)
-    toolbox = Toolbox(
-        sandbox=box,
-        precheck=lambda: NO_PRECHECK,
-        observe=lambda: {},
-        remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
-        watch=ViolationWatch(violation_policy(plan, ctx.public_dir, ctx.workspace), trajectory),
-    )
-    run = AgentRun(
-        ctx=ctx,
-        system_prompt=SYSTEM_PROMPT.format(plan_dir=PLAN_DIR),
-        kickoff=kickoff_of(task, ctx, task_limits.wall_clock_s),
-        toolbox=toolbox,
-        sandbox=box,
-        limits=limits,
-        trajectory=trajectory,
-        gateway=gateway,
-        cell_id=plan.key.cell_id,
-    )
-    return run_recorded(plan, run)
-
-
 def inspect_image_changes(
     box: HarborContainer, trajectory: TrajectoryWriter
 ) -> tuple[Finding, ...]:
@@ -474,7 +571,7 @@ def inspect_image_changes(
 
 def verify(
     task: HarborTask, box: HarborContainer, cell_dir: Path, trajectory: TrajectoryWriter
-) -> Verdict:
+) -> VerifierRun:
     """Run the task's verifier in the container and read its reward (see :mod:`._reward`)."""
     verdict, result = run_verifier(task, box, cell_dir / "verifier")
     reading = verdict.reading
@@ -508,7 +605,9 @@ def verifier_environment(task: HarborTask, box: HarborContainer) -> dict[str, st
     return {"PATH": image.get("PATH") or DEFAULT_PATH, **emptied, **task.verifier_env()}
 
 
-def run_verifier(task: HarborTask, box: HarborContainer, logs: Path) -> tuple[Verdict, ExecResult]:
+def run_verifier(
+    task: HarborTask, box: HarborContainer, logs: Path
+) -> tuple[VerifierRun, ExecResult]:
     """``/tests/test.sh`` in ``box`` and its reward, read from a copy at ``logs``.
 
     Everything the harness runs here is its own (``sandbox/harbor_harness.py``): busybox
@@ -545,7 +644,7 @@ def run_verifier(task: HarborTask, box: HarborContainer, logs: Path) -> tuple[Ve
         except VerifierError as exc:
             output = logs / "test-stdout.txt"
             error = f"{exc.kind}: {exc} (test.sh exit status {result.exit_code}; see {output})"
-    return Verdict(reading, error, timed_out=result.timed_out), result
+    return VerifierRun(reading, error, timed_out=result.timed_out), result
 
 
 def keep_container_files(box: HarborContainer, cell_dir: Path) -> None:
@@ -559,68 +658,6 @@ def keep_container_files(box: HarborContainer, cell_dir: Path) -> None:
             box.copy_out(path, dest)
 
 
-def score_attempt(
-    plan: CellPlan,
-    task: HarborTask,
-    ctx: AgentContext,
-    outcome: AgentOutcome,
-    reading: RewardReading,
-    trajectory: TrajectoryWriter,
-    phases: Phases,
-) -> CellResult:
-    """The attempt's record: S1-S5 and E1-E5 from the trajectory (judged as a PRO-tier
-    cell: nothing is given), TASK = the reward clipped to 0-1, OVERALL = 0.5 AGENTIC +
-    0.5 TASK, and resolved = passed (the reward reaches the task's threshold)."""
-    from pytest_automedbench.evaluators.schema import EvaluationResult
-    from pytest_automedbench.runner import build_result, judges_of, violation_policy
-
-    reward = reading.rewards["reward"]
-    passed = reward >= task.pass_threshold
-    task_score = min(1.0, max(0.0, reward)) if math.isfinite(reward) else 0.0
-    evidence = CellEvidence(
-        judge_ctx=JudgeContext(
-            tier="pro",
-            track=task.category,
-            plan_dir=plan.cell_dir / "agent-logs" / "plan",
-            method_keywords=[],
-            n_cases=0,
-            public_path=ctx.workspace,
-            submission_path=ctx.workspace,
-            input_markers=input_markers(task),
-            output_markers=(),
-        ),
-        events=trajectory.events,
-        format=NO_PRECHECK,
-        task_score=task_score,
-        submitted=outcome.submitted,
-        termination=outcome.termination,
-        band_a=task.pass_threshold,
-        band_b=task.pass_threshold,
-        violation_policy=violation_policy(plan, ctx.public_dir, ctx.workspace),
-    )
-    score = score_cell(evidence, judges_of(plan))
-    if score.violations:
-        trajectory.emit("violations", violations=[v.as_dict() for v in score.violations])
-    evaluation = EvaluationResult(
-        task_id=task.id,
-        track=task.category,
-        evaluator_version=f"harbor-verifier:{task.content_hash[:12]}",
-        task_score=task_score,
-        metrics=dict(reading.rewards),
-        completion_rate=1.0,  # not a Harbor notion: left out of the record below
-        format=NO_PRECHECK,
-        cases=[],
-        elapsed_s=phases.seconds.get("verifier", 0.0),
-    )
-    trajectory.emit("evaluation", task_score=task_score, metrics=reading.rewards, format_valid=True)
-    result = build_result(plan, outcome, evaluation, score)
-    result.completion_rate = None
-    result.resolved = passed and not score.violations
-    result.reward = reward
-    result.passed = passed and not score.violations
-    return _with_harbor_fields(result, task, phases)
-
-
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[\w.-]+/)*[\w.-]+")
 
 
@@ -630,13 +667,6 @@ def input_markers(task: HarborTask) -> tuple[str, ...]:
     solution reads what the solution reads)."""
     named = _ABSOLUTE_PATH.findall(task.instruction)
     return tuple(dict.fromkeys([*named, SOLUTION_DIR]))
-
-
-def _with_harbor_fields(result: CellResult, task: HarborTask, phases: Phases) -> CellResult:
-    result.phase_s = dict(phases.seconds)
-    result.category = task.category
-    result.backend = "docker"
-    return result
 
 
 def _write_trial(

@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -227,6 +227,9 @@ class HarborTask:
     """One Harbor task folder, checked. Its attributes that the cell machinery shares with
     the catalogue's :class:`~pytest_automedbench.tasks.TaskSpec` (``id``, ``track``,
     ``modality``, ``time_limit_s``, ``default_runs``, ``network``, ``folder``) mean the same."""
+
+    #: Its task format (:mod:`pytest_automedbench.formats`).
+    format_name: ClassVar[str] = "harbor"
 
     folder: Path
     id: str

@@ -1,0 +1,55 @@
+"""What one cell is: its key, task, staged data, configuration and folder (a
+:class:`CellPlan`, the one input of :func:`pytest_automedbench.runner.run_cell` and of
+every executor)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_automedbench.provenance import Provenance, cell_provenance
+from pytest_automedbench.results import CellKey
+
+if TYPE_CHECKING:
+    from pytest_automedbench.agents.base import Limits
+    from pytest_automedbench.agents.registry import AgentEntry
+    from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.fixtures.staging import StagedData
+    from pytest_automedbench.formats import Task
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    key: CellKey
+    task: Task
+    staged: StagedData
+    config: RunConfig
+    run_id: str
+    cell_dir: Path
+    #: The sandbox backend, resolved once per session; None: resolve it here (a Slurm
+    #: job resolves it on its compute node).
+    backend: str | None = None
+    #: What produces the record (its configuration hash comes from it); None: computed
+    #: here from the plan.
+    provenance: Provenance | None = None
+
+    @property
+    def agent(self) -> AgentEntry:
+        """The cell's agent, as the session's configuration defines it."""
+        return self.config.agent(self.key.agent)
+
+    def resolved_backend(self) -> str:
+        from pytest_automedbench.sandbox import resolve_backend
+
+        return self.backend if self.backend is not None else resolve_backend(self.config.sandbox)
+
+    def limits(self) -> Limits:
+        """The agent's limits in this cell (the task's, the session's, the agent's)."""
+        return self.config.limits_for(self.agent, self.task)
+
+    def provenance_of(self) -> Provenance:
+        if self.provenance is not None:
+            return self.provenance
+        backend = self.backend if self.backend is not None else self.config.sandbox
+        return cell_provenance(self.config, self.key, self.task, self.staged.data_hash, backend, {})
