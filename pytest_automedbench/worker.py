@@ -102,8 +102,8 @@ class BenchmarkWorker:
             return self.session.staged(cell.task)
         except DataUnavailable as exc:
             pytest.skip(str(exc))
-        except MissingExtraError as exc:  # the message names the install command
-            pytest.fail(str(exc), pytrace=False)
+        except MissingExtraError as exc:  # its message is the report: the install command
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
     def run(self, cell: Cell, staged: StagedData, item: pytest.Item) -> Iterator[CellResult]:
         """Run the cell (in the fixture's setup, so a harness fault is a pytest ERROR) and

@@ -8,6 +8,7 @@ folder could hold modules deleted since), once per test session.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -156,3 +157,48 @@ def test_a_missing_extra_is_named_with_its_install_command(
     message = str(raised.value)
     assert "pip install 'pytest-automedbench[healthagentbench]'" in message
     assert "lightgbm" in message
+
+
+BLOCKER = """
+import importlib.util
+
+import pytest_automedbench.extras as extras
+
+_real = importlib.util.find_spec
+
+
+def _blocked(name, package=None):
+    return None if name.partition(".")[0] == "pyarrow" else _real(name, package)
+
+
+extras.find_spec = _blocked
+"""
+
+
+def test_a_healthagentbench_cell_without_the_extra_fails_with_the_command(
+    tmp_path: Path,
+) -> None:
+    """Without pyarrow (made unimportable for the session by a plugin), the catalogue
+    still collects and a HealthAgentBench cell fails with the install command as its whole
+    report, no traceback."""
+    (tmp_path / "amb_no_pyarrow.py").write_text(BLOCKER, "utf-8")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    argv = [sys.executable, "-m", "pytest", "suites/", "-p", "amb_no_pyarrow"]
+    argv += ["-p", "no:cacheprovider", "--amb-out", str(tmp_path / "out")]
+
+    def pytest(*more: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [*argv, *more], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+        )
+        return done.returncode, done.stdout + done.stderr
+
+    code, output = pytest("--collect-only", "-q")
+    assert code == 0, output
+    assert "ehr-to-meds-lite-r0" in output
+    code, output = pytest("-k", "ehr-to-meds-lite", "--sandbox", "bubblewrap", "-q")
+    assert code == 1, output
+    assert "1 error" in output, output
+    assert "pip install 'pytest-automedbench[healthagentbench]'" in output, output
+    assert "not importable here: pyarrow" in output, output
+    for traceback in ("Traceback", "raise MissingExtraError", "During handling"):
+        assert traceback not in output, output
