@@ -1,5 +1,8 @@
-"""The bubblewrap (``local``) backend, exercised for real: the view, the identity, the
-environment, the namespaces, the limits, process cleanup and the host-side file tools.
+"""The bubblewrap (``local``) backend, exercised for real: what is particular to it (the
+mount view, the namespaces, its limits and cgroup, its staging folders, dying with the
+harness). What every backend promises (identity, the read-only view, the environment,
+limits, process cleanup, the file tools) is tested once per backend in
+``test_sandbox_contract.py``.
 
 Every check runs a command inside a real sandbox and looks at the result from both
 sides (what the agent saw, what the host sees), because a sandbox that merely *says* it
@@ -226,99 +229,6 @@ def test_base_interpreter_path_exposes_only_itself(box: BubblewrapSandbox) -> No
         assert listing == [base.relative_to(folder).parts[0]], (folder, listing)
 
 
-def test_public_is_read_only_workspace_writable_and_owned_by_the_sandbox_uid(
-    box: BubblewrapSandbox, tmp_path: Path
-) -> None:
-    result = run_json(
-        box,
-        """
-        import json, os
-        import errno
-        def attempt(path, mode="w"):
-            try:
-                with open(path, mode) as fh:
-                    fh.write("x")
-                return "ok"
-            except OSError as exc:
-                return errno.errorcode[exc.errno]
-        print(json.dumps({
-            "new_public": attempt("/public/new.txt"),
-            "overwrite_public": attempt("/public/open.txt", "a"),
-            "venv": attempt("/venv/planted.py"),
-            "usr": attempt("/usr/planted"),
-            "workspace": attempt("/workspace/out.txt"),
-            "tmp": attempt("/tmp/scratch"),
-            "root_only": attempt("/public/root_only.txt", "r"),
-        }))
-        """,
-    )
-    assert result["new_public"] == "EROFS"
-    assert result["overwrite_public"] == "EROFS"
-    assert result["venv"] == "EROFS"
-    assert result["usr"] == "EROFS"
-    assert result["workspace"] == "ok"
-    assert result["tmp"] == "ok"
-    # A real unprivileged uid: host DAC applies, so a root-only 0600 file is unreadable.
-    assert result["root_only"] == "EACCES"
-    written = tmp_path / "ws" / "out.txt"
-    assert written.read_text() == "x"
-    assert written.stat().st_uid == box.uid
-    assert (tmp_path / "public" / "open.txt").read_text() == "anyone may write"
-    assert not (tmp_path / "public" / "new.txt").exists()
-
-
-# --------------------------------------------------------------------------- identity
-
-
-def test_runs_as_its_own_unprivileged_uid_without_capabilities(box: BubblewrapSandbox) -> None:
-    who = run_json(
-        box,
-        """
-        import getpass, json, os, socket
-        status = dict(
-            line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines()
-            if ":\\t" in line
-        )
-        print(json.dumps({
-            "uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
-            "groups": os.getgroups(), "user": getpass.getuser(), "home": os.path.expanduser("~"),
-            "host": socket.gethostname(),
-            **{k: status[k].strip() for k in
-               ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")},
-        }))
-        """,
-    )
-    assert box.uid != 0
-    assert (who["uid"], who["euid"], who["gid"]) == (box.uid, box.uid, box.uid)
-    assert who["groups"] == []
-    for field in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
-        assert int(who[field], 16) == 0, (field, who[field])
-    assert who["NoNewPrivs"] == "1"
-    assert who["user"] == "agent"
-    assert who["home"] == "/workspace"
-    assert who["host"] == "sandbox"
-    # No way back up: nested user namespaces are disabled, mounting is refused.
-    nested = box.exec("bash", "unshare -Ur true", timeout_s=30)
-    assert nested.exit_code != 0, nested
-    mount = box.exec("bash", "mount -t tmpfs none /workspace", timeout_s=30)
-    assert mount.exit_code != 0, mount
-
-
-def test_environment_is_an_allow_list(
-    box: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FAKE_PROVIDER_API_KEY", "sk-fake-provider-0123456789")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-openai-0123456789")
-    result = box.exec("bash", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'", 30)
-    assert result.exit_code == 0, result
-    assert "FAKE_PROVIDER_API_KEY" not in result.stdout
-    assert "sk-fake" not in result.stdout
-    env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
-    assert env["HOME"] == "/workspace"
-    assert env["USER"] == "agent"
-    assert env["PATH"].split(":")[0] == "/venv/bin"
-
-
 # --------------------------------------------------------------------------- namespaces
 
 
@@ -419,21 +329,6 @@ def test_fork_bomb_is_contained_and_the_host_can_still_spawn(
     assert run_ok(box, "echo alive", "bash").strip() == "alive"
 
 
-def test_memory_limit_makes_a_large_allocation_fail(make_box: MakeBox) -> None:
-    box = make_box(memory_mb=256)
-    result = box.exec(
-        "python",
-        "small = bytearray(64 << 20); print('64 MiB ok', flush=True); big = bytearray(1 << 30)",
-        timeout_s=60,
-    )
-    assert result.exit_code != 0
-    assert "64 MiB ok" in result.stdout
-    if box.cgroup is not None:  # the cgroup's OOM killer ends the process
-        assert result.exit_code in (137, -9), result
-    else:  # RLIMIT_AS refuses the allocation
-        assert "MemoryError" in result.stderr
-
-
 def test_processes_together_stay_under_the_memory_limit(make_box: MakeBox) -> None:
     """Four workers of 100 MiB each do not fit in 256 MiB (a per-process limit would let
     them); skipped where the host gives no memory cgroup."""
@@ -448,29 +343,6 @@ def test_processes_together_stay_under_the_memory_limit(make_box: MakeBox) -> No
     )
     assert "done" in result.stdout
     assert "Killed" in result.stderr  # bash reports its workers killed by the OOM killer
-
-
-def test_file_size_limit_refuses_a_large_file(
-    make_box: MakeBox, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    box = make_box(max_file_mb=8)
-    outcome = run_json(
-        box,
-        """
-        import errno, json
-        with open("/workspace/small.bin", "wb") as fh:
-            fh.write(b"\\0" * (4 << 20))
-        try:
-            with open("/workspace/big.bin", "wb") as fh:
-                fh.write(b"\\0" * (16 << 20))
-            print(json.dumps("written"))
-        except OSError as exc:
-            print(json.dumps(errno.errorcode[exc.errno]))
-        """,
-    )
-    assert outcome == "EFBIG"
-    assert (tmp_path / "ws" / "small.bin").stat().st_size == 4 << 20
-    assert (tmp_path / "ws" / "big.bin").stat().st_size <= 8 * 1024**2
 
 
 def test_tmp_is_a_bounded_tmpfs(make_box: MakeBox, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -491,22 +363,6 @@ def test_tmp_is_a_bounded_tmpfs(make_box: MakeBox, monkeypatch: pytest.MonkeyPat
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def test_timeout_kills_the_whole_group(box: BubblewrapSandbox) -> None:
-    start = time.monotonic()
-    result = box.exec("bash", "sleep 100 & sleep 100", timeout_s=1)
-    assert result.timed_out and result.exit_code == 124
-    assert time.monotonic() - start < 10
-    assert wait_gone(box.uid) == [], "a sandbox process survived the timeout"
-
-
-def test_background_processes_do_not_outlive_their_call(box: BubblewrapSandbox) -> None:
-    """The pid namespace ends with the command, so nothing of the agent runs between
-    tool calls (which is what lets the host-side file tools trust the workspace)."""
-    result = box.exec("bash", "nohup sleep 100 >/dev/null 2>&1 & echo started", timeout_s=10)
-    assert (result.exit_code, result.stdout.strip()) == (0, "started")
-    assert wait_gone(box.uid) == []
 
 
 _CHILD = """
@@ -576,81 +432,6 @@ def test_two_sandboxes_get_different_uids_and_cannot_see_each_other(
 # --------------------------------------------------------------------------- file tools
 
 
-def test_file_tools_confine_reads_to_workspace_and_public(
-    box: BubblewrapSandbox, tmp_path: Path
-) -> None:
-    run_ok(box, "echo notes > /workspace/notes.txt; ln -s notes.txt alias.txt", "bash")
-    assert box.read_file("/public/input.txt") == b"hello"
-    assert box.read_file("/public/cases/case_0001.txt", max_bytes=4) == b"case"
-    assert box.read_file("notes.txt") == b"notes\n"
-    assert box.read_file("/workspace/notes.txt") == b"notes\n"
-    assert box.read_file("alias.txt") == b"notes\n", "a link inside the workspace is fine"
-    outside = tmp_path / "outside.txt"
-    outside.write_text("reference answer")
-    for path in (
-        "../outside.txt",
-        "/workspace/../outside.txt",
-        "/public/../outside.txt",
-        "/etc/passwd",
-        str(outside),  # host paths are not sandbox paths
-        str(tmp_path / "public" / "input.txt"),
-    ):
-        with pytest.raises(PermissionError):
-            box.read_file(path)
-
-
-def test_file_tools_refuse_links_planted_in_the_workspace(
-    box: BubblewrapSandbox, tmp_path: Path
-) -> None:
-    secret = tmp_path / "references" / "label.txt"
-    secret.parent.mkdir()
-    secret.write_text("reference answer")
-    workspace = tmp_path / "ws"
-    # Planted by the host (as a compromised helper might) and by the agent itself.
-    os.symlink(secret, workspace / "host_link")
-    os.symlink(secret.parent, workspace / "host_dir_link")
-    run_ok(box, "ln -s / rootlink; ln -s ../references/label.txt rel_link", "bash")
-    for path in ("host_link", "host_dir_link/label.txt", "rootlink/etc/shadow", "rel_link"):
-        with pytest.raises(PermissionError):
-            box.read_file(path)
-    for path in ("host_link", "host_dir_link/new.txt", "rootlink/tmp/x", "/public/new.txt"):
-        with pytest.raises(PermissionError):
-            box.write_file(path, b"tampered")
-    assert secret.read_text() == "reference answer"
-    assert sorted(p.name for p in secret.parent.iterdir()) == ["label.txt"]
-    assert not (tmp_path / "public" / "new.txt").exists()
-
-
-def test_write_file_creates_files_owned_by_the_sandbox_uid(
-    box: BubblewrapSandbox, tmp_path: Path
-) -> None:
-    box.write_file("deep/er/out.txt", b"first")
-    box.write_file("/workspace/top.txt", b"top")
-    host = tmp_path / "ws"
-    for path in (host / "deep", host / "deep" / "er", host / "deep" / "er" / "out.txt"):
-        assert path.stat().st_uid == box.uid, path
-        assert path.stat().st_gid == box.uid, path
-    assert (host / "top.txt").stat().st_uid == box.uid
-    # ... so the agent can go on editing what the tool wrote.
-    run_ok(box, "echo ' second' >> deep/er/out.txt; rm top.txt", "bash")
-    assert (host / "deep" / "er" / "out.txt").read_text() == "first second\n"
-    assert not (host / "top.txt").exists()
-
-
-def test_copy_out_skips_links(box: BubblewrapSandbox, tmp_path: Path) -> None:
-    run_ok(
-        box,
-        "mkdir -p out/sub && echo pred > out/sub/case.txt && "
-        "ln -s /public/input.txt out/pub_link && ln -s / out/root_link && mkfifo out/pipe",
-        "bash",
-    )
-    dest = tmp_path / "copied"
-    skipped = box.copy_out("/workspace/out", dest)
-    assert sorted(skipped) == ["pipe", "pub_link", "root_link"]
-    assert (dest / "sub" / "case.txt").read_text() == "pred\n"
-    assert sorted(p.name for p in dest.iterdir()) == ["sub"]
-
-
 def test_read_file_does_not_hang_on_a_fifo(box: BubblewrapSandbox, tmp_path: Path) -> None:
     run_ok(box, "mkfifo /workspace/trap", "bash")
     outcome: list[object] = []
@@ -700,11 +481,6 @@ def test_stale_stages_of_dead_harnesses_are_swept(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- lifecycle
 
 
-def test_harness_venv_works_inside(box: BubblewrapSandbox) -> None:
-    out = run_ok(box, "import numpy, SimpleITK, sys; print(sys.prefix, numpy.zeros(3).sum())")
-    assert out.split() == ["/venv", "0.0"]
-
-
 def test_workspace_under_a_private_folder_still_works(
     box: BubblewrapSandbox, tmp_path: Path
 ) -> None:
@@ -725,9 +501,3 @@ def test_staging_folder_is_removed_at_stop(box: BubblewrapSandbox) -> None:
     assert not stage.exists()
     with pytest.raises(SandboxError):
         box.exec("bash", "true", timeout_s=5)
-
-
-def test_start_refuses_a_missing_public_dir(tmp_path: Path) -> None:
-    spec = SandboxSpec(public_dir=tmp_path / "nope", workspace_dir=tmp_path / "ws")
-    with pytest.raises(SandboxError, match="nope"):
-        BubblewrapSandbox(spec).start()

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.sandbox import (
+    DockerSandbox,
     Sandbox,
     SandboxError,
     SandboxSpec,
@@ -36,6 +37,7 @@ from pytest_automedbench.sandbox import (
     capabilities,
     create_sandbox,
 )
+from pytest_automedbench.sandbox.images import LABEL
 from pytest_automedbench.sandbox.local import MAX_STREAM_BYTES
 from pytest_automedbench.sandbox.mounted import UID_BASE, UID_SPAN, MountedFiles
 
@@ -293,23 +295,26 @@ def test_exec_before_start_is_refused(any_backend: str, host_dirs: Path, tmp_pat
 
 def test_file_tools_confine_reads_and_writes(box: Sandbox, host_dirs: Path) -> None:
     workspace = box.spec.workspace_dir
-    box.write_file("notes/a.txt", b"notes")
-    assert box.read_file(f"{box.workspace_path}/notes/a.txt") == b"notes"
-    assert box.read_file("notes/a.txt", max_bytes=3) == b"not"
+    box.write_file("notes/deep/a.txt", b"notes")
+    assert box.read_file(f"{box.workspace_path}/notes/deep/a.txt") == b"notes"
+    assert box.read_file("notes/deep/a.txt", max_bytes=3) == b"not"
     assert box.read_file(f"{box.public_path}/input.txt") == b"hello"
-    # The agent can go on editing what the tool wrote.
-    run_ok(box, "echo ' more' >> notes/a.txt", "bash")
-    assert (workspace / "notes" / "a.txt").read_text() == "notes more\n"
+    assert box.read_file(f"{box.public_path}/cases/case_0001.txt", max_bytes=4) == b"case"
+    # The agent can go on editing what the tool wrote; a link inside the workspace is fine.
+    run_ok(box, "echo ' more' >> notes/deep/a.txt && ln -s deep/a.txt notes/alias", "bash")
+    assert (workspace / "notes" / "deep" / "a.txt").read_text() == "notes more\n"
+    assert box.read_file("notes/alias") == b"notes more\n"
     if isinstance(box, MountedFiles):
-        for path in ("notes", "notes/a.txt"):
-            assert (workspace / path).stat().st_uid == box.uid, path
+        for path in ("notes", "notes/deep", "notes/deep/a.txt"):
+            owner = (workspace / path).stat()
+            assert (owner.st_uid, owner.st_gid) == (box.uid, box.uid), path
     with pytest.raises(FileNotFoundError):
         box.read_file("missing.txt")
     secret = host_dirs / "private" / "label.txt"
     outside = ["../private/label.txt", f"{box.workspace_path}/../private/label.txt"]
     outside += [f"{box.public_path}/../private/label.txt", "/etc/passwd", "/tmp/x"]
-    if box.capabilities.isolating:
-        outside.append(str(secret))  # host paths are not sandbox paths
+    if box.capabilities.isolating:  # host paths are not sandbox paths
+        outside += [str(secret), str(host_dirs / "public" / "input.txt")]
     for path in outside:
         with pytest.raises(PermissionError):
             box.read_file(path)
@@ -328,17 +333,38 @@ def test_copy_out_skips_links(box: Sandbox, host_dirs: Path, tmp_path: Path) -> 
     run_ok(
         box,
         "mkdir -p outputs/sub && echo pred > outputs/sub/case.txt && "
-        f"ln -s {box.public_path}/input.txt outputs/pub_link && ln -s {secret} outputs/host_link",
+        f"ln -s {box.public_path}/input.txt outputs/pub_link && ln -s {secret} outputs/host_link"
+        " && ln -s / outputs/root_link && mkfifo outputs/pipe",
         "bash",
     )
     os.symlink(secret, box.spec.workspace_dir / "outputs" / "planted_link")
     dest = tmp_path / "copied"
     skipped = box.copy_out(f"{box.workspace_path}/outputs", dest)
-    assert sorted(skipped) == ["host_link", "planted_link", "pub_link"]
+    assert sorted(skipped) == ["host_link", "pipe", "planted_link", "pub_link", "root_link"]
     assert (dest / "sub" / "case.txt").read_text() == "pred\n"
     assert sorted(p.name for p in dest.iterdir()) == ["sub"]
     with pytest.raises(PermissionError):
         box.read_file("outputs/planted_link")
+
+
+def test_file_tools_refuse_links_planted_in_the_workspace(box: Sandbox, tmp_path: Path) -> None:
+    secret = tmp_path / "references" / "label.txt"
+    secret.parent.mkdir()
+    secret.write_text("reference answer")
+    run_ok(box, "mkdir planted", "bash")  # the agent's own folder
+    planted = box.spec.workspace_dir / "planted"
+    # Planted by the host (as a compromised helper might) and by the agent itself.
+    os.symlink(secret, planted / "host_link")
+    os.symlink(secret.parent, planted / "host_dir_link")
+    run_ok(box, "cd planted && ln -s / rootlink && ln -s ../../references/label.txt rel", "bash")
+    for path in ("host_link", "host_dir_link/label.txt", "rootlink/etc/shadow", "rel"):
+        with pytest.raises(PermissionError):
+            box.read_file(f"planted/{path}")
+    for path in ("host_link", "host_dir_link/new.txt", "rootlink/tmp/x"):
+        with pytest.raises(PermissionError):
+            box.write_file(f"planted/{path}", b"tampered")
+    assert secret.read_text() == "reference answer"
+    assert sorted(p.name for p in secret.parent.iterdir()) == ["label.txt"]
 
 
 def test_copy_in_puts_a_host_folder_in_the_workspace(box: Sandbox, tmp_path: Path) -> None:
@@ -576,3 +602,34 @@ def test_network_off_has_only_loopback(ibox: Sandbox) -> None:
     )
     assert net["ifaces"] == ["lo"]
     assert net["connect"] != "connected"
+
+
+# --------------------------------------------------------------------------- containers
+
+
+@pytest.fixture(scope="module", params=[n for n in ISOLATING if capabilities(n).containers])
+def container_backend(request: pytest.FixtureRequest) -> str:
+    return _available(str(request.param))
+
+
+def test_the_evaluator_gets_a_container_of_its_own(container_backend: str, tmp_path: Path) -> None:
+    """A backend with containers runs the evaluator in one of its engine: it sees its
+    mounts, reports failure by exit code, leaves ``/out`` to ``nobody`` and is removed."""
+    backend = backend_class(container_backend)
+    run_id = f"{RUN_ID}-eval-{container_backend}"
+    rc, logs = backend.run_evaluator(["--help"], {}, tmp_path / "help", 120, run_id=run_id)
+    assert rc == 0 and "usage" in logs.lower(), logs
+    assert (tmp_path / "help").stat().st_uid == 65534
+    spec = tmp_path / "spec.json"
+    spec.write_text("[1, 2]")
+    args = ["--spec", "/in/spec.json", "--submission", "/in/submission"]
+    args += ["--references", "/in/references", "--out", "/out/verdict.json"]
+    rc, logs = backend.run_evaluator(
+        args, {spec: ("/in/spec.json", "ro")}, tmp_path / "out", 120, run_id=run_id
+    )
+    assert rc == 2, logs
+    assert "/in/spec.json is not a JSON object" in logs
+    assert not (tmp_path / "out" / "verdict.json").exists()
+    assert issubclass(backend, DockerSandbox)
+    label = {"label": f"{LABEL}.run={run_id}"}
+    assert backend.client().containers.list(all=True, filters=label) == []
