@@ -18,6 +18,7 @@ from sklearn.metrics import multilabel_confusion_matrix, precision_score, recall
 from pytest_automedbench.agents.scripted import ARCHETYPES
 from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.config import RunConfig
+from pytest_automedbench.events import records
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import stage_synthetic
 from pytest_automedbench.results import CellKey
@@ -232,7 +233,7 @@ def test_recorded_archetypes_are_what_the_archetypes_still_do(
     assert result.status == "scored", result.error
     recorded = next(i for i in items if i.id == f"{agent}-{task.id}")
     events = read_trajectory(cell_dir / "trajectory.jsonl")
-    assert tool_outcomes(events) == tool_outcomes(recorded.events)
+    assert tool_outcomes(events) == tool_outcomes(records(recorded.events))
     assert result.termination == recorded.termination
     assert [(c.code, c.rule) for c in result.error_codes] == [
         tuple(pair.split(":")) for pair in diagnosed_codes(recorded)[1]

@@ -25,10 +25,11 @@ from typing import Any
 import yaml
 
 from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.events import Event, parse_events
 from pytest_automedbench.scoring import score_stages
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.models import ERROR_CODES, StageScores
-from pytest_automedbench.scoring.rules import JudgeContext
+from pytest_automedbench.scoring.rules import Events, JudgeContext
 from pytest_automedbench.terms import ERROR_CODE_IDS
 
 __all__ = [
@@ -58,7 +59,8 @@ class LabelledItem:
     #: Where it comes from: ``handmade`` or ``archetype``.
     kind: str
     context: JudgeContext
-    events: list[dict[str, Any]]
+    #: The trajectory, typed (read once).
+    events: list[Event]
     report: FormatReport
     stages: StageScores
     termination: str | None
@@ -207,7 +209,7 @@ def render_disagreements(validation: Validation) -> str:
 
 
 def rule_stages(
-    ctx: JudgeContext, events: list[dict[str, Any]], report: FormatReport, submitted: bool
+    ctx: JudgeContext, events: Events, report: FormatReport, submitted: bool
 ) -> StageScores:
     """The rule judge's stage scores, as the runner stores them in ``result.json``."""
     return score_stages(ctx, events, report, submitted).stages
@@ -251,7 +253,7 @@ def _handmade_item(
     folder: Path, entry: Mapping[str, Any], defaults: Mapping[str, Any]
 ) -> LabelledItem:
     ctx = _context(defaults["context"])
-    events = _read_jsonl(folder / "handmade" / f"{entry['id']}.jsonl")
+    events = parse_events(_read_jsonl(folder / "handmade" / f"{entry['id']}.jsonl"))
     report = _handmade_report(entry.get("report", {}), ctx.n_cases)
     termination = str(entry.get("termination", "submitted"))
     submitted = bool(entry.get("submitted", termination == "submitted"))
@@ -277,7 +279,7 @@ def _archetype_item(folder: Path, entry: Mapping[str, Any]) -> LabelledItem:
         id=name,
         kind="archetype",
         context=_context(cell["context"]),
-        events=_read_jsonl(folder / "archetypes" / f"{name}.jsonl"),
+        events=parse_events(_read_jsonl(folder / "archetypes" / f"{name}.jsonl")),
         report=FormatReport.model_validate(cell["report"]),
         stages=StageScores.model_validate(cell["stages"]),
         termination=cell["termination"],
