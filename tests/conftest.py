@@ -26,7 +26,7 @@ os.environ[STATIC_ONLY_ENV] = "1"
 # loaded here, it stays loaded in every test process whatever order the tests run in.
 import pytest_automedbench.controller  # noqa: F401
 from pytest_automedbench.agents.tools import Toolbox
-from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
 from pytest_automedbench.results import CellResult
@@ -56,6 +56,31 @@ def run_reference_solve(
     return subprocess.run(
         argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=env
     )
+
+
+def run_evaluator_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest_automedbench.evaluators ARGS``: the evaluator's command line."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_automedbench.evaluators", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def evaluate_by_cli(
+    spec: EvalSpec, submission: Path, references: Path, out: Path
+) -> EvaluationResult:
+    """Score a submission through the evaluator's command line (the spec written beside
+    the submission); the result it writes to ``out``, which must succeed."""
+    spec_path = submission.parent / "spec.json"
+    spec_path.write_text(spec.model_dump_json())
+    proc = run_evaluator_cli(
+        "--spec", spec_path, "--submission", submission, "--references", references, "--out", out
+    )
+    assert proc.returncode == 0, proc.stderr
+    return EvaluationResult.model_validate_json(out.read_text())
 
 
 def import_reference_solve(task_dir: Path) -> ModuleType:

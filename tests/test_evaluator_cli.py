@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,8 @@ from pytest_automedbench.evaluators.schema import (
     SegmentationRegion,
     SegmentationSpec,
 )
+
+from .conftest import run_evaluator_cli
 
 CASES = ["case_00", "case_01"]
 
@@ -68,18 +69,8 @@ def task(tmp_path: Path) -> dict[str, Path]:
     return {"spec": spec_path, "refs": refs, "sub": sub, "out": tmp_path / "out" / "result.json"}
 
 
-def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_automedbench.evaluators", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
 def _score(task: dict[str, Path]) -> subprocess.CompletedProcess[str]:
-    return run_cli(
+    return run_evaluator_cli(
         "--spec", task["spec"], "--submission", task["sub"],
         "--references", task["refs"], "--out", task["out"],
     )  # fmt: skip
@@ -113,7 +104,7 @@ def test_terrible_submission_still_exits_zero(task: dict[str, Path]) -> None:
 
 def test_format_only_writes_a_format_report_without_references(task: dict[str, Path]) -> None:
     _write(task["sub"] / "case_00.nii.gz", _label_map(0))
-    proc = run_cli(
+    proc = run_evaluator_cli(
         "--spec", task["spec"], "--submission", task["sub"], "--out", task["out"], "--format-only"
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -127,7 +118,7 @@ def test_format_only_writes_a_format_report_without_references(task: dict[str, P
 
 def test_missing_references_dir_exits_2_naming_it(task: dict[str, Path], tmp_path: Path) -> None:
     missing = tmp_path / "no-such-references"
-    proc = run_cli(
+    proc = run_evaluator_cli(
         "--spec", task["spec"], "--submission", task["sub"],
         "--references", missing, "--out", task["out"],
     )  # fmt: skip
@@ -168,6 +159,8 @@ def test_bad_spec_exits_2(task: dict[str, Path], content: str | None, expected: 
 
 
 def test_scoring_without_references_is_a_usage_error(task: dict[str, Path]) -> None:
-    proc = run_cli("--spec", task["spec"], "--submission", task["sub"], "--out", task["out"])
+    proc = run_evaluator_cli(
+        "--spec", task["spec"], "--submission", task["sub"], "--out", task["out"]
+    )
     assert proc.returncode == 2
     assert "--references" in proc.stderr

@@ -13,8 +13,6 @@ import io
 import json
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +31,10 @@ from pytest_automedbench.evaluators.detection import (
 from pytest_automedbench.evaluators.schema import (
     DetectionSpec,
     EvalSpec,
-    EvaluationResult,
     EvaluatorInputError,
 )
+
+from .conftest import evaluate_by_cli
 
 CATEGORIES = [{"id": 1, "name": "Nodule"}, {"id": 2, "name": "mass"}, {"id": 5, "name": "Rib fx"}]
 
@@ -506,28 +505,6 @@ def test_registry_and_spec_checks() -> None:
 def test_cli_end_to_end(tmp_path: Path) -> None:
     gt, good = small_task()
     sub, refs = write_task(tmp_path, gt, good[:1])
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(make_spec(["case_0001", "case_0002"]).model_dump_json())
     out = tmp_path / "evaluation.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest_automedbench.evaluators",
-            "--spec",
-            str(spec_path),
-            "--submission",
-            str(sub),
-            "--references",
-            str(refs),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = EvaluationResult.model_validate_json(out.read_text())
+    result = evaluate_by_cli(make_spec(["case_0001", "case_0002"]), sub, refs, out)
     assert result.track == "detection" and result.task_score == pytest.approx(0.5)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +36,8 @@ from pytest_automedbench.evaluators.schema import (
     EvaluatorInputError,
     FormatReport,
 )
+
+from .conftest import run_evaluator_cli
 
 NESTED = "{case}/restored.npy"  # a per-case folder layout, for the folder-specific checks
 ZERO_METRICS = {"psnr": None, "ssim": None, "psnr_score": 0.0, "ssim_score": 0.0, "score": 0.0}
@@ -752,16 +753,6 @@ def test_registry_factory_and_spec_checks() -> None:
 # --------------------------------------------------------------------------- command line
 
 
-def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_automedbench.evaluators", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
 @pytest.fixture
 def cli_task(tmp_path: Path) -> dict[str, Path]:
     lay = _setup_two_cases(tmp_path)
@@ -772,7 +763,7 @@ def cli_task(tmp_path: Path) -> dict[str, Path]:
 
 def test_cli_scores_an_enhancement_submission(cli_task: dict[str, Path]) -> None:
     np.save(cli_task["sub"] / "bad.npy", REF + 10.0)  # 40 dB: the top of the (20, 40) band
-    proc = run_cli(
+    proc = run_evaluator_cli(
         "--spec", cli_task["spec"], "--submission", cli_task["sub"],
         "--references", cli_task["refs"], "--out", cli_task["out"],
     )  # fmt: skip
@@ -790,7 +781,7 @@ def test_cli_format_only_writes_a_format_report_without_references(
     cli_task: dict[str, Path],
 ) -> None:
     np.save(cli_task["sub"] / "bad.npy", REF.astype(np.int16))
-    proc = run_cli(
+    proc = run_evaluator_cli(
         "--spec", cli_task["spec"], "--submission", cli_task["sub"],
         "--out", cli_task["out"], "--format-only",
     )  # fmt: skip
@@ -805,7 +796,7 @@ def test_cli_format_only_writes_a_format_report_without_references(
 def test_cli_reference_problem_exits_2(cli_task: dict[str, Path]) -> None:
     np.save(cli_task["refs"] / "bad" / "reference.npy", np.full((32, 32), 3.0))
     np.save(cli_task["sub"] / "bad.npy", np.full((32, 32), 3.0))
-    proc = run_cli(
+    proc = run_evaluator_cli(
         "--spec", cli_task["spec"], "--submission", cli_task["sub"],
         "--references", cli_task["refs"], "--out", cli_task["out"],
     )  # fmt: skip

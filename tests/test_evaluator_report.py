@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,8 @@ from pytest_automedbench.evaluators.schema import (
     EvaluatorInputError,
     ReportSpec,
 )
+
+from .conftest import evaluate_by_cli
 
 REFERENCES = {
     "case_0001": "The heart size is normal. The lungs are clear. No pleural effusion or "
@@ -507,33 +507,11 @@ def test_cli_end_to_end_with_meteor(tmp_path: Path) -> None:
         "case_0003": b"\xff not utf-8 at all, but long enough",
     }
     sub, refs = write_sub(tmp_path, preds), write_refs(tmp_path)
-    spec_path = tmp_path / "spec.json"
     metrics = ["bleu", "meteor", "rouge_l", "clinical_f1"]
     if report_module.meteor_unavailable_reason() is not None:
         metrics.remove("meteor")
-    spec_path.write_text(make_spec(metrics).model_dump_json())
     out = tmp_path / "evaluation.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest_automedbench.evaluators",
-            "--spec",
-            str(spec_path),
-            "--submission",
-            str(sub),
-            "--references",
-            str(refs),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = EvaluationResult.model_validate_json(out.read_text())
+    result = evaluate_by_cli(make_spec(metrics), sub, refs, out)
     assert result.track == "report" and 0.0 < result.task_score < 1.0
     assert [c.status for c in result.cases] == ["ok", "ok", "invalid"]
     assert set(metrics) <= set(result.metrics)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,8 @@ from pytest_automedbench.evaluators.vqa import (
     parse_choice,
     token_f1,
 )
+
+from .conftest import evaluate_by_cli
 
 REFERENCES: dict[str, dict[str, Any]] = {
     "q_0001": {"answer": "yes", "answer_type": "closed"},
@@ -518,29 +518,7 @@ def test_cli_end_to_end(tmp_path: Path, refs: Path) -> None:
     answers = {qid: ref["answer"] for qid, ref in REFERENCES.items()}
     answers["q_0007"] = "A"
     sub = submit(tmp_path, answers)
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(make_spec().model_dump_json())
     out = tmp_path / "out" / "evaluation.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest_automedbench.evaluators",
-            "--spec",
-            str(spec_path),
-            "--submission",
-            str(sub),
-            "--references",
-            str(refs),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = EvaluationResult.model_validate_json(out.read_text())
+    result = evaluate_by_cli(make_spec(), sub, refs, out)
     assert result.track == "vqa" and result.task_score == pytest.approx(6 / 7)
     assert result.format.valid
