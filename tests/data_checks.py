@@ -1,10 +1,12 @@
-"""What the data generators' tests check the same way: the bytes of a generated tree, and
-for the COCO detection data sets (bccd-det, dentex-det, kvasir-polyp-det) their declaration,
-in-process scoring with the real evaluator and the COCO split contract. The checks every
-such data set passes alike run once per data set in ``test_fixtures_coco_detection.py``."""
+"""What the data generators' tests check the same way: the bytes of a generated tree, a
+generator's small and realistic sizes, and for the COCO detection data sets (bccd-det,
+dentex-det, kvasir-polyp-det) their declaration, in-process scoring with the real evaluator
+and the COCO split contract. The checks every such data set passes alike run once per data
+set in ``test_fixtures_coco_detection.py``."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from PIL import Image
 
 from pytest_automedbench.evaluators import get_evaluator
 from pytest_automedbench.fixtures import blood_smear, dental_panoramic, endoscopy
+from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import case_ids_of
 from pytest_automedbench.tasks import load_task
 
@@ -22,6 +25,17 @@ from .conftest import SUITES
 
 #: generate(public_dir, private_dir, n_cases, seed) -> case ids
 DatasetGenerator = Callable[[Path, Path, int, int], list[str]]
+
+
+def check_sizes(name: str, dataset: DatasetGenerator, **realistic: Any) -> None:
+    """Generator ``name`` is ``dataset`` at the small size, and at the realistic size the
+    same dataset function on the real data's grid (called with the ``realistic`` keywords)."""
+    generator = get_generator(name)
+    assert generator.for_size("small") is generator.generate is dataset
+    variant = generator.for_size("realistic")
+    assert variant is generator.realistic
+    assert isinstance(variant, functools.partial) and variant.func is dataset
+    assert variant.keywords == realistic
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:

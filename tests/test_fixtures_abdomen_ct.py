@@ -10,7 +10,6 @@ solve. The stagers run on tiny trees in each dataset's official layout.
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import shutil
 import time
@@ -47,6 +46,8 @@ from pytest_automedbench.fixtures.abdomen_ct import (
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import case_ids_of
+
+from .data_checks import check_sizes
 
 Int16Array = npt.NDArray[np.int16]
 UInt8Array = npt.NDArray[np.uint8]
@@ -407,13 +408,7 @@ def test_small_size_is_the_default_generator() -> None:
         ("liver-tumor-ct", generate_liver_dataset),
         ("totalseg-abdomen-ct", generate_abdomen_dataset),
     ):
-        generator = get_generator(name)
-        assert generator.for_size("small") is generator.generate is dataset
-        realistic = generator.for_size("realistic")
-        assert realistic is generator.realistic
-        # The realistic variant is the same dataset function on the clinical grid.
-        assert isinstance(realistic, functools.partial) and realistic.func is dataset
-        assert realistic.keywords == {"shape": REALISTIC_SHAPE, "spacing": REALISTIC_SPACING}
+        check_sizes(name, dataset, shape=REALISTIC_SHAPE, spacing=REALISTIC_SPACING)
 
 
 @pytest.mark.slow

@@ -50,6 +50,8 @@ from pytest_automedbench.fixtures.staging import (
     stage_real,
 )
 
+from .data_checks import check_sizes
+
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.integer]
 BoolArray = npt.NDArray[np.bool_]
@@ -648,13 +650,7 @@ def test_small_size_is_the_default_generator() -> None:
         ("mri-fetal-brain", generate_fetal_dataset, FETAL_REALISTIC_SHAPE, FETAL_REALISTIC_SPACING),
         ("mri-brain-tumor", generate_brats_dataset, BRATS_REALISTIC_SHAPE, BRATS_REALISTIC_SPACING),
     ):
-        generator = get_generator(name)
-        assert generator.for_size("small") is generator.generate is dataset
-        realistic = generator.for_size("realistic")
-        assert realistic is generator.realistic
-        # The realistic variant is the same dataset function on the dataset's own grid.
-        assert isinstance(realistic, functools.partial) and realistic.func is dataset
-        assert realistic.keywords == {"shape": shape, "spacing": spacing}
+        check_sizes(name, dataset, shape=shape, spacing=spacing)
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ that turns the official ACDC layout into the benchmark's split without leaking p
 
 from __future__ import annotations
 
-import functools
 import time
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from pytest_automedbench.fixtures.staging import (
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
+from .data_checks import check_sizes
 
 Int16Array = npt.NDArray[np.int16]
 UInt8Array = npt.NDArray[np.uint8]
@@ -367,13 +367,8 @@ def test_generate_dataset_rejects_bad_counts(tmp_path: Path) -> None:
 
 
 def test_small_size_is_the_default_generator() -> None:
-    generator = get_generator("short-axis-cine-mri")
-    assert generator.for_size("small") is generator.generate is generate_dataset
-    realistic = generator.for_size("realistic")
-    assert realistic is generator.realistic
     # The realistic variant is the same dataset function on ACDC's whole-chest matrix.
-    assert isinstance(realistic, functools.partial) and realistic.func is generate_dataset
-    assert realistic.keywords == {"shape": REALISTIC_SHAPE}
+    check_sizes("short-axis-cine-mri", generate_dataset, shape=REALISTIC_SHAPE)
 
 
 def test_realistic_variant_writes_the_acdc_matrix(tmp_path: Path) -> None:

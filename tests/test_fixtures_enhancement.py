@@ -11,7 +11,6 @@ tiny trees in the official layouts, written in the real formats (DICOM, HDF5).
 
 from __future__ import annotations
 
-import functools
 import string
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +35,7 @@ from pytest_automedbench.fixtures.staging import case_ids_of
 from pytest_automedbench.tasks import BRIEF_FIELDS
 
 from .conftest import SUITES, import_reference_solve
+from .data_checks import check_sizes
 
 F64 = npt.NDArray[np.float64]
 TASK_DIRS = {
@@ -122,13 +122,7 @@ def test_small_size_is_the_default_generator() -> None:
         ("mri-sr-phantom", ed.generate_sr_dataset, ed.MRI_REALISTIC_SHAPE),
         ("mri-recon-phantom", ed.generate_recon_dataset, ed.MRI_REALISTIC_SHAPE),
     ):
-        generator = get_generator(name)
-        assert generator.for_size("small") is generator.generate is function
-        realistic = generator.for_size("realistic")
-        assert realistic is generator.realistic
-        # The realistic variant is the same dataset function on the real data's matrix.
-        assert isinstance(realistic, functools.partial) and realistic.func is function
-        assert realistic.keywords == {"shape": shape}
+        check_sizes(name, function, shape=shape)
 
 
 _REALISTIC_FILES: dict[str, dict[str, tuple[int, int]]] = {

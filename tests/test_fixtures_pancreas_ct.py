@@ -51,6 +51,8 @@ from pytest_automedbench.fixtures.staging import (
     stage_real,
 )
 
+from .data_checks import check_sizes
+
 BoolArray = npt.NDArray[np.bool_]
 
 SAMPLING_ZYX = (DEFAULT_SPACING[2], DEFAULT_SPACING[1], DEFAULT_SPACING[0])
@@ -420,13 +422,7 @@ def test_small_size_is_the_default_generator() -> None:
         ("pancreas-tumor-ct", generate_tumor_dataset),
         ("pancreas-oar-ct", generate_oar_dataset),
     ):
-        generator = get_generator(name)
-        assert generator.for_size("small") is generator.generate is dataset
-        realistic = generator.for_size("realistic")
-        assert realistic is generator.realistic
-        # The realistic variant is the same dataset function on the clinical grid.
-        assert isinstance(realistic, functools.partial) and realistic.func is dataset
-        assert realistic.keywords == {"shape": REALISTIC_SHAPE, "spacing": REALISTIC_SPACING}
+        check_sizes(name, dataset, shape=REALISTIC_SHAPE, spacing=REALISTIC_SPACING)
 
 
 @pytest.mark.slow
