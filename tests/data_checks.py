@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pytest
 from PIL import Image
 
 from pytest_automedbench.evaluators import get_evaluator
@@ -23,6 +25,8 @@ from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
 
+#: A predicted box: image_id, category_id, bbox [x, y, w, h] and score.
+Prediction = dict[str, Any]
 #: generate(public_dir, private_dir, n_cases, seed) -> case ids
 DatasetGenerator = Callable[[Path, Path, int, int], list[str]]
 
@@ -45,6 +49,39 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def prediction(
+    image_id: int, category_id: int, bbox: list[float], score: float = 1.0
+) -> Prediction:
+    """One predicted box as predictions.json holds it."""
+    return {"image_id": image_id, "category_id": category_id, "bbox": bbox, "score": score}
+
+
+def whole_image_boxes(annotations: dict[str, Any]) -> list[Prediction]:
+    """Every category over every whole image."""
+    return [
+        prediction(im["id"], c["id"], [0, 0, im["width"], im["height"]])
+        for im in annotations["images"]
+        for c in annotations["categories"]
+    ]
+
+
+def random_boxes(
+    annotations: dict[str, Any], per_image: int, rng: np.random.Generator
+) -> list[Prediction]:
+    """For each category, ``per_image`` boxes of its median size at random places in each
+    image, with random scores."""
+    boxes = []
+    for category in annotations["categories"]:
+        c = category["id"]
+        sizes = [a["bbox"][2:] for a in annotations["annotations"] if a["category_id"] == c]
+        w, h = (float(v) for v in np.median(sizes, axis=0))
+        for im in annotations["images"]:
+            for _ in range(per_image):
+                x, y = rng.uniform(0, im["width"] - w), rng.uniform(0, im["height"] - h)
+                boxes.append(prediction(im["id"], c, [x, y, w, h], float(rng.random())))
+    return boxes
 
 
 @dataclass(frozen=True)
@@ -92,6 +129,25 @@ class CocoDetectionData:
         (submission / "predictions.json").write_text(json.dumps(predictions), encoding="utf-8")
         spec = load_task(self.task_dir).eval_spec(case_ids_of(root, "coco"))
         return get_evaluator(spec).score(submission, root / "private").task_score
+
+    def check_baselines(
+        self, root: Path, tmp: Path, random_per_image: int, whole_image_below: float
+    ) -> None:
+        """Boxes over whole images score below ``whole_image_below``, boxes of the median
+        size at random places below half of rating B; the references as predictions score
+        1 (the scorer itself is sound)."""
+        annotations = self.annotations(root)
+        rating_b = load_task(self.task_dir).rating.b
+        whole = whole_image_boxes(annotations)
+        assert self.task_score(root, whole, tmp / "whole") < whole_image_below
+        rng = np.random.default_rng(0)
+        scattered = random_boxes(annotations, random_per_image, rng)
+        assert self.task_score(root, scattered, tmp / "random") < 0.5 * rating_b
+        perfect = [
+            prediction(a["image_id"], a["category_id"], a["bbox"])
+            for a in annotations["annotations"]
+        ]
+        assert self.task_score(root, perfect, tmp / "perfect") == pytest.approx(1.0)
 
     def check_split(self, root: Path, n_cases: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """The COCO split contract: an image index without labels in public, the same index

@@ -27,7 +27,6 @@ from pytest_automedbench.fixtures.staging import (
     real_salt,
     stage_real,
 )
-from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
 from .data_checks import COCO_DATASETS
@@ -192,51 +191,7 @@ def test_realistic_size_matches_bccd() -> None:
 
 
 def test_trivial_baselines_stay_below_rating_b(dataset: Path, tmp_path: Path) -> None:
-    task = load_task(TASK_DIR)
-    annotations = _annotations(dataset)
-    full = [
-        {
-            "image_id": im["id"],
-            "category_id": c,
-            "bbox": [0, 0, im["width"], im["height"]],
-            "score": 1.0,
-        }
-        for im in annotations["images"]
-        for c in (RBC, WBC, PLATELETS)
-    ]
-    assert _task_map50(dataset, full, tmp_path / "full") < 0.05
-    rng = np.random.default_rng(0)
-    sizes = {
-        c: np.median(
-            [a["bbox"][2:] for a in annotations["annotations"] if a["category_id"] == c], axis=0
-        )
-        for c in (RBC, WBC, PLATELETS)
-    }
-    random_boxes = []
-    for im in annotations["images"]:
-        for c, (w, h) in sizes.items():
-            for _ in range(30):
-                x, y = rng.uniform(0, im["width"] - w), rng.uniform(0, im["height"] - h)
-                random_boxes.append(
-                    {
-                        "image_id": im["id"],
-                        "category_id": c,
-                        "bbox": [x, y, w, h],
-                        "score": float(rng.random()),
-                    }
-                )
-    assert _task_map50(dataset, random_boxes, tmp_path / "random") < 0.5 * task.rating.b
-    # The scorer itself is sound: the references as predictions score 1.
-    perfect = [
-        {
-            "image_id": a["image_id"],
-            "category_id": a["category_id"],
-            "bbox": a["bbox"],
-            "score": 1.0,
-        }
-        for a in annotations["annotations"]
-    ]
-    assert _task_map50(dataset, perfect, tmp_path / "perfect") == pytest.approx(1.0)
+    DATA.check_baselines(dataset, tmp_path, random_per_image=30, whole_image_below=0.05)
 
 
 # --------------------------------------------------------------------------- real-data stager

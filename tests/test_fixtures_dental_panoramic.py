@@ -192,43 +192,8 @@ def test_scales_to_larger_grids() -> None:
 
 
 def test_trivial_baselines_stay_below_rating_b(dataset: Path, tmp_path: Path) -> None:
-    task = load_task(TASK_DIR)
-    annotations = _annotations(dataset)
-    categories = [c["id"] for c in annotations["categories"]]
-    full = [
-        {
-            "image_id": im["id"],
-            "category_id": c,
-            "bbox": [0, 0, im["width"], im["height"]],
-            "score": 1.0,
-        }
-        for im in annotations["images"]
-        for c in categories
-    ]
-    assert _task_score(dataset, full, tmp_path / "full") < 0.5 * task.rating.b
-    rng = np.random.default_rng(0)
-    random_boxes = []
-    for c in categories:
-        w, h = np.median(
-            [a["bbox"][2:] for a in annotations["annotations"] if a["category_id"] == c], axis=0
-        )
-        for im in annotations["images"]:
-            for _ in range(20):
-                x, y = rng.uniform(0, im["width"] - w), rng.uniform(0, im["height"] - h)
-                random_boxes.append(
-                    {
-                        "image_id": im["id"],
-                        "category_id": c,
-                        "bbox": [x, y, w, h],
-                        "score": float(rng.random()),
-                    }
-                )
-    assert _task_score(dataset, random_boxes, tmp_path / "random") < 0.5 * task.rating.b
-    perfect = [
-        {"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 1}
-        for a in annotations["annotations"]
-    ]
-    assert _task_score(dataset, perfect, tmp_path / "perfect") == pytest.approx(1.0)
+    rating_b = load_task(TASK_DIR).rating.b
+    DATA.check_baselines(dataset, tmp_path, random_per_image=20, whole_image_below=0.5 * rating_b)
 
 
 # --------------------------------------------------------------------------- real-data stager
