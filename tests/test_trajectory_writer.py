@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_automedbench.agents.trajectory import TrajectoryWriter
+from pytest_automedbench.agents.trajectory import TrajectoryWriter, conversation_from_events
 from pytest_automedbench.events import (
     EVENT_TYPES,
     Event,
@@ -177,3 +177,14 @@ def test_writers_on_two_threads_keep_seq_without_gaps(tmp_path: Path) -> None:
     seqs = [json.loads(line)["seq"] for line in _lines(writer.path)]
     assert seqs == list(range(100))
     assert sorted(delivered) == list(range(100))
+
+
+def test_the_conversation_reads_the_same_from_typed_events_and_dicts(tmp_path: Path) -> None:
+    writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
+    writer.emit("message", message={"role": "user", "content": "brief"})
+    writer.write(LimitEvent.of(limit="no_action", turns=1))
+    writer.emit("message", turn=1, message={"role": "assistant", "content": "ok"})
+    writer.close()
+    said = [{"role": "user", "content": "brief"}, {"role": "assistant", "content": "ok"}]
+    assert conversation_from_events(writer.typed) == conversation_from_events(writer.events)
+    assert conversation_from_events(writer.typed) == said

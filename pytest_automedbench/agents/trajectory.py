@@ -27,12 +27,19 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_automedbench.agents.base import AgentOutcome, Message, Termination, Usage
-from pytest_automedbench.events import SCHEMA_VERSION, EndEvent, Event, Subscriber, event_of
+from pytest_automedbench.events import (
+    SCHEMA_VERSION,
+    EndEvent,
+    Event,
+    Subscriber,
+    event_of,
+    records,
+)
 from pytest_automedbench.redact import redact, secret_values
 
 TRAJECTORY_SCHEMA_VERSION = SCHEMA_VERSION
@@ -144,7 +151,9 @@ def write_conversation(path: Path, messages: list[dict[str, Any]], meta: dict[st
     tmp.replace(path)
 
 
-def conversation_from_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation as the model saw it, rebuilt from the trajectory (so it exists
-    even when the loop itself crashed)."""
-    return [e["message"] for e in events if "message" in e]
+def conversation_from_events(
+    events: Iterable[Mapping[str, Any] | Event],
+) -> list[dict[str, Any]]:
+    """The conversation as the model saw it, rebuilt from the trajectory (typed events,
+    or their dicts), so it exists even when the loop itself crashed."""
+    return [e["message"] for e in records(events) if "message" in e]
