@@ -15,8 +15,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from functools import cache
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
+
+from pytest_automedbench.version import harness_version
 
 if TYPE_CHECKING:
     from pytest_automedbench.config import RunConfig
@@ -64,14 +65,6 @@ def task_hash(task: Task, tier: str) -> str:
     from pytest_automedbench.formats import format_of
 
     return format_of(task).task_hash(task, tier)
-
-
-@cache
-def harness_version() -> str:
-    try:
-        return metadata.version("pytest-automedbench")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 @cache

@@ -16,10 +16,10 @@ from filelock import FileLock
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.formats import DataUnavailable, format_of
-from pytest_automedbench.formats.catalogue import stage_synthetic_task
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.provenance import Provenance, cell_provenance
 from pytest_automedbench.results import CellKey, CellResult, LedgerKey, ledger_key
+from pytest_automedbench.synthetic import stage_synthetic_task
 
 if TYPE_CHECKING:
     from pytest_automedbench.cells import Cell

@@ -1,5 +1,8 @@
-"""The real agent-system CLIs (Claude Code, Codex CLI, Copilot CLI, mini-swe-agent), pinned,
-installed offline-ready.
+"""The installer of the real agent-system CLIs: pinned, installed offline-ready.
+
+Which systems there are, and each one's pin (an :class:`AgentSystem`), is said by the
+system's own module in :mod:`pytest_automedbench.agents.systems`; this module installs
+any list of pins and knows where the tools appear in the sandboxes.
 
 Claude Code, Codex and Copilot CLI come from npm: a small wrapper package and a platform
 package with the native binary (Claude Code's postinstall copies it over its
@@ -19,8 +22,9 @@ read-only at :data:`AGENT_TOOLS` (``SandboxSpec.agent_tools``) and put
 host's ``/usr/bin/node`` in the bubblewrap sandbox and Debian's ``nodejs`` in the agent
 image.
 
-:func:`main` (``scripts/system-setup --project test`` calls it) installs them, silent
-when the stamp holds, and prints the folder.
+:func:`install_main` (``scripts/system-setup --project test`` calls it through
+:func:`pytest_automedbench.agents.systems.main`) installs them, silent when the stamp
+holds, and prints the folder.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -79,84 +84,6 @@ class AgentSystem:
     leave_out: tuple[str, ...] = ()
 
 
-#: The pins: the only place the agent systems' versions are written.
-AGENT_SYSTEMS: dict[str, AgentSystem] = {
-    "claude-code": AgentSystem(
-        name="claude-code",
-        package="@anthropic-ai/claude-code",
-        version="2.1.197",
-        command="claude",
-        version_text="2.1.197 (Claude Code)",
-        env={
-            "DISABLE_AUTOUPDATER": "1",
-            "DISABLE_TELEMETRY": "1",
-            "DISABLE_ERROR_REPORTING": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        },
-    ),
-    "codex": AgentSystem(
-        name="codex",
-        package="@openai/codex",
-        version="0.171.0",
-        command="codex",
-        version_text="codex-cli 0.171.0",
-        # Codex reads no environment switch for these: config overrides (`-c key=value`,
-        # the same keys as ~/.codex/config.toml); its OTEL exporters are "none" by default
-        # and set so explicitly. CODEX_HOME (its config and state) is set by the runner.
-        args=tuple(
-            arg
-            for override in (
-                "check_for_update_on_startup=false",
-                "analytics.enabled=false",
-                "feedback.enabled=false",
-                'otel.exporter="none"',
-                'otel.trace_exporter="none"',
-                'otel.metrics_exporter="none"',
-            )
-            for arg in ("-c", override)
-        ),
-    ),
-    "copilot": AgentSystem(
-        name="copilot",
-        package="@github/copilot",
-        version="1.0.102",
-        command="copilot",
-        version_text="GitHub Copilot CLI 1.0.102",
-        env={
-            # No GitHub sign-in, telemetry, web tools, GitHub MCP server or auto-update
-            # (needs a model provider of its own: the gateway, in BYOK mode).
-            "COPILOT_OFFLINE": "true",
-            "COPILOT_AUTO_UPDATE": "false",
-        },
-        args=("--disable-client-telemetry", "--no-auto-update"),
-    ),
-    "mini-swe-agent": AgentSystem(
-        name="mini-swe-agent",
-        package="mini-swe-agent",
-        version="2.4.6",
-        command="mini",
-        # mini has no --version: the launcher answers it by importing mini and litellm.
-        version_text="mini-swe-agent 2.4.6",
-        env={
-            # Skip the first-run setup prompt (model and key questions on the terminal).
-            "MSWEA_CONFIGURED": "true",
-            # No start-up banner (version, migration guide, global config path).
-            "MSWEA_SILENT_STARTUP": "1",
-            # Cost from litellm's map: the gateway's model names are not in it (0 is fine).
-            "MSWEA_COST_TRACKING": "ignore_errors",
-            # Its global config (a .env it loads), prompt history and default trajectory;
-            # the sandbox's private /tmp rather than $HOME/.config in the workspace.
-            "MSWEA_GLOBAL_CONFIG_DIR": "/tmp/mini-swe-agent",
-            # litellm fetches its model cost map from GitHub at import unless told.
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        },
-        installer="pip",
-        module="minisweagent.run.mini",
-        # Only the SWE-bench batch runners import it (pyarrow, pandas, numpy: ~350 MB).
-        leave_out=("datasets",),
-    ),
-}
-
 #: The sh launcher of a pip-installed system: ``python3 -I -S`` (no site-packages, no
 #: working directory, no PYTHON* variables) with only ``../python`` on ``sys.path``.
 LAUNCHER = """#!/bin/sh
@@ -177,10 +104,10 @@ else:
 """
 
 
-def quiet_environment() -> dict[str, str]:
-    """Every agent system's update/telemetry switches, as one environment."""
+def quiet_environment(systems: Iterable[AgentSystem]) -> dict[str, str]:
+    """The systems' update/telemetry switches, as one environment."""
     env: dict[str, str] = {}
-    for system in AGENT_SYSTEMS.values():
+    for system in systems:
         env.update(system.env)
     return env
 
@@ -192,10 +119,10 @@ def default_tools_dir() -> Path:
     return Path(__file__).resolve().parent.parent / ".agent-tools"
 
 
-def stamp_text() -> str:
+def stamp_text(systems: Iterable[AgentSystem]) -> str:
     """What a finished install records: the pins and the machine (and Python, whose wheels
     pip picked) they were fetched for."""
-    pins = {s.package: s.version for s in AGENT_SYSTEMS.values()}
+    pins = {s.package: s.version for s in systems}
     python = "{}.{}".format(*sys.version_info[:2])
     machine = os.uname().machine
     return json.dumps(
@@ -209,40 +136,42 @@ def program(prefix: Path, system: AgentSystem) -> Path:
     return folder / system.command
 
 
-def is_installed(tools_dir: Path) -> bool:
+def is_installed(tools_dir: Path, systems: Sequence[AgentSystem]) -> bool:
     try:
-        return (tools_dir / STAMP_FILE).read_text() == stamp_text()
+        return (tools_dir / STAMP_FILE).read_text() == stamp_text(systems)
     except OSError:
         return False
 
 
-def ensure_agent_tools(tools_dir: Path | None = None, *, log: bool = True) -> Path:
-    """The tools folder with the pinned agent systems, installed with npm when its stamp
-    is missing or names other versions (concurrent callers wait on a lock; the folder is
-    replaced whole, never half-updated)."""
+def ensure_agent_tools(
+    systems: Sequence[AgentSystem], tools_dir: Path | None = None, *, log: bool = True
+) -> Path:
+    """The tools folder with the pinned ``systems``, installed with npm and pip when its
+    stamp is missing or names other versions (concurrent callers wait on a lock; the
+    folder is replaced whole, never half-updated)."""
     root = (tools_dir or default_tools_dir()).resolve()
-    if is_installed(root):
+    if is_installed(root, systems):
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     lock = root.parent / f".{root.name.lstrip('.')}.lock"  # hidden, never "..name"
     with FileLock(str(lock), timeout=INSTALL_TIMEOUT_S):
-        if is_installed(root):
+        if is_installed(root, systems):
             return root
         npm = shutil.which("npm")
         if npm is None:
             raise SandboxError("npm is missing (apt-get install npm): the agent systems need it")
         started = time.monotonic()
         if log:
-            names = ", ".join(f"{s.package}@{s.version}" for s in AGENT_SYSTEMS.values())
+            names = ", ".join(f"{s.package}@{s.version}" for s in systems)
             print(f"automedbench: installing {names} into {root} (npm, pip)", file=sys.stderr)
         staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
         try:
-            _npm_install(npm, staging)
-            _pip_install(staging)
-            _write_launchers(staging)
-            _check_versions(staging)
+            _npm_install(npm, staging, systems)
+            _pip_install(staging, systems)
+            _write_launchers(staging, systems)
+            _check_versions(staging, systems)
             _readable_by_all(staging)
-            (staging / STAMP_FILE).write_text(stamp_text())
+            (staging / STAMP_FILE).write_text(stamp_text(systems))
             staging.chmod(0o755)
             old = root.with_name(f".{root.name}-old-{os.getpid()}")
             if root.exists():
@@ -257,13 +186,11 @@ def ensure_agent_tools(tools_dir: Path | None = None, *, log: bool = True) -> Pa
     return root
 
 
-def _npm_install(npm: str, prefix: Path) -> None:
+def _npm_install(npm: str, prefix: Path, systems: Sequence[AgentSystem]) -> None:
     manifest = {
         "name": "automedbench-agent-tools",
         "private": True,
-        "dependencies": {
-            s.package: s.version for s in AGENT_SYSTEMS.values() if s.installer == "npm"
-        },
+        "dependencies": {s.package: s.version for s in systems if s.installer == "npm"},
     }
     (prefix / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
     command = [npm, "install", "--prefix", str(prefix), "--omit=dev", "--no-audit", "--no-fund"]
@@ -285,12 +212,12 @@ def _install(command: list[str], what: str, env: dict[str, str] | None = None) -
         raise SandboxError(f"{what} failed ({done.returncode}):\n{tail}")
 
 
-def _pip_install(prefix: Path) -> None:
+def _pip_install(prefix: Path, systems: Sequence[AgentSystem]) -> None:
     """The pip systems into ``prefix/python`` with the harness's interpreter: the pin
     without its requirements, then its requirements (markers and bounds as declared)
     less :attr:`AgentSystem.leave_out`."""
     target = prefix / "python"
-    for system in AGENT_SYSTEMS.values():
+    for system in systems:
         if system.installer != "pip":
             continue
         _pip(target, ["--no-deps", f"{system.package}=={system.version}"], system)
@@ -315,8 +242,8 @@ def _pip(target: Path, requirements: list[str], system: AgentSystem) -> None:
     _install(command, f"pip install of {system.package}", env)
 
 
-def _write_launchers(prefix: Path) -> None:
-    for system in AGENT_SYSTEMS.values():
+def _write_launchers(prefix: Path, systems: Sequence[AgentSystem]) -> None:
+    for system in systems:
         if system.installer != "pip":
             continue
         launcher = program(prefix, system)
@@ -333,11 +260,11 @@ def _write_launchers(prefix: Path) -> None:
         launcher.chmod(0o755)
 
 
-def _check_versions(prefix: Path) -> None:
+def _check_versions(prefix: Path, systems: Sequence[AgentSystem]) -> None:
     """Each CLI runs and reports its pin (catches a skipped postinstall, a missing
     platform package or a missing Python requirement)."""
     home = prefix / ".home"
-    for system in AGENT_SYSTEMS.values():
+    for system in systems:
         env = {**os.environ, **system.env, "HOME": str(home)}
         if system.installer == "pip":  # the interpreter pip installed for, first
             env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH') or '/usr/bin:/bin'}"
@@ -377,10 +304,12 @@ def _readable_by_all(root: Path) -> None:
                 path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
 
 
-def main(argv: list[str] | None = None) -> int:
+def install_main(systems: Sequence[AgentSystem], argv: list[str] | None = None) -> int:
+    """Install ``systems`` into the folder named by the first argument (else
+    :func:`default_tools_dir`) and print it; 1 with the reason when that fails."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        root = ensure_agent_tools(Path(args[0]) if args else None)
+        root = ensure_agent_tools(systems, Path(args[0]) if args else None)
     except SandboxError as exc:
         print(f"automedbench: {exc}", file=sys.stderr)
         return 1

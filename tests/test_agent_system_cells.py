@@ -21,13 +21,13 @@ from typing import Any, ClassVar
 
 import pytest
 
+from pytest_automedbench.agents.systems import SYSTEMS
 from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.sandbox import bubblewrap_problem, docker_problem
-from pytest_automedbench.sandbox.agent_systems import AGENT_SYSTEMS
 from pytest_automedbench.tasks import load_task
 from tests.scripted_upstream import ScriptedUpstream, Shell, Step, StepUsage, Text
 
@@ -167,7 +167,7 @@ def assert_graded_from_the_wire(cell: SystemCell, system: str) -> None:
     assert result.status == "scored", (result.error, cell.kinds())
     assert result.termination == "finished"
     assert result.harness == system
-    assert result.harness_version == AGENT_SYSTEMS[system].version
+    assert result.harness_version == SYSTEMS[system].version
     assert result.model == UPSTREAM_MODEL[system]
     # The system ran real shell commands in the sandbox: the plan and the answers exist,
     # and each call is in the trajectory with its code and exit status.

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,6 @@ from pytest_automedbench.agents.systems import SYSTEMS, cli_model_name
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.provenance import cell_provenance
 from pytest_automedbench.results import CellKey
-from pytest_automedbench.sandbox.agent_systems import AGENT_SYSTEMS
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
@@ -32,7 +33,7 @@ def test_each_built_in_system_runs_a_named_model_at_its_pin(system: str) -> None
     assert isinstance(agent, SystemAgent) and agent.kind == "system"
     assert agent.upstream == NAMED_MODELS["opus46"]  # its key variable and prices too
     assert agent.model_label == "anthropic/claude-opus-4-6"
-    assert agent.harness == system and agent.harness_version == AGENT_SYSTEMS[system].version
+    assert agent.harness == system and agent.harness_version == SYSTEMS[system].version
     assert agent.command == SYSTEMS[system].command and agent.transcript
     assert agent.cost_limit_usd == 50.0 and not agent.deterministic
 
@@ -110,7 +111,45 @@ def test_records_and_hashes_name_the_system_and_its_version(tmp_path: Path) -> N
         return cell_provenance(config, key, task, "d" * 64, "docker", {})
 
     claude, codex, model = (provenance(a) for a in ("claude-code:opus46", "codex:opus46", "opus46"))
-    assert claude.agent_system == f"claude-code {AGENT_SYSTEMS['claude-code'].version}"
+    assert claude.agent_system == f"claude-code {SYSTEMS['claude-code'].version}"
     assert model.agent_system == ""  # every other agent's hash is what it was
     hashes = {p.config_hash("s") for p in (claude, codex, model)}
     assert len(hashes) == 3
+
+
+def test_the_systems_are_the_modules_of_their_package() -> None:
+    """Each built-in system is one module of ``agents/systems`` named after it; the list of
+    systems (and of ``<system>:`` prefixes) is read from the modules, never restated."""
+    from pytest_automedbench.agents import systems
+
+    modules = sorted(
+        info.name
+        for info in pkgutil.iter_modules(systems.__path__)
+        if info.name != "builtin" and not info.name.startswith("_")
+    )
+    assert [name.replace("_", "-") for name in modules] == list(SYSTEMS) == list(SYSTEM_NAMES)
+    for name, system in SYSTEMS.items():
+        module = importlib.import_module(f"{systems.__name__}.{name.replace('-', '_')}")
+        assert module.SYSTEM is system and system.pin.name == name
+        assert system.transcript.startswith(".amb/") and system.transcript in system.command
+
+
+def test_a_new_module_is_a_new_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_automedbench.agents.systems import discover
+
+    package = tmp_path / "amb_more_systems"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for module, name in (("zeta", "zeta-cli"), ("alpha", "alpha-cli")):
+        (package / f"{module}.py").write_text(
+            "from pytest_automedbench.agents.systems.builtin import BuiltinSystem\n"
+            "from pytest_automedbench.sandbox.agent_systems import AgentSystem\n"
+            f"PIN = AgentSystem('{name}', '{name}', '1.0.0', '{module}', '{name} 1.0.0')\n"
+            f"SYSTEM = BuiltinSystem(PIN, '{name}', '{module} --task \"$AMB_BRIEF\"', 't.jsonl')\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = discover(importlib.import_module("amb_more_systems"))
+    assert list(found) == ["alpha-cli", "zeta-cli"] and found["zeta-cli"].version == "1.0.0"
+    (package / "broken.py").write_text("SYSTEM = 'not a system'\n")
+    with pytest.raises(TypeError, match="broken defines no SYSTEM"):
+        discover(importlib.import_module("amb_more_systems"))

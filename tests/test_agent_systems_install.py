@@ -10,11 +10,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from pytest_automedbench.agents.systems import PINS, SYSTEMS, ensure_agent_tools, quiet_environment
 from pytest_automedbench.sandbox import BubblewrapSandbox, DockerSandbox, SandboxSpec
 from pytest_automedbench.sandbox import agent_systems as tools
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
@@ -27,29 +28,29 @@ from tests.fake_openai import FakeOpenAI, Scripted, TextReply
 def tools_dir() -> Path:
     if shutil.which("npm") is None:
         pytest.fail("npm is missing (./scripts/system-setup test installs it)")
-    return tools.ensure_agent_tools()
+    return ensure_agent_tools()
 
 
 def test_pins_are_exact_versions() -> None:
-    for system in tools.AGENT_SYSTEMS.values():
+    for system in PINS:
         assert all(part.isdigit() for part in system.version.split(".")), system
         assert system.version in system.version_text
-    mini = tools.AGENT_SYSTEMS["mini-swe-agent"]
+    mini = SYSTEMS["mini-swe-agent"].pin
     assert (mini.package, mini.version, mini.command) == ("mini-swe-agent", "2.4.6", "mini")
     assert mini.version_text == "mini-swe-agent 2.4.6" and mini.installer == "pip"
-    stamp = json.loads(tools.stamp_text())
+    stamp = json.loads(tools.stamp_text(PINS))
     assert stamp["packages"]["mini-swe-agent"] == "2.4.6"  # a new pin redoes old installs
     assert stamp["python"] == "{}.{}".format(*sys.version_info[:2])
 
 
 def test_quiet_environment_turns_off_updates_and_telemetry() -> None:
-    env = tools.quiet_environment()
+    env = quiet_environment()
     for key in ("DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING"):
         assert env[key] == "1"
-    assert "check_for_update_on_startup=false" in tools.AGENT_SYSTEMS["codex"].args
+    assert "check_for_update_on_startup=false" in SYSTEMS["codex"].pin.args
     # Copilot CLI: offline (no sign-in, telemetry, web tools, auto-update) in BYOK mode.
     assert env["COPILOT_OFFLINE"] == "true" and env["COPILOT_AUTO_UPDATE"] == "false"
-    assert "--disable-client-telemetry" in tools.AGENT_SYSTEMS["copilot"].args
+    assert "--disable-client-telemetry" in SYSTEMS["copilot"].pin.args
     # mini-swe-agent: no first-run setup prompt, no banner, no cost-map errors or fetches.
     assert env["MSWEA_CONFIGURED"] == "true" and env["MSWEA_SILENT_STARTUP"] == "1"
     assert env["MSWEA_COST_TRACKING"] == "ignore_errors"
@@ -69,11 +70,11 @@ def test_install_is_stamped_replaced_whole_and_redone_only_when_the_pins_change(
 ) -> None:
     calls: list[Path] = []
 
-    def fake_npm(npm: str, prefix: Path) -> None:  # the CLIs, as scripts printing the pins
-        calls.append(prefix)
+    def fake_npm(npm: str, prefix: Path, systems: Sequence[tools.AgentSystem]) -> None:
+        calls.append(prefix)  # the CLIs, as scripts printing the pins
         bin_dir = prefix / "node_modules" / ".bin"
         bin_dir.mkdir(parents=True)
-        for system in tools.AGENT_SYSTEMS.values():
+        for system in systems:
             if system.installer == "npm":
                 program = bin_dir / system.command
                 program.write_text(f"#!/bin/sh\necho '{system.version_text}'\n")
@@ -83,25 +84,25 @@ def test_install_is_stamped_replaced_whole_and_redone_only_when_the_pins_change(
     monkeypatch.setattr(tools, "_pip_install", fake_pip_install)
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
     root = tmp_path / "agent-tools"
-    assert tools.ensure_agent_tools(root, log=False) == root
-    assert tools.is_installed(root) and len(calls) == 1
+    assert tools.ensure_agent_tools(PINS, root, log=False) == root
+    assert tools.is_installed(root, PINS) and len(calls) == 1
     assert (root / "node_modules/.bin/claude").stat().st_mode & 0o555 == 0o555
     assert (root / "bin/mini").stat().st_mode & 0o555 == 0o555  # the real launcher
-    tools.ensure_agent_tools(root, log=False)
+    tools.ensure_agent_tools(PINS, root, log=False)
     assert len(calls) == 1  # stamped: nothing to do
 
-    def wrong_version(prefix: Path) -> None:
+    def wrong_version(prefix: Path, systems: Sequence[tools.AgentSystem]) -> None:
         raise tools.SandboxError("wrong version")
 
-    monkeypatch.setattr(tools, "stamp_text", lambda: "other pins")  # the pins changed
+    monkeypatch.setattr(tools, "stamp_text", lambda systems: "other pins")  # the pins changed
     monkeypatch.setattr(tools, "_check_versions", wrong_version)
     with pytest.raises(tools.SandboxError, match="wrong version"):
-        tools.ensure_agent_tools(root, log=False)
+        tools.ensure_agent_tools(PINS, root, log=False)
     assert len(calls) == 2 and (root / "node_modules/.bin/claude").exists()  # old one kept
     assert sorted(p.name for p in tmp_path.iterdir()) == [".agent-tools.lock", "agent-tools"]
 
 
-def fake_pip_install(prefix: Path) -> None:
+def fake_pip_install(prefix: Path, systems: Sequence[tools.AgentSystem] = PINS) -> None:
     """mini-swe-agent as a package whose ``app`` reports what its process sees."""
     lib = prefix / "python"
     (lib / "litellm").mkdir(parents=True)
@@ -121,7 +122,7 @@ def test_the_mini_launcher_sees_only_its_own_packages_and_exports_nothing(
     tmp_path: Path,
 ) -> None:
     fake_pip_install(tmp_path)
-    tools._write_launchers(tmp_path)
+    tools._write_launchers(tmp_path, PINS)
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "minisweagent.py").write_text("raise SystemExit('shadowed')\n")
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": "/nowhere"}
@@ -141,9 +142,9 @@ def test_the_mini_launcher_sees_only_its_own_packages_and_exports_nothing(
 def test_install_is_stamped_and_a_second_call_does_nothing(
     tools_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert tools.is_installed(tools_dir)
+    assert tools.is_installed(tools_dir, PINS)
     monkeypatch.setattr(shutil, "which", lambda name: None)  # npm would be needed again
-    assert tools.ensure_agent_tools(tools_dir) == tools_dir
+    assert ensure_agent_tools(tools_dir) == tools_dir
 
 
 @pytest.fixture(params=["bubblewrap", "docker"])
@@ -170,7 +171,7 @@ def box(
 def test_agent_systems_run_offline_as_the_sandbox_uid_from_a_read_only_folder(
     box: BubblewrapSandbox | DockerSandbox,
 ) -> None:
-    quiet = " ".join(f"{key}={value}" for key, value in tools.quiet_environment().items())
+    quiet = " ".join(f"{key}={value}" for key, value in quiet_environment().items())
     script = f"""
         id -u
         command -v claude codex copilot mini
@@ -191,7 +192,7 @@ def test_agent_systems_run_offline_as_the_sandbox_uid_from_a_read_only_folder(
         f"{tools.AGENT_TOOLS_BIN}/copilot",
         f"{tools.AGENT_TOOLS}/bin/mini",
     ]
-    for system in tools.AGENT_SYSTEMS.values():
+    for system in PINS:
         assert system.version_text in result.stdout, result
     assert "WROTE" not in lines and "REMOVED" not in lines
     assert (box.spec.agent_tools or Path()).joinpath("node_modules/.bin/claude").exists()
@@ -243,7 +244,7 @@ def _run_mini_headless(tools_dir: Path, tmp_path: Path, drop: list[str], python:
             "PATH": f"{tools_dir}/bin:{python}/usr/bin:/bin",
             "HOME": str(home),
             "LANG": "C.UTF-8",
-            **tools.quiet_environment(),
+            **quiet_environment(),
             "MSWEA_GLOBAL_CONFIG_DIR": str(home / ".mini"),
             "OPENAI_BASE_URL": server.url,
             "OPENAI_API_KEY": "amb-secret-token",
@@ -266,5 +267,5 @@ def _run_mini_headless(tools_dir: Path, tmp_path: Path, drop: list[str], python:
     assert observation.startswith("<returncode>0</returncode>\n<output>\n")
     saved = json.loads(trajectory.read_text())
     assert saved["info"]["exit_status"] == "Submitted"
-    assert saved["info"]["mini_version"] == tools.AGENT_SYSTEMS["mini-swe-agent"].version
+    assert saved["info"]["mini_version"] == SYSTEMS["mini-swe-agent"].version
     assert "amb-secret-token" not in trajectory.read_text()

@@ -19,6 +19,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from pytest_automedbench.agents.systems import ensure_agent_tools
 from pytest_automedbench.events import Outcome, ToolResultEvent, call_outcome, parse_event
 from pytest_automedbench.gateway import Gateway, Prices, RetryPolicy
 from pytest_automedbench.gateway._wire import (
@@ -29,7 +30,6 @@ from pytest_automedbench.gateway._wire import (
     read_log,
     shell_outcome,
 )
-from pytest_automedbench.sandbox.agent_systems import ensure_agent_tools
 from tests.scripted_upstream import Error, ScriptedUpstream, Shell, Step, StepUsage, Text
 from tests.wire_samples.capture import (
     BIN,

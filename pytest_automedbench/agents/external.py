@@ -1,4 +1,5 @@
-"""External agent systems: a configured command-line agent runs inside the agent sandbox.
+"""External agent systems: a configured command-line agent runs inside the agent sandbox
+(:class:`CommandAgent`, the ``command`` kind; :class:`SystemAgent`, the ``system`` kind).
 
 ``--agent cmd:<name>`` runs an agent system that brings its own loop (Codex CLI,
 Claude Code, Copilot CLI, or any script) instead of answering turn by turn. The harness
@@ -18,18 +19,22 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_automedbench.agents.base import (
     AgentOutcome,
     AgentRun,
+    Limits,
+    LimitSettings,
     Message,
     Termination,
     Usage,
     rejected_request,
 )
-from pytest_automedbench.agents.registry import CommandAgent, SystemAgent
-from pytest_automedbench.agents.systems import cli_model_name
+from pytest_automedbench.agents.kinds import AgentKind
+from pytest_automedbench.agents.model import ModelAgent
+from pytest_automedbench.agents.systems import cli_model_name, quiet_environment, system_version
 from pytest_automedbench.agents.tools import exec_content, exec_record, truncate_middle
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
@@ -37,10 +42,76 @@ from pytest_automedbench.agents.trajectory import (
     end_episode,
 )
 from pytest_automedbench.sandbox import ExecResult, Sandbox, SandboxError
-from pytest_automedbench.sandbox.agent_systems import quiet_environment
 
 if TYPE_CHECKING:
     from pytest_automedbench.gateway import Gateway
+
+
+@dataclass(frozen=True)
+class CommandAgent(AgentKind, kind="command", cost=None):
+    """A command-line agent system running its own loop inside the sandbox. Its cost is
+    not metered (None)."""
+
+    name: str
+    description: str
+    #: The shell command run in the sandbox and the transcript it may write.
+    command: str
+    transcript: str | None = None
+    #: The definition's own limits: only ``time_factor`` (a command agent's turns,
+    #: tokens and cost are not the harness's to count).
+    limits: LimitSettings = field(default_factory=LimitSettings)
+
+    @property
+    def model_label(self) -> str:
+        return f"cmd:{self.name}"
+
+    @property
+    def harness(self) -> str:
+        return f"cmd:{self.name}"
+
+    def run(self, run: AgentRun) -> AgentOutcome:
+        return run_command_agent(self, run)
+
+
+@dataclass(frozen=True)
+class SystemAgent(AgentKind, kind="system", cost=Limits().max_cost_usd):
+    """An agent system (Claude Code, Codex CLI, mini-swe-agent, or any configured
+    command) running its own loop inside the sandbox, with a model reached only through
+    the cell's LLM gateway: metered, budgeted, and its turns read from the wire.
+
+    ``system`` names a built-in system of :data:`pytest_automedbench.agents.systems.SYSTEMS`
+    (its launch command, transcript and pinned version), or is None for a user-defined
+    ``command``; ``upstream`` is the model the gateway forwards every request to."""
+
+    uses_gateway: ClassVar[bool] = True
+
+    name: str
+    description: str
+    upstream: ModelAgent
+    system: str | None = None
+    command: str = ""
+    transcript: str | None = None
+    limits: LimitSettings = field(default_factory=LimitSettings)
+
+    @property
+    def model_label(self) -> str:
+        return self.upstream.model
+
+    @property
+    def harness(self) -> str:
+        return self.system or f"cmd:{self.name}"
+
+    @property
+    def harness_version(self) -> str | None:
+        return system_version(self.system)
+
+    def unavailable_reason(self) -> str | None:
+        """The upstream's key is missing (the gateway needs it on the host)."""
+        return self.upstream.unavailable_reason()
+
+    def run(self, run: AgentRun) -> AgentOutcome:
+        return run_command_agent(self, run)
+
 
 #: The brief's file name in the workspace.
 BRIEF_FILENAME = "BRIEF.md"

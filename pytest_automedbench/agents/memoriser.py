@@ -26,7 +26,8 @@ from typing import Any
 
 from pytest_automedbench.agents import _recall
 from pytest_automedbench.agents.base import AgentContext
-from pytest_automedbench.agents.scripted import ScriptedPolicy, Step, _bash, _submit
+from pytest_automedbench.agents.steps import ScriptedPolicy, Step, bash_step, submit_step
+from pytest_automedbench.synthetic import stage_synthetic_task
 
 __all__ = ["MEMORY_SPLIT_ENV", "MemoriserError", "build_memory", "memoriser_agent"]
 
@@ -113,8 +114,6 @@ def memory_split(task: Any) -> Path:
     chosen = os.environ.get(MEMORY_SPLIT_ENV, "").strip()
     if chosen:
         return Path(chosen).expanduser().absolute()
-    from pytest_automedbench.session import stage_synthetic_task
-
     cache = Path(tempfile.gettempdir()) / f"automedbench-memoriser-{os.getuid()}"
     return stage_synthetic_task(task, cache).root
 
@@ -152,12 +151,12 @@ def memoriser_agent(ctx: AgentContext) -> ScriptedPolicy:
     )  # fmt: skip
     pattern = ctx.task.output_pattern.replace("'", "")
     steps.append(
-        _bash(
+        bash_step(
             "S4: answer every case from memory.",
             f"cd {ctx.workspace} && python recall.py --memory {' '.join(files)} "
             f"--inputs {ctx.public_dir} --outputs {ctx.outputs_dir} --pattern '{pattern}'",
             "S4",
         )
     )
-    steps.append(_submit())
+    steps.append(submit_step())
     return ScriptedPolicy("memoriser", steps)

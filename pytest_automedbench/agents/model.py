@@ -1,4 +1,5 @@
-"""Model agents: any LLM litellm can reach, as a :class:`~.base.Policy` of the tool loop.
+"""Model agents: any LLM litellm can reach (:class:`ModelAgent`, the ``model`` kind), as a
+:class:`~.base.Policy` of the tool loop.
 
 One turn is one chat-completions request with the tools offered. This module owns what
 a provider can do wrong and turns it into what the loop understands:
@@ -6,8 +7,9 @@ a provider can do wrong and turns it into what the loop understands:
 * a request is cut after the cell's request time-out (``--amb-request-timeout``, or the
   agent definition's ``request_timeout_s``) even when the server keeps the connection
   open, and retried;
-* 429, 5xx, timeouts and connection errors are retried here, with exponential backoff
-  and jitter (``Retry-After`` honoured, capped), and every failed attempt is returned in
+* 429, 5xx, timeouts and connection errors are retried here, as the harness's one retry
+  policy says (:mod:`pytest_automedbench.retry`: exponential backoff with jitter,
+  ``Retry-After`` honoured, capped), and every failed attempt is returned in
   :attr:`Reply.retries` so the trajectory shows it; litellm and the OpenAI SDK never
   retry on their own, or their retries would be invisible and would not respect the
   cell's wall clock;
@@ -27,17 +29,24 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pytest_automedbench.agents.base import (
+    Agent,
+    AgentContext,
     ContextOverflowError,
+    Limits,
+    LimitSettings,
     Message,
+    Policy,
     ProviderError,
     Reply,
     ReplyDeadlineError,
     Usage,
 )
-from pytest_automedbench.agents.registry import AgentEntry, ModelAgent
+from pytest_automedbench.agents.kinds import TurnByTurn
 from pytest_automedbench.llm import (
     DEFAULT_BACKOFF_BASE_S,
     DEFAULT_MAX_RETRIES,
@@ -52,9 +61,52 @@ from pytest_automedbench.llm import (
     mask_secrets,
 )
 from pytest_automedbench.llm import PLACEHOLDER_KEY as PLACEHOLDER_KEY  # public here too
+from pytest_automedbench.metering import Prices
+from pytest_automedbench.version import harness_version
+
+if TYPE_CHECKING:
+    from pytest_automedbench.agents.base import AgentRun
 
 
-def missing_credentials(entry: AgentEntry) -> str | None:
+@dataclass(frozen=True)
+class ModelAgent(TurnByTurn, kind="model", cost=Limits().max_cost_usd):
+    """An LLM through litellm."""
+
+    name: str
+    description: str
+    #: The litellm model string, endpoint, key variable, prices, request options.
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    prices: Prices | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: The definition's own limits (None: the session's apply).
+    limits: LimitSettings = field(default_factory=LimitSettings)
+
+    @property
+    def model_label(self) -> str:
+        return self.model
+
+    @property
+    def harness(self) -> str:
+        return "automedbench"  # the harness's own tool loop
+
+    @property
+    def harness_version(self) -> str | None:
+        return harness_version()
+
+    def unavailable_reason(self) -> str | None:
+        """A missing API key: the cell is skipped (a property of the machine)."""
+        return missing_credentials(self)
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        return policy_from_entry(self)
+
+    def policy_for(self, run: AgentRun) -> Policy:
+        return policy_from_entry(self, request_timeout_s=run.limits.request_timeout_s)
+
+
+def missing_credentials(entry: Agent) -> str | None:
     """Why a model agent cannot run here (its key is not in the environment), or None.
 
     The plugin skips such cells instead of failing them: a missing key is a property of
@@ -120,7 +172,7 @@ class LiteLLMPolicy:
 
     def __init__(
         self,
-        entry: AgentEntry,
+        entry: Agent,
         *,
         max_retries: int = DEFAULT_MAX_RETRIES,
         backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
@@ -260,7 +312,7 @@ class LiteLLMPolicy:
 
 
 def policy_from_entry(
-    entry: AgentEntry, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    entry: Agent, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
 ) -> LiteLLMPolicy:
     """The policy of a model agent of the registry (``kind == "model"``); each request
     is cut after ``request_timeout_s`` (the cell's :attr:`Limits.request_timeout_s`)."""

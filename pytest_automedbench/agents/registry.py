@@ -1,287 +1,88 @@
 """Which agents exist and how ``--agent NAME`` resolves to one.
 
-An agent is one of five kinds, one class each behind the
-:class:`~pytest_automedbench.agents.base.Agent` protocol:
+An agent is one of six kinds, one class each behind the
+:class:`~pytest_automedbench.agents.base.Agent` protocol, each defined in the module that
+runs it (and registered in :data:`~.kinds.KINDS` by being defined):
 
-* :class:`ScriptedAgent` -- a fixed policy in :mod:`.scripted` (offline; archetypes for
-  scoring tests);
-* :class:`ModelAgent` -- an LLM through litellm (:mod:`.model`), from the paper's six
-  named models, ``litellm:<any litellm model string>``, or an entry of the agents file;
-* :class:`ReplayAgent` -- ``replay:<file>`` plays back the tool calls of a recorded or
-  hand-written trajectory (:mod:`.replay`);
-* :class:`CommandAgent` -- ``cmd:<name>`` runs a configured command inside the agent
-  sandbox, opaque: no model route, its spending unknown (:mod:`.external`);
-* :class:`SystemAgent` -- ``claude-code:<model>``, ``codex:<model>``, ``copilot:<model>``,
-  ``mini-swe-agent:<model>`` (:mod:`.systems`), or an agents-file entry with ``system`` or
+* :class:`~.scripted.ScriptedAgent` -- a fixed policy in :mod:`.scripted` (offline;
+  archetypes for scoring tests);
+* :class:`~.model.ModelAgent` -- an LLM through litellm (:mod:`.model`), from the paper's
+  six named models, ``litellm:<any litellm model string>``, or an entry of the agents
+  file;
+* :class:`~.replay.ReplayAgent` -- ``replay:<file>`` plays back the tool calls of a
+  recorded or hand-written trajectory (:mod:`.replay`);
+* :class:`~.external.CommandAgent` -- ``cmd:<name>`` runs a configured command inside the
+  agent sandbox, opaque: no model route, its spending unknown (:mod:`.external`);
+* :class:`~.external.SystemAgent` -- ``<system>:<model>`` for each built-in system of
+  :mod:`.systems` (one module per system), or an agents-file entry with ``system`` or
   ``command`` and a ``model``: an agent system whose model is reached only through the
-  cell's LLM gateway, metered, budgeted and read from the wire (:mod:`.external`).
+  cell's LLM gateway, metered, budgeted and read from the wire (:mod:`.external`);
+* :class:`HarborAgent` -- Harbor's ``oracle`` and ``nop``, for Harbor tasks only.
 
-Names resolve through :data:`SCRIPTED`, :data:`NAMED_MODELS`, the user's definitions and
-the prefixes of :data:`PREFIXES`. Agents files (YAML, ``--agents-file``) and
-``[tool.automedbench.agents.<name>]`` tables define more model and command agents; they
-are parsed by :func:`parse_definitions`. A definition may set its own limits
+This module sits above every kind and imports them; no kind imports it. Names resolve
+through :data:`SCRIPTED`, :data:`HARBOR_AGENTS`, :data:`NAMED_MODELS`, the user's
+definitions and the prefixes of :data:`PREFIXES`. Agents files (YAML, ``--agents-file``)
+and ``[tool.automedbench.agents.<name>]`` tables define more model and command agents;
+they are parsed by :func:`parse_definitions`. A definition may set its own limits
 (``max_turns``, ``time_factor``, ``max_total_tokens``, ``max_cost_usd``,
 ``request_timeout_s``; a command agent only ``time_factor``): they win over the
 session's (:meth:`pytest_automedbench.config.RunConfig.limits_for`). Keys are never
 written in either: an entry names the environment variable that holds its key
 (``api_key_env``), and the key is read on the host only when a request is made.
 
-Light on purpose (the plugin validates agent names at start-up): what a kind needs to
-run is imported when it runs.
+What a kind needs only to run (litellm, the tool loop, Harbor's policies) is imported
+when it runs, so resolving names at start-up stays light.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import yaml
 
-from pytest_automedbench.agents.base import LIMIT_KEYS, Limits, LimitSettings
-from pytest_automedbench.metering import Prices as Prices
+from pytest_automedbench.agents.base import LIMIT_KEYS, AgentContext, LimitSettings, Policy
+from pytest_automedbench.agents.external import CommandAgent, SystemAgent
+from pytest_automedbench.agents.kinds import KINDS as KINDS
+from pytest_automedbench.agents.kinds import TurnByTurn, UnknownAgentError
+from pytest_automedbench.agents.model import ModelAgent
+from pytest_automedbench.agents.replay import ReplayAgent, ReplayFileError, read_replay
+from pytest_automedbench.agents.scripted import SCRIPTED, NoisyScriptedAgent, ScriptedAgent
+from pytest_automedbench.agents.systems import SYSTEMS, BuiltinSystem
+from pytest_automedbench.metering import Prices
 
-if TYPE_CHECKING:
-    from pytest_automedbench.agents.base import AgentContext, AgentOutcome, AgentRun, Policy
-
-
-class UnknownAgentError(ValueError):
-    pass
-
-
-class _Kind:
-    """An agent kind: its name, whether it is deterministic (one run per cell is enough)
-    and its cost limit per cell (0.0: calls no model; None: not metered), given as class
-    keywords; each kind registers itself in :data:`KINDS`."""
-
-    kind: ClassVar[str]
-    deterministic: ClassVar[bool]
-    cost_limit_usd: ClassVar[float | None]
-
-    def __init_subclass__(
-        cls, *, kind: str = "", deterministic: bool = False, cost: float | None = 0.0
-    ) -> None:
-        super().__init_subclass__()
-        if kind:
-            cls.kind, cls.deterministic, cls.cost_limit_usd = kind, deterministic, cost
-            KINDS[kind] = cls
-
-    def unavailable_reason(self) -> str | None:
-        return None
-
-    @property
-    def harness(self) -> str:
-        """The agent system that runs the model (a record's ``harness``): the kind's
-        name unless the kind says otherwise."""
-        return self.kind
-
-    @property
-    def harness_version(self) -> str | None:
-        return None
-
-    #: Whether the cell opens an LLM gateway for the agent (and binds it and the agent
-    #: systems' tools into the sandbox).
-    uses_gateway: ClassVar[bool] = False
-
-
-#: Agent kind -> its class.
-KINDS: dict[str, type[_Kind]] = {}
-
-
-class _TurnByTurn(_Kind, ABC):
-    """Agents that answer turn by turn in the host's tool loop (scripted, model, replay):
-    a kind says only which policy answers."""
-
-    @abstractmethod
-    def policy(self, ctx: AgentContext) -> Policy:
-        """The policy that answers the cell's turns (each kind says which)."""
-
-    def policy_for(self, run: AgentRun) -> Policy:
-        """The policy that plays one cell (a kind that needs the cell's limits to build
-        it overrides this)."""
-        return self.policy(run.ctx)
-
-    def run(self, run: AgentRun) -> AgentOutcome:
-        from pytest_automedbench.agents.loop import run_agent
-
-        return run_agent(
-            self.policy_for(run),
-            run.system_prompt,
-            run.kickoff,
-            run.toolbox,
-            run.limits,
-            run.trajectory,
-        )
+__all__ = [
+    "HARBOR_AGENTS",
+    "KINDS",
+    "NAMED_MODELS",
+    "PREFIXES",
+    "SCRIPTED",
+    "SYSTEM_NAMES",
+    "AgentEntry",
+    "CommandAgent",
+    "HarborAgent",
+    "ModelAgent",
+    "NoisyScriptedAgent",
+    "Prices",
+    "ReplayAgent",
+    "ScriptedAgent",
+    "SystemAgent",
+    "UnknownAgentError",
+    "get_agent",
+    "known_names",
+    "limit_settings",
+    "parse_definitions",
+    "read_agents_file",
+    "resolve_agent",
+    "system_agent",
+    "upstream_model",
+]
 
 
 @dataclass(frozen=True)
-class ScriptedAgent(_TurnByTurn, kind="scripted", deterministic=True):
-    """A scripted archetype: the same turns every time, no model, no cost."""
-
-    name: str
-    description: str
-
-    @property
-    def model_label(self) -> str:
-        return f"scripted:{self.name}"
-
-    def policy(self, ctx: AgentContext) -> Policy:
-        from pytest_automedbench.agents import scripted
-
-        return scripted.ARCHETYPES[self.name](ctx)
-
-
-@dataclass(frozen=True)
-class NoisyScriptedAgent(ScriptedAgent):
-    """A scripted archetype whose turns depend on the cell's repeat (``noisy``): not
-    deterministic, so it gets the task's repeats (and ``--runs auto`` its own)."""
-
-    deterministic: ClassVar[bool] = False
-
-
-@dataclass(frozen=True)
-class ModelAgent(_TurnByTurn, kind="model", cost=Limits().max_cost_usd):
-    """An LLM through litellm."""
-
-    name: str
-    description: str
-    #: The litellm model string, endpoint, key variable, prices, request options.
-    model: str
-    api_base: str | None = None
-    api_key_env: str | None = None
-    prices: Prices | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    #: The definition's own limits (None: the session's apply).
-    limits: LimitSettings = field(default_factory=LimitSettings)
-
-    @property
-    def model_label(self) -> str:
-        return self.model
-
-    @property
-    def harness(self) -> str:
-        return "automedbench"  # the harness's own tool loop
-
-    @property
-    def harness_version(self) -> str | None:
-        from pytest_automedbench.provenance import harness_version
-
-        return harness_version()
-
-    def unavailable_reason(self) -> str | None:
-        """A missing API key: the cell is skipped (a property of the machine)."""
-        from pytest_automedbench.agents.model import missing_credentials
-
-        return missing_credentials(self)
-
-    def policy(self, ctx: AgentContext) -> Policy:
-        from pytest_automedbench.agents.model import policy_from_entry
-
-        return policy_from_entry(self)
-
-    def policy_for(self, run: AgentRun) -> Policy:
-        from pytest_automedbench.agents.model import policy_from_entry
-
-        return policy_from_entry(self, request_timeout_s=run.limits.request_timeout_s)
-
-
-@dataclass(frozen=True)
-class ReplayAgent(_TurnByTurn, kind="replay", deterministic=True):
-    """The tool calls of a recorded or hand-written trajectory, played back."""
-
-    name: str
-    path: Path
-
-    @property
-    def description(self) -> str:
-        return f"replay of {self.path}"
-
-    @property
-    def model_label(self) -> str:
-        return f"replay:{self.path}"
-
-    def policy(self, ctx: AgentContext) -> Policy:
-        from pytest_automedbench.agents.replay import load_replay
-
-        return load_replay(self.path, ctx)
-
-
-@dataclass(frozen=True)
-class CommandAgent(_Kind, kind="command", cost=None):
-    """A command-line agent system running its own loop inside the sandbox. Its cost is
-    not metered (None)."""
-
-    name: str
-    description: str
-    #: The shell command run in the sandbox and the transcript it may write.
-    command: str
-    transcript: str | None = None
-    #: The definition's own limits: only ``time_factor`` (a command agent's turns,
-    #: tokens and cost are not the harness's to count).
-    limits: LimitSettings = field(default_factory=LimitSettings)
-
-    @property
-    def model_label(self) -> str:
-        return f"cmd:{self.name}"
-
-    @property
-    def harness(self) -> str:
-        return f"cmd:{self.name}"
-
-    def run(self, run: AgentRun) -> AgentOutcome:
-        from pytest_automedbench.agents.external import run_command_agent
-
-        return run_command_agent(self, run)
-
-
-@dataclass(frozen=True)
-class SystemAgent(_Kind, kind="system", cost=Limits().max_cost_usd):
-    """An agent system (Claude Code, Codex CLI, mini-swe-agent, or any configured
-    command) running its own loop inside the sandbox, with a model reached only through
-    the cell's LLM gateway: metered, budgeted, and its turns read from the wire.
-
-    ``system`` names a built-in system of :data:`pytest_automedbench.agents.systems.SYSTEMS`
-    (its launch command, transcript and pinned version), or is None for a user-defined
-    ``command``; ``upstream`` is the model the gateway forwards every request to."""
-
-    uses_gateway: ClassVar[bool] = True
-
-    name: str
-    description: str
-    upstream: ModelAgent
-    system: str | None = None
-    command: str = ""
-    transcript: str | None = None
-    limits: LimitSettings = field(default_factory=LimitSettings)
-
-    @property
-    def model_label(self) -> str:
-        return self.upstream.model
-
-    @property
-    def harness(self) -> str:
-        return self.system or f"cmd:{self.name}"
-
-    @property
-    def harness_version(self) -> str | None:
-        from pytest_automedbench.agents.systems import system_version
-
-        return system_version(self.system)
-
-    def unavailable_reason(self) -> str | None:
-        """The upstream's key is missing (the gateway needs it on the host)."""
-        return self.upstream.unavailable_reason()
-
-    def run(self, run: AgentRun) -> AgentOutcome:
-        from pytest_automedbench.agents.external import run_command_agent
-
-        return run_command_agent(self, run)
-
-
-@dataclass(frozen=True)
-class HarborAgent(_TurnByTurn, kind="harbor", deterministic=True):
+class HarborAgent(TurnByTurn, kind="harbor", deterministic=True):
     """Harbor's two built-in agents, for Harbor tasks only: ``oracle`` runs the task's
     ``solution/solve.sh`` (put at ``/solution`` for it alone), ``nop`` does nothing and
     submits; both through the tool loop, so their attempts are recorded and scored as
@@ -312,33 +113,6 @@ HARBOR_AGENTS: dict[str, HarborAgent] = {
     )
 }
 
-
-#: The scripted archetypes (see :mod:`.scripted` for what each one does).
-SCRIPTED: dict[str, ScriptedAgent] = {
-    entry.name: entry
-    for entry in (
-        ScriptedAgent(
-            "reference",
-            "competent pipeline: plan, setup checks, pilot + check, batch, check, submit",
-        ),
-        ScriptedAgent("no-validate", "the reference pipeline without the S3 pilot and its check"),
-        ScriptedAgent("no-plan", "the reference pipeline without writing a plan"),
-        ScriptedAgent("malformed", "does the work but submits outputs in the wrong format"),
-        ScriptedAgent("partial", "the reference pipeline on only half of the cases"),
-        NoisyScriptedAgent(
-            "noisy", "the reference pipeline on a random share of the cases, seeded per run"
-        ),
-        ScriptedAgent("empty", "submits nothing"),
-        ScriptedAgent("cheater", "tries to read the references and leave the sandbox, then works"),
-        ScriptedAgent("stuck", "repeats a call that makes no progress until a limit stops it"),
-        ScriptedAgent("trainer", "the reference pipeline plus a fine-tuning run (forbidden)"),
-        ScriptedAgent(
-            "memoriser",
-            "answers from a memory of the original split's references (--holdout perturbed "
-            "takes it to its baseline)",
-        ),
-    )
-}
 
 #: The paper's six models. Prices in USD per million tokens (the providers' list prices
 #: as in litellm's cost map of 2026-03; override them in an agents file).
@@ -516,8 +290,6 @@ def _system_definition(
     """An agent system through the gateway: its model is a litellm string, a model agent
     of the same table or a named model (whose endpoint, key variable and prices it takes
     unless the entry sets its own)."""
-    from pytest_automedbench.agents.systems import SYSTEMS
-
     system = raw.get("system")
     if system is not None and system not in SYSTEMS:
         raise UnknownAgentError(
@@ -535,7 +307,7 @@ def _system_definition(
     upstream = replace(upstream, **overrides)
     what = f"{system or 'command'} on {upstream.model}"
     if system is not None:
-        return SYSTEMS[system].agent(name, upstream, description or what, limits)
+        return system_agent(SYSTEMS[system], name, upstream, description or what, limits)
     return SystemAgent(
         name,
         description or what,
@@ -594,8 +366,6 @@ def _replay_file(name: str, file: str, _: Mapping[str, AgentEntry]) -> AgentEntr
     path = Path(file).expanduser()
     if not path.is_file():
         raise UnknownAgentError(f"--agent {name}: trajectory file {path} does not exist")
-    from pytest_automedbench.agents.replay import ReplayFileError, read_replay
-
     try:  # a bad file is a usage error now, not an infrastructure error in every cell
         read_replay(path)
     except ReplayFileError as exc:
@@ -628,20 +398,37 @@ def upstream_model(ref: str, defined: Mapping[str, AgentEntry]) -> ModelAgent:
     return entry
 
 
+def system_agent(
+    system: BuiltinSystem,
+    name: str,
+    upstream: ModelAgent,
+    description: str,
+    limits: LimitSettings,
+) -> SystemAgent:
+    """A built-in ``system`` on ``upstream`` as an agent named ``name``."""
+    return SystemAgent(
+        name,
+        description or f"{system.description} on {upstream.model}",
+        upstream=upstream,
+        system=system.name,
+        command=system.command,
+        transcript=system.transcript,
+        limits=limits,
+    )
+
+
 def _system_on(system: str) -> Callable[[str, str, Mapping[str, AgentEntry]], AgentEntry]:
     def resolve(name: str, model: str, defined: Mapping[str, AgentEntry]) -> AgentEntry:
-        from pytest_automedbench.agents.systems import SYSTEMS
-
         upstream = upstream_model(model, defined)
         what = f"{system} on {upstream.model}"
-        return SYSTEMS[system].agent(name, upstream, what, LimitSettings())
+        return system_agent(SYSTEMS[system], name, upstream, what, LimitSettings())
 
     return resolve
 
 
-#: The built-in agent systems (``--agent <system>:<model>``); their launch commands are
-#: in :mod:`pytest_automedbench.agents.systems`.
-SYSTEM_NAMES = ("claude-code", "codex", "copilot", "mini-swe-agent")
+#: The built-in agent systems (``--agent <system>:<model>``), one module each in
+#: :mod:`pytest_automedbench.agents.systems`.
+SYSTEM_NAMES = tuple(SYSTEMS)
 
 #: ``--agent <prefix><rest>``: the agents that are named by what follows a prefix.
 PREFIXES: dict[str, Callable[[str, str, Mapping[str, AgentEntry]], AgentEntry]] = {

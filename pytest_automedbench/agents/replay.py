@@ -49,7 +49,8 @@ from typing import Any, Literal
 
 import yaml
 
-from pytest_automedbench.agents.base import AgentContext, Message, Reply
+from pytest_automedbench.agents.base import AgentContext, Message, Policy, Reply
+from pytest_automedbench.agents.kinds import TurnByTurn
 from pytest_automedbench.agents.trajectory import TRAJECTORY_SCHEMA_VERSION
 
 ReplayKind = Literal["trajectory", "conversation", "steps"]
@@ -409,3 +410,23 @@ def _from_steps(path: Path, data: Any, lines: list[int]) -> ReplayScript:
             raise ReplayFileError(f"{here}: 'thought' must be text")
         turns.append(ReplayTurn(thought, (ReplayCall(tool, arguments),), where))
     return ReplayScript(path, "steps", tuple(turns), {})
+
+
+@dataclass(frozen=True)
+class ReplayAgent(TurnByTurn, kind="replay", deterministic=True):
+    """The tool calls of a recorded or hand-written trajectory, played back (the
+    ``replay`` kind)."""
+
+    name: str
+    path: Path
+
+    @property
+    def description(self) -> str:
+        return f"replay of {self.path}"
+
+    @property
+    def model_label(self) -> str:
+        return f"replay:{self.path}"
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        return load_replay(self.path, ctx)

@@ -10,74 +10,20 @@ in its scores can only come from that behaviour.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
-from pytest_automedbench.agents.base import AgentContext, Message, Policy, Reply
+from pytest_automedbench.agents.base import AgentContext, Policy
+from pytest_automedbench.agents.kinds import TurnByTurn
+from pytest_automedbench.agents.memoriser import memoriser_agent
 from pytest_automedbench.agents.reference import reference_steps
-
-
-@dataclass(frozen=True)
-class Step:
-    thought: str
-    tool: str
-    arguments: dict[str, Any]
-    stage: str = ""
-
-
-class ScriptedPolicy:
-    """Plays a list of steps, one tool call per turn, then stays silent.
-
-    With ``forever`` the policy never runs out: once the steps are played it repeats
-    that step on every turn (the ``stuck`` archetype), so only a limit of the loop
-    can end the cell.
-    """
-
-    scripted = True
-
-    def __init__(self, name: str, steps: list[Step], forever: Step | None = None) -> None:
-        self.name = name
-        self.model = f"scripted:{name}"
-        self._steps = steps
-        self._forever = forever
-        self._next = 0
-
-    def respond(
-        self, messages: list[Message], tools: list[dict[str, Any]], timeout_s: float
-    ) -> Reply:
-        if self._next < len(self._steps):
-            step = self._steps[self._next]
-        elif self._forever is not None:
-            step = self._forever
-        else:
-            return Reply({"role": "assistant", "content": "I have nothing more to do."})
-        self._next += 1
-        call = {
-            "id": f"call_{self._next:03d}",
-            "type": "function",
-            "function": {"name": step.tool, "arguments": json.dumps(step.arguments)},
-        }
-        return Reply({"role": "assistant", "content": step.thought, "tool_calls": [call]})
-
-
-def _bash(thought: str, code: str, stage: str = "", timeout_s: float | None = None) -> Step:
-    arguments: dict[str, Any] = {"language": "bash", "code": code}
-    if timeout_s is not None:
-        arguments["timeout_s"] = timeout_s
-    return Step(thought, "execute", arguments, stage)
-
-
-def _python(thought: str, code: str, stage: str = "") -> Step:
-    return Step(thought, "execute", {"language": "python", "code": code}, stage)
-
-
-def _submit(thought: str = "S5: submit.") -> Step:
-    return Step(thought, "submit_results", {}, "S5")
+from pytest_automedbench.agents.steps import ScriptedPolicy as ScriptedPolicy
+from pytest_automedbench.agents.steps import Step as Step
+from pytest_automedbench.agents.steps import bash_step, python_step, submit_step
 
 
 def _reference(ctx: AgentContext) -> list[Step]:
@@ -109,7 +55,7 @@ def no_plan_agent(ctx: AgentContext) -> ScriptedPolicy:
 
 def empty_agent(ctx: AgentContext) -> ScriptedPolicy:
     """Submits without producing anything (every submission attempt)."""
-    return ScriptedPolicy("empty", [_submit("Submitting.")] * 3)
+    return ScriptedPolicy("empty", [submit_step("Submitting.")] * 3)
 
 
 # --------------------------------------------------------------------------- malformed
@@ -181,8 +127,8 @@ def malformed_agent(ctx: AgentContext) -> ScriptedPolicy:
         outputs=ctx.outputs_dir, glob=task.output_pattern.replace("{case}", "*")
     )
     steps = _without_submit(_reference(ctx))
-    steps.append(_python("S5: convert the outputs to the submission format.", breaker, "S5"))
-    steps += [_submit(), _submit("S5: submit again."), _submit("S5: submit once more.")]
+    steps.append(python_step("S5: convert the outputs to the submission format.", breaker, "S5"))
+    steps += [submit_step(), submit_step("S5: submit again."), submit_step("S5: submit once more.")]
     return ScriptedPolicy("malformed", steps)
 
 
@@ -252,9 +198,9 @@ def partial_agent(ctx: AgentContext) -> ScriptedPolicy:
         prefix,
     )
     steps += [
-        _submit("S5: submit what is done."),
-        _submit("S5: the rest will not be ready; submit again."),
-        _submit("S5: submit as it is."),
+        submit_step("S5: submit what is done."),
+        submit_step("S5: the rest will not be ready; submit again."),
+        submit_step("S5: submit as it is."),
     ]
     return ScriptedPolicy("partial", steps)
 
@@ -286,7 +232,7 @@ def noisy_agent(ctx: AgentContext) -> ScriptedPolicy:
         "S5: check the outputs written.",
     )
     # An incomplete submission is refused twice before it is taken (as for ``partial``).
-    steps += [_submit("S5: submit what is done.")] * 3
+    steps += [submit_step("S5: submit what is done.")] * 3
     return ScriptedPolicy("noisy", steps)
 
 
@@ -305,7 +251,7 @@ def escape_attempts(ctx: AgentContext) -> list[Step]:
     """
     public = ctx.public_dir
     return [
-        _bash(
+        bash_step(
             "The reference labels are probably next to the inputs; look for them.",
             f"ls -la ../private ../../private {public}/../private 2>&1 | head -n 40\n"
             "cat ../private/* 2>&1 | head -c 300",
@@ -313,13 +259,13 @@ def escape_attempts(ctx: AgentContext) -> list[Step]:
             timeout_s=10,
         ),
         Step("Read the references directly.", "read_file", {"path": f"{public}/../private"}, "S2"),
-        _bash(
+        bash_step(
             "Other cells of this run may have finished: look at their workspaces' outputs.",
             f"ls -d {ctx.workspace}/../../*/workspace/outputs 2>&1 | head -n 20",
             "S2",
             timeout_s=10,
         ),
-        _bash(
+        bash_step(
             "Search the whole file system for private folders and reference files.",
             "timeout 2 find / -name 'label*.nii.gz' -path '*private*' -print "
             "-o -type d -name private -print 2>/dev/null | head -n 20\n"
@@ -327,14 +273,14 @@ def escape_attempts(ctx: AgentContext) -> list[Step]:
             "S2",
             timeout_s=10,
         ),
-        _bash(
+        bash_step(
             "Look for API keys in this environment and in the init process's.",
             "env | grep -i -E 'api_key|token|secret' | cut -d= -f1\n"
             "tr '\\0' '\\n' < /proc/1/environ 2>&1 | grep -c -i -E 'api_key|token|secret'",
             "S2",
             timeout_s=10,
         ),
-        _bash(
+        bash_step(
             "Is the container runtime reachable?",
             "ls -la /var/run/docker.sock 2>&1\n"
             "curl -s -m 2 --unix-socket /var/run/docker.sock http://localhost/_ping 2>&1\n"
@@ -342,7 +288,7 @@ def escape_attempts(ctx: AgentContext) -> list[Step]:
             "S2",
             timeout_s=10,
         ),
-        _bash(
+        bash_step(
             "Ask the evaluator for the scores directly.",
             'curl -s -m 2 http://evaluator:8000/score 2>&1\necho "evaluator: exit $?"',
             "S2",
@@ -371,7 +317,7 @@ def stuck_agent(ctx: AgentContext) -> ScriptedPolicy:
     the same failing call on every turn (fast, so the turn limit comes in seconds),
     never recovering and never submitting."""
     steps = [s for s in _reference(ctx) if s.stage in ("S1", "S2")]
-    wait = _bash(
+    wait = bash_step(
         "Check whether the batch has written its outputs yet.",
         f"ls {ctx.outputs_dir}",
         "S4",
@@ -410,20 +356,12 @@ def trainer_agent(ctx: AgentContext) -> ScriptedPolicy:
     adapt = [
         Step("Adapt the model to this dataset first.", "write_file",
              {"path": script, "content": ADAPT_SCRIPT}, "S2"),
-        _bash("Run the adaptation.", f"cd {ctx.workspace} && python adapt.py", "S2"),
+        bash_step("Run the adaptation.", f"cd {ctx.workspace} && python adapt.py", "S2"),
     ]  # fmt: skip
     return ScriptedPolicy("trainer", steps[:1] + adapt + steps[1:])
 
 
-def memoriser_agent(ctx: AgentContext) -> Policy:
-    """Answers from a memory of the original split (:mod:`.memoriser`, imported here
-    on use: it builds on this module's steps)."""
-    from pytest_automedbench.agents.memoriser import memoriser_agent as build
-
-    return build(ctx)
-
-
-#: Archetype name -> policy factory; the registry lists them with their descriptions.
+#: Archetype name -> policy factory; :data:`SCRIPTED` lists them with their descriptions.
 ARCHETYPES: dict[str, Callable[[AgentContext], Policy]] = {
     "reference": reference_agent,
     "no-validate": no_validate_agent,
@@ -436,4 +374,58 @@ ARCHETYPES: dict[str, Callable[[AgentContext], Policy]] = {
     "stuck": stuck_agent,
     "trainer": trainer_agent,
     "memoriser": memoriser_agent,
+}
+
+
+# --------------------------------------------------------------------------- the kind
+
+
+@dataclass(frozen=True)
+class ScriptedAgent(TurnByTurn, kind="scripted", deterministic=True):
+    """A scripted archetype: the same turns every time, no model, no cost."""
+
+    name: str
+    description: str
+
+    @property
+    def model_label(self) -> str:
+        return f"scripted:{self.name}"
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        return ARCHETYPES[self.name](ctx)
+
+
+@dataclass(frozen=True)
+class NoisyScriptedAgent(ScriptedAgent):
+    """A scripted archetype whose turns depend on the cell's repeat (``noisy``): not
+    deterministic, so it gets the task's repeats (and ``--runs auto`` its own)."""
+
+    deterministic: ClassVar[bool] = False
+
+
+#: The scripted archetypes by name (``--agent <name>``), with what each one does.
+SCRIPTED: dict[str, ScriptedAgent] = {
+    entry.name: entry
+    for entry in (
+        ScriptedAgent(
+            "reference",
+            "competent pipeline: plan, setup checks, pilot + check, batch, check, submit",
+        ),
+        ScriptedAgent("no-validate", "the reference pipeline without the S3 pilot and its check"),
+        ScriptedAgent("no-plan", "the reference pipeline without writing a plan"),
+        ScriptedAgent("malformed", "does the work but submits outputs in the wrong format"),
+        ScriptedAgent("partial", "the reference pipeline on only half of the cases"),
+        NoisyScriptedAgent(
+            "noisy", "the reference pipeline on a random share of the cases, seeded per run"
+        ),
+        ScriptedAgent("empty", "submits nothing"),
+        ScriptedAgent("cheater", "tries to read the references and leave the sandbox, then works"),
+        ScriptedAgent("stuck", "repeats a call that makes no progress until a limit stops it"),
+        ScriptedAgent("trainer", "the reference pipeline plus a fine-tuning run (forbidden)"),
+        ScriptedAgent(
+            "memoriser",
+            "answers from a memory of the original split's references (--holdout perturbed "
+            "takes it to its baseline)",
+        ),
+    )
 }

@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_automedbench.evaluation import CopyBounds, Placement, check_format, evaluate
 from pytest_automedbench.evaluators.schema import EvalSpec
-from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.registry import get_stager
 from pytest_automedbench.fixtures.staging import (
     StagedData,
     load_prepared,
     stage_real,
-    stage_synthetic,
 )
 from pytest_automedbench.formats import (
     Brief,
@@ -36,6 +35,7 @@ from pytest_automedbench.formats import (
     TaskFormat,
     Verdict,
 )
+from pytest_automedbench.synthetic import stage_synthetic_task
 from pytest_automedbench.terms import OUTPUTS_DIRNAME, TIERS
 
 if TYPE_CHECKING:
@@ -113,26 +113,6 @@ def data_unavailable_reason(task: TaskSpec, data_root: Path | None) -> str | Non
             f"Access: {stager.access}"
         )
     return None
-
-
-def stage_synthetic_task(task: TaskSpec, cache_root: Path, data_size: str = "small") -> StagedData:
-    """A task's synthetic split in ``cache_root``, staged once per machine (what a session
-    with ``--data-size data_size`` stages; ``export-harbor`` ships the same split)."""
-    source = task.data.synthetic
-    generator = get_generator(source.generator)
-    # A generator without a realistic variant already writes real sizes: same cache.
-    size = data_size if generator.realistic is not None else "small"
-    return stage_synthetic(
-        task_id=task.id,
-        generator_name=generator.name,
-        generator=generator.for_size(size),
-        cache_root=cache_root,
-        n_cases=source.n_cases,
-        seed=source.seed,
-        generator_version=generator.version,
-        layout=task.case_layout,
-        size=size,
-    )
 
 
 def stage_real_task(task: TaskSpec, data_root: Path, data_cache: Path) -> StagedData:

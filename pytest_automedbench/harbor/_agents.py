@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pytest_automedbench.agents.base import AgentContext, Policy
-from pytest_automedbench.agents.scripted import ScriptedPolicy, Step
+from pytest_automedbench.agents.steps import ScriptedPolicy, Step
 
 if TYPE_CHECKING:
-    from pytest_automedbench.agents.registry import AgentEntry
+    from pytest_automedbench.agents.base import Agent as AgentEntry
 
 #: Where the oracle's copy of ``solution/`` is put (Harbor's path).
 SOLUTION_DIR = "/solution"
