@@ -20,7 +20,6 @@ import tempfile
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -48,7 +47,7 @@ from pytest_automedbench.scoring.cell import CellScore, score_cell
 from pytest_automedbench.scoring.models import StageScores
 from pytest_automedbench.terms import OUTPUTS_DIRNAME
 from pytest_automedbench.violations import Policy as ViolationPolicy
-from pytest_automedbench.violations import Violation, find_violations
+from pytest_automedbench.violations import Violation, ViolationWatch, find_violations
 
 if TYPE_CHECKING:
     from pytest_automedbench.egress import ConnectionRecord, EgressPolicy
@@ -296,12 +295,13 @@ def run_agent(
     written whatever happens, and every tool call is watched for violations."""
     ctx, limits = brief.ctx, brief.limits
     emit_start(plan, trajectory, sandbox, brief)
+    policy = violation_policy(plan, ctx.public_dir, ctx.workspace)
+    trajectory.subscribe(ViolationWatch(policy, trajectory.write))
     toolbox = Toolbox(
         sandbox=sandbox,
         precheck=brief.precheck,
         observe=brief.observe,
         remaining_s=lambda: limits.wall_clock_s - trajectory.elapsed(),
-        watch=ViolationWatch(violation_policy(plan, ctx.public_dir, ctx.workspace), trajectory),
     )
     run = AgentRun(
         ctx=ctx,
@@ -384,20 +384,6 @@ def violation_policy(plan: CellPlan, public_path: str, workspace_path: str) -> V
 def training_policy(plan: CellPlan) -> TrainingPolicy | None:
     """The task's inference-only protocol, where its format has one."""
     return format_of(plan.task).training_policy(plan.task)
-
-
-@dataclass(frozen=True)
-class ViolationWatch:
-    """The violation monitor on each tool call, as it is recorded: what it finds is written
-    to the trajectory at once (a ``violations`` event per call that shows one; all of them
-    again once the cell is scored), so no later failure can lose it."""
-
-    policy: ViolationPolicy
-    trajectory: TrajectoryWriter
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        if found := find_violations([event], self.policy):
-            self.trajectory.emit("violations", violations=[v.as_dict() for v in found])
 
 
 def failure_result(
