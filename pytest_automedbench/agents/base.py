@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_automedbench.agents.outcome import AgentOutcome as AgentOutcome
+from pytest_automedbench.agents.outcome import Message as Message
 from pytest_automedbench.llm import DEFAULT_REQUEST_TIMEOUT_S
 from pytest_automedbench.metering import Termination as Termination
 from pytest_automedbench.metering import Usage as Usage
@@ -22,8 +24,6 @@ if TYPE_CHECKING:
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.sandbox import Sandbox
     from pytest_automedbench.tasks import TaskSpec
-
-Message = dict[str, Any]
 
 #: Terminations that are the harness's or the provider's fault, never the agent's.
 INFRA_TERMINATIONS: frozenset[str] = frozenset({"provider_error", "gateway_error"})
@@ -158,16 +158,6 @@ class Policy(Protocol):
     def respond(
         self, messages: list[Message], tools: list[dict[str, Any]], timeout_s: float
     ) -> Reply: ...
-
-
-@dataclass
-class AgentOutcome:
-    termination: Termination
-    turns: int
-    usage: Usage
-    wall_s: float
-    submitted: bool
-    messages: list[Message]
 
 
 @dataclass(frozen=True)

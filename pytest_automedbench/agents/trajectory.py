@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_automedbench.agents.base import AgentOutcome, Message, Termination, Usage
+from pytest_automedbench.agents.outcome import AgentOutcome, Message
 from pytest_automedbench.events import (
     SCHEMA_VERSION,
     EndEvent,
@@ -40,6 +40,7 @@ from pytest_automedbench.events import (
     event_of,
     records,
 )
+from pytest_automedbench.metering import Termination, Usage
 from pytest_automedbench.redact import redact, secret_values
 
 TRAJECTORY_SCHEMA_VERSION = SCHEMA_VERSION
