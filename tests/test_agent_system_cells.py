@@ -27,7 +27,7 @@ from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.runner import CellPlan, run_cell
-from pytest_automedbench.sandbox import bubblewrap_problem, docker_problem
+from pytest_automedbench.sandbox import backend_class
 from pytest_automedbench.tasks import load_task
 from tests.scripted_upstream import ScriptedUpstream, Shell, Step, StepUsage, Text
 
@@ -80,7 +80,7 @@ def the_script(system: str = "") -> list[Step]:
 
 
 def require(backend: str) -> None:
-    problem = bubblewrap_problem() if backend == "bubblewrap" else docker_problem()
+    problem = backend_class(backend).problem()
     if problem is not None:
         pytest.fail(f"{backend} cannot run here ({problem}): run scripts/system-setup test")
 
