@@ -20,7 +20,7 @@ from pytest_automedbench.fixtures.staging import StagedData
 from tests.fake_openai import FakeOpenAI, TextReply, TokenUsage
 
 from .conftest import read_ledger, run_vqa_rad_cell
-from .test_external_agent import GOOD_AGENT, run_cell, staged  # noqa: F401
+from .test_external_agent import GOOD_AGENT, run_cell
 
 KEY_ENV = "AMB_TEST_PRICE_KEY"
 
@@ -91,7 +91,7 @@ def test_the_loop_carries_price_known_into_the_outcome(toolbox: Toolbox, tmp_pat
 
 
 def test_a_command_agent_spends_what_nobody_metered(
-    staged: StagedData,  # noqa: F811
+    staged: StagedData,
     tmp_path: Path,
 ) -> None:
     cell = run_cell(staged, tmp_path, GOOD_AGENT)
