@@ -24,6 +24,8 @@ Labels the method cannot see are answered false. Output per case:
 
 import argparse
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import nibabel as nib
@@ -85,25 +87,31 @@ def findings(hu: np.ndarray, voxel_ml: float) -> dict[str, bool]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cases(marker: str, pattern: str | None = None) -> Iterator[tuple[str, Path, Path]]:
+    """The cases the command line asks for (``--cases``, else every input folder holding
+    ``marker``), each as (case id, its input folder, its output path, whose folder
+    exists). baseline.py runs its cases through it too."""
+    doc = sys.modules["__main__"].__doc__ or " "
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
+    parser.add_argument("--pattern", required=pattern is None, default=pattern)
     parser.add_argument("--cases", nargs="*")
     args = parser.parse_args()
-    cases = args.cases or sorted(
-        p.name for p in args.inputs.iterdir() if (p / "request.json").is_file()
-    )
-    for case in cases:
-        folder = args.inputs / case
+    names = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / marker).exists())
+    for case in names:
+        out = args.outputs / args.pattern.replace("{case}", case)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        yield case, args.inputs / case, out
+
+
+def main() -> None:
+    for _case, folder, out in cases("request.json"):
         requested = json.loads((folder / "request.json").read_text(encoding="utf-8"))["labels"]
         img = nib.load(str(folder / "ct.nii.gz"))
         hu = np.asarray(img.dataobj, dtype=np.float32)
         seen = findings(hu, float(np.prod(img.header.get_zooms()[:3])) / 1000.0)
         answers = {label: bool(seen.get(label, False)) for label in requested}
-        out = args.outputs / args.pattern.replace("{case}", case)
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(answers, indent=1) + "\n", encoding="utf-8")
 
 

@@ -6,21 +6,11 @@ It finds no cluster, so it fails every case and scores audit_score 0: the floor 
 which an audit is measured.
 """
 
-import argparse
-from pathlib import Path
+from solve import cases
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=Path, required=True)
-    parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", default="{case}/flags.csv")
-    parser.add_argument("--cases", nargs="*")
-    args = parser.parse_args()
-    cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / "tables").is_dir())
-    for case in cases:
-        out = args.outputs / args.pattern.replace("{case}", case)
-        out.parent.mkdir(parents=True, exist_ok=True)
+    for _case, _folder, out in cases("tables", "{case}/flags.csv"):
         out.write_text("table,row_id,issue\n", encoding="utf-8")
 
 

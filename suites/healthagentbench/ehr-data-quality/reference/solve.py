@@ -19,6 +19,8 @@ Output: ``table,row_id,issue``.
 
 import argparse
 import csv
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -184,18 +186,27 @@ def audit_case(case: Path) -> Audit:
     return audit
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cases(marker: str, pattern: str | None = None) -> Iterator[tuple[str, Path, Path]]:
+    """The cases the command line asks for (``--cases``, else every input folder holding
+    ``marker``), each as (case id, its input folder, its output path, whose folder
+    exists). baseline.py runs its cases through it too."""
+    doc = sys.modules["__main__"].__doc__ or " "
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", default="{case}/flags.csv")
+    parser.add_argument("--pattern", required=pattern is None, default=pattern)
     parser.add_argument("--cases", nargs="*")
     args = parser.parse_args()
-    cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / "tables").is_dir())
-    for case in cases:
-        audit = audit_case(args.inputs / case)
+    names = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / marker).exists())
+    for case in names:
         out = args.outputs / args.pattern.replace("{case}", case)
         out.parent.mkdir(parents=True, exist_ok=True)
+        yield case, args.inputs / case, out
+
+
+def main() -> None:
+    for case, folder, out in cases("tables", "{case}/flags.csv"):
+        audit = audit_case(folder)
         with open(out, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(["table", "row_id", "issue"])

@@ -8,25 +8,16 @@ patient_id,prediction_time,score) that ranks nobody above anybody: AUROC exactly
 below every staged count baseline, so it fails every case.
 """
 
-import argparse
 import csv
-from pathlib import Path
+
+from solve import cases
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--inputs", type=Path, required=True)
-    parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
-    parser.add_argument("--cases", nargs="*")
-    args = parser.parse_args()
-    cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
-    for case in cases:
-        with open(args.inputs / case / "heldout.csv", newline="", encoding="utf-8") as fh:
+    for _case, folder, out in cases("heldout.csv"):
+        with open(folder / "heldout.csv", newline="", encoding="utf-8") as fh:
             rows = list(csv.reader(fh))[1:]
-        output = args.outputs / args.pattern.replace("{case}", case)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with open(output, "w", newline="", encoding="utf-8") as fh:
+        with open(out, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(["patient_id", "prediction_time", "score"])
             writer.writerows([pid, when, "0.5"] for pid, when in rows)

@@ -20,6 +20,8 @@ row of heldout.csv, in its order.
 import argparse
 import csv
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 # One thread: the reference must fit one CPU, and oversubscribed threads only slow it down.
@@ -118,16 +120,27 @@ def solve_case(case: Path, output: Path) -> None:
             writer.writerow([pid, when, f"{score:.6f}"])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def cases(marker: str, pattern: str | None = None) -> Iterator[tuple[str, Path, Path]]:
+    """The cases the command line asks for (``--cases``, else every input folder holding
+    ``marker``), each as (case id, its input folder, its output path, whose folder
+    exists). baseline.py runs its cases through it too."""
+    doc = sys.modules["__main__"].__doc__ or " "
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
+    parser.add_argument("--pattern", required=pattern is None, default=pattern)
     parser.add_argument("--cases", nargs="*")
     args = parser.parse_args()
-    cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if p.is_dir())
-    for case in cases:
-        solve_case(args.inputs / case, args.outputs / args.pattern.replace("{case}", case))
+    names = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / marker).exists())
+    for case in names:
+        out = args.outputs / args.pattern.replace("{case}", case)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        yield case, args.inputs / case, out
+
+
+def main() -> None:
+    for case, folder, out in cases("heldout.csv"):
+        solve_case(folder, out)
         print(f"{case}: done", flush=True)
 
 

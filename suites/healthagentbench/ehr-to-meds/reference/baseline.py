@@ -7,14 +7,13 @@ dataset.json exactly as the spec asks, and nothing timed: the format is right, t
 are a small fraction of the reference, so no case passes.
 """
 
-import argparse
 import csv
 import gzip
 import json
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from solve import cases
 
 SCHEMA = pa.schema(
     [
@@ -35,18 +34,10 @@ def settings(spec: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--inputs", type=Path, required=True)
-    parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
-    parser.add_argument("--cases", nargs="*")
-    args = parser.parse_args()
-    cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / "raw").is_dir())
-    for case in cases:
-        cfg = settings((args.inputs / case / "conversion_spec.md").read_text(encoding="utf-8"))
-        with gzip.open(args.inputs / case / "raw" / "patients.csv.gz", "rt", newline="") as fh:
+    for _case, folder, out in cases("raw"):
+        cfg = settings((folder / "conversion_spec.md").read_text(encoding="utf-8"))
+        with gzip.open(folder / "raw" / "patients.csv.gz", "rt", newline="") as fh:
             patients = [r for r in csv.DictReader(fh) if r["gender"]]
-        out = args.outputs / args.pattern.replace("{case}", case)
         (out / "data").mkdir(parents=True, exist_ok=True)
         (out / "metadata").mkdir(parents=True, exist_ok=True)
         n = len(patients)

@@ -17,6 +17,8 @@ import csv
 import gzip
 import json
 import re
+import sys
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -166,17 +168,28 @@ def write(events: list[tuple], cfg: dict, labels: dict, out: Path) -> None:
     (out / "metadata" / "dataset.json").write_text(json.dumps(meta, indent=2))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def cases(marker: str, pattern: str | None = None) -> Iterator[tuple[str, Path, Path]]:
+    """The cases the command line asks for (``--cases``, else every input folder holding
+    ``marker``), each as (case id, its input folder, its output path, whose folder
+    exists). baseline.py runs its cases through it too."""
+    doc = sys.modules["__main__"].__doc__ or " "
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
+    parser.add_argument("--pattern", required=pattern is None, default=pattern)
     parser.add_argument("--cases", nargs="*")
     args = parser.parse_args()
-    cases = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / "raw").is_dir())
-    for case in cases:
-        events, cfg, labels = convert(args.inputs / case)
-        write(events, cfg, labels, args.outputs / args.pattern.replace("{case}", case))
+    names = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / marker).exists())
+    for case in names:
+        out = args.outputs / args.pattern.replace("{case}", case)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        yield case, args.inputs / case, out
+
+
+def main() -> None:
+    for case, folder, out in cases("raw"):
+        events, cfg, labels = convert(folder)
+        write(events, cfg, labels, out)
         print(f"{case}: {len(events)} events")
 
 

@@ -8,12 +8,12 @@ at least 20 % tissue is listed. Recall is perfect, but tumour is a minority of t
 so precision and F1 are low, and a normal slide (no tumour) scores 0.
 """
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 import openslide
+from solve import cases
 
 
 def tissue_tiles(slide_path: Path, grid: dict) -> list[list[int]]:
@@ -34,21 +34,9 @@ def tissue_tiles(slide_path: Path, grid: dict) -> list[list[int]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=Path, required=True)
-    parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
-    parser.add_argument("--cases", nargs="*")
-    args = parser.parse_args()
-    cases = args.cases or sorted(
-        p.name for p in args.inputs.iterdir() if (p / "grid.json").is_file()
-    )
-    for case in cases:
-        folder = args.inputs / case
+    for _case, folder, out in cases("grid.json"):
         grid = json.loads((folder / "grid.json").read_text(encoding="utf-8"))
         tiles = tissue_tiles(folder / "slide.tif", grid)
-        out = args.outputs / args.pattern.replace("{case}", case)
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"tiles": tiles}) + "\n", encoding="utf-8")
 
 

@@ -21,6 +21,8 @@ Output per case: {"tiles": [[col, row], ...]}.
 import argparse
 import json
 import math
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,22 +74,28 @@ def tumour_tiles(slide_path: Path, grid: dict) -> list[list[int]]:
     return [[int(i % cols), int(i // cols)] for i in chosen]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cases(marker: str, pattern: str | None = None) -> Iterator[tuple[str, Path, Path]]:
+    """The cases the command line asks for (``--cases``, else every input folder holding
+    ``marker``), each as (case id, its input folder, its output path, whose folder
+    exists). baseline.py runs its cases through it too."""
+    doc = sys.modules["__main__"].__doc__ or " "
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
+    parser.add_argument("--pattern", required=pattern is None, default=pattern)
     parser.add_argument("--cases", nargs="*")
     args = parser.parse_args()
-    cases = args.cases or sorted(
-        p.name for p in args.inputs.iterdir() if (p / "grid.json").is_file()
-    )
-    for case in cases:
-        folder = args.inputs / case
-        grid = json.loads((folder / "grid.json").read_text(encoding="utf-8"))
-        tiles = tumour_tiles(folder / "slide.tif", grid)
+    names = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / marker).exists())
+    for case in names:
         out = args.outputs / args.pattern.replace("{case}", case)
         out.parent.mkdir(parents=True, exist_ok=True)
+        yield case, args.inputs / case, out
+
+
+def main() -> None:
+    for case, folder, out in cases("grid.json"):
+        grid = json.loads((folder / "grid.json").read_text(encoding="utf-8"))
+        tiles = tumour_tiles(folder / "slide.tif", grid)
         out.write_text(json.dumps({"tiles": tiles}) + "\n", encoding="utf-8")
         print(f"{case}: {len(tiles)} tumour tiles")
 

@@ -8,26 +8,15 @@ information about the patient, so about 50 / 400 of the eligible trials land in 
 50 and no patient has all of them there.
 """
 
-import argparse
 import json
-from pathlib import Path
+
+from solve import cases
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=Path, required=True)
-    parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
-    parser.add_argument("--cases", nargs="*")
-    args = parser.parse_args()
-    cases = args.cases or sorted(
-        p.name for p in args.inputs.iterdir() if (p / "trials.jsonl").is_file()
-    )
-    for case in cases:
-        with open(args.inputs / case / "trials.jsonl", encoding="utf-8") as fh:
+    for _case, folder, out in cases("trials.jsonl"):
+        with open(folder / "trials.jsonl", encoding="utf-8") as fh:
             ids = [json.loads(line)["trial_id"] for line in fh if line.strip()]
-        out = args.outputs / args.pattern.replace("{case}", case)
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"ranking": ids[:1000]}) + "\n", encoding="utf-8")
 
 

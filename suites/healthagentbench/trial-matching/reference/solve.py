@@ -23,6 +23,8 @@ Per patient (``patient.txt`` with the case's ``trials.jsonl``):
 import argparse
 import json
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 NUM = r"(-?\d+(?:\.\d+)?)"
@@ -148,23 +150,29 @@ def rank(patient_text: str, trials: list[dict]) -> list[str]:
     return [tid for _, tid in sorted(keyed)][:1000]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cases(marker: str, pattern: str | None = None) -> Iterator[tuple[str, Path, Path]]:
+    """The cases the command line asks for (``--cases``, else every input folder holding
+    ``marker``), each as (case id, its input folder, its output path, whose folder
+    exists). baseline.py runs its cases through it too."""
+    doc = sys.modules["__main__"].__doc__ or " "
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
+    parser.add_argument("--pattern", required=pattern is None, default=pattern)
     parser.add_argument("--cases", nargs="*")
     args = parser.parse_args()
-    cases = args.cases or sorted(
-        p.name for p in args.inputs.iterdir() if (p / "trials.jsonl").is_file()
-    )
-    for case in cases:
-        folder = args.inputs / case
+    names = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / marker).exists())
+    for case in names:
+        out = args.outputs / args.pattern.replace("{case}", case)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        yield case, args.inputs / case, out
+
+
+def main() -> None:
+    for _case, folder, out in cases("trials.jsonl"):
         text = (folder / "patient.txt").read_text(encoding="utf-8")
         with open(folder / "trials.jsonl", encoding="utf-8") as fh:
             trials = [json.loads(line) for line in fh if line.strip()]
-        out = args.outputs / args.pattern.replace("{case}", case)
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"ranking": rank(text, trials)}) + "\n", encoding="utf-8")
 
 

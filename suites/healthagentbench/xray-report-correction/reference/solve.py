@@ -22,6 +22,8 @@ Output per case: the corrected FINDINGS as one line of text.
 import argparse
 import json
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 GRADES = {
@@ -128,24 +130,30 @@ def correct(target: str, prior_text: str) -> str:
     return " ".join(out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cases(marker: str, pattern: str | None = None) -> Iterator[tuple[str, Path, Path]]:
+    """The cases the command line asks for (``--cases``, else every input folder holding
+    ``marker``), each as (case id, its input folder, its output path, whose folder
+    exists). baseline.py runs its cases through it too."""
+    doc = sys.modules["__main__"].__doc__ or " "
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--outputs", type=Path, required=True)
-    parser.add_argument("--pattern", required=True)
+    parser.add_argument("--pattern", required=pattern is None, default=pattern)
     parser.add_argument("--cases", nargs="*")
     args = parser.parse_args()
-    cases = args.cases or sorted(
-        p.name for p in args.inputs.iterdir() if (p / "target_findings.txt").is_file()
-    )
-    for case in cases:
-        folder = args.inputs / case
+    names = args.cases or sorted(p.name for p in args.inputs.iterdir() if (p / marker).exists())
+    for case in names:
+        out = args.outputs / args.pattern.replace("{case}", case)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        yield case, args.inputs / case, out
+
+
+def main() -> None:
+    for _case, folder, out in cases("target_findings.txt"):
         history = json.loads((folder / "history.json").read_text(encoding="utf-8"))
         priors = sorted(history["priors"], key=lambda p: p["date"])
         target = (folder / "target_findings.txt").read_text(encoding="utf-8")
         fixed = correct(target, priors[-1]["findings"] if priors else "")
-        out = args.outputs / args.pattern.replace("{case}", case)
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(fixed + "\n", encoding="utf-8")
 
 
