@@ -23,36 +23,19 @@ from pytest_automedbench.agents.scripted import (
     partial_agent,
 )
 from pytest_automedbench.agents.tools import Toolbox
-from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
-from pytest_automedbench.config import RunConfig
+from pytest_automedbench.agents.trajectory import TrajectoryWriter
 from pytest_automedbench.evaluation import check_format
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
-from pytest_automedbench.results import CellKey, CellResult
-from pytest_automedbench.runner import CellPlan, run_cell
+from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
 from pytest_automedbench.tasks import TaskSpec, load_task
 
-from .conftest import SUITES, run_reference_solve
+from .conftest import SUITES, run_lite_cell, run_reference_solve, stage_task
 
 SEG = load_task(SUITES / "segmentation" / "kidney-tumor-seg")
 VQA = load_task(SUITES / "vqa" / "vqa-rad")
 #: Cases staged per task: even counts, so "half" is exact.
 N_CASES = {SEG.id: 4, VQA.id: 6}
-
-
-def stage(task: TaskSpec, root: Path, n_cases: int) -> StagedData:
-    generator = get_generator(task.data.synthetic.generator)
-    return stage_synthetic(
-        task.id,
-        generator.name,
-        generator.generate,
-        root,
-        n_cases,
-        3,
-        generator.version,
-        layout=task.case_layout,
-    )
 
 
 @dataclass
@@ -81,23 +64,13 @@ class Cell:
 def cells(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, TaskSpec], Cell]:
     """Runs each (archetype, task) cell once for the whole module."""
     root = tmp_path_factory.mktemp("archetypes")
-    staged = {t.id: stage(t, root / "data", N_CASES[t.id]) for t in (SEG, VQA)}
+    staged = {t.id: stage_task(t, root / "data", N_CASES[t.id], 3) for t in (SEG, VQA)}
     done: dict[tuple[str, str], Cell] = {}
 
     def run(agent: str, task: TaskSpec) -> Cell:
         if (agent, task.id) not in done:
             cell_dir = root / f"{agent}-{task.id}"
-            plan = CellPlan(
-                key=CellKey(agent=agent, task=task.id, tier="lite", run=0),
-                task=task,
-                staged=staged[task.id],
-                config=RunConfig(amb_out=root),
-                run_id="archetypes",
-                cell_dir=cell_dir,
-            )
-            result = run_cell(plan)
-            assert result.status == "scored", result.error
-            events = read_trajectory(cell_dir / "trajectory.jsonl")
+            result, events = run_lite_cell(agent, task, staged[task.id], cell_dir, "archetypes")
             done[agent, task.id] = Cell(result, events, cell_dir, staged[task.id])
         return done[agent, task.id]
 
@@ -146,7 +119,7 @@ def test_partial_covers_the_first_half_of_the_cases(
     assert len(done) == N_CASES[task.id] // 2
     assert cell.result.completion_rate == 0.5
     batch = next(
-        e for e in cell.results("execute") if "solve.py" in e["code"] and "tail" in e["code"]
+        e for e in cell.results("execute") if "solve.py" in e["code"] and "| tail -n" in e["code"]
     )
     assert f"--cases {' '.join(done)} |" in batch["code"]
     outputs = cell.workspace / "outputs"
@@ -161,7 +134,7 @@ def test_partial_covers_the_first_half_of_the_cases(
 
 def test_partial_finds_the_cases_itself_without_case_ids(tmp_path: Path) -> None:
     """Without ``ctx.case_ids`` the batch works the first half out from the public folder."""
-    staged = stage(VQA, tmp_path / "data", N_CASES[VQA.id])
+    staged = stage_task(VQA, tmp_path / "data", N_CASES[VQA.id], 3)
     workspace = tmp_path / "ws"
     box = LocalSandbox(SandboxSpec(public_dir=staged.public_dir, workspace_dir=workspace))
     box.start()
@@ -301,7 +274,7 @@ def test_malformed_breaks_every_track(track: str, tmp_path: Path) -> None:
     folder, n_cases, problem = TRACK_TASKS[track]
     task = load_task(folder)
     assert task.track == track
-    staged = stage(task, tmp_path / "data", n_cases)
+    staged = stage_task(task, tmp_path / "data", n_cases, 3)
     outputs = tmp_path / "outputs"
     solved = run_reference_solve(task, staged.public_dir, outputs, timeout_s=120)
     assert solved.returncode == 0, solved.stderr[-3000:]
