@@ -26,12 +26,17 @@ os.environ[STATIC_ONLY_ENV] = "1"
 # loaded here, it stays loaded in every test process whatever order the tests run in.
 import pytest_automedbench.controller  # noqa: F401
 from pytest_automedbench.agents.tools import Toolbox
+from pytest_automedbench.agents.trajectory import read_trajectory
+from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
-from pytest_automedbench.results import CellResult
+from pytest_automedbench.results import CellKey, CellResult
+from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
+from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import TaskSpec, load_task
+from pytest_automedbench.terms import OUTPUTS_DIRNAME
 
 pytest_plugins = ["pytester"]
 
@@ -149,20 +154,63 @@ def stage_kidney_cases(cache_root: Path) -> StagedData:
     )
 
 
-def stage_vqa_cases(cache_root: Path) -> StagedData:
-    """Three synthetic VQA-RAD questions (the vqa-rad task, its own generator at its small
-    size) under ``cache_root``: what the command-agent and agent-system cells answer."""
-    task = load_task(SUITES / "vqa" / "vqa-rad")
+def stage_task(task: TaskSpec, root: Path, n_cases: int, seed: int) -> StagedData:
+    """``n_cases`` of a task's own synthetic data (its generator at the small size, ``seed``)
+    staged under ``root`` in the task's case layout."""
     generator = get_generator(task.data.synthetic.generator)
     return stage_synthetic(
         task_id=task.id,
         generator_name=generator.name,
         generator=generator.for_size("small"),
-        cache_root=cache_root,
-        n_cases=3,
-        seed=0,
+        cache_root=root,
+        n_cases=n_cases,
+        seed=seed,
         generator_version=generator.version,
         layout=task.case_layout,
+    )
+
+
+def stage_vqa_cases(cache_root: Path) -> StagedData:
+    """Three synthetic VQA-RAD questions (the vqa-rad task, its own generator at its small
+    size) under ``cache_root``: what the command-agent and agent-system cells answer."""
+    return stage_task(load_task(SUITES / "vqa" / "vqa-rad"), cache_root, 3, 0)
+
+
+def run_lite_cell(
+    agent: str, task: TaskSpec, staged: StagedData, cell_dir: Path, run_id: str, **config: Any
+) -> tuple[CellResult, list[dict[str, Any]]]:
+    """One LITE cell (run 0) of ``agent`` on ``task`` in ``cell_dir`` (results under its
+    parent, ``config`` as further settings), which must be scored: its result and the
+    events of its trajectory."""
+    plan = CellPlan(
+        key=CellKey(agent=agent, task=task.id, tier="lite", run=0),
+        task=task,
+        staged=staged,
+        config=RunConfig(amb_out=cell_dir.parent, **config),
+        run_id=run_id,
+        cell_dir=cell_dir,
+    )
+    result = run_cell(plan)
+    assert result.status == "scored", result.error
+    return result, read_trajectory(cell_dir / "trajectory.jsonl")
+
+
+def cell_judge_context(
+    task: TaskSpec, cell_dir: Path, events: list[dict[str, Any]]
+) -> JudgeContext:
+    """The judge context the runner builds for a cell, with the sandbox paths the agent saw
+    (read off the trajectory's start event)."""
+    start = next(e for e in events if e["kind"] == "start")
+    return JudgeContext(
+        tier=str(start["tier"]),
+        track=task.track,
+        plan_dir=cell_dir / "workspace" / "plan",
+        method_keywords=task.method_keywords,
+        n_cases=int(start["cases"]),
+        public_path=str(start["public_dir"]),
+        submission_path=str(start["outputs_dir"]),
+        input_markers=tuple(task.data.inputs),
+        output_markers=(f"{OUTPUTS_DIRNAME}/",),
     )
 
 

@@ -10,11 +10,6 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
-from pytest_automedbench.config import RunConfig
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import stage_synthetic
-from pytest_automedbench.results import CellKey
-from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.scoring.attribution import (
     STAGES,
     attribute_calls,
@@ -24,9 +19,8 @@ from pytest_automedbench.scoring.attribution import (
 from pytest_automedbench.scoring.models import StageActivity
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import load_task
-from pytest_automedbench.terms import OUTPUTS_DIRNAME
 
-from .conftest import SUITES
+from .conftest import SUITES, cell_judge_context, run_lite_cell, stage_task
 
 PUBLIC = "/public"
 OUTPUTS = "/workspace/outputs"
@@ -354,42 +348,11 @@ def test_a_real_reference_cell(tmp_path: Path) -> None:
     """The reference agent run for real: its trajectory's calls land one stage after the
     other, and the stage each call's own label names agrees where the rules define it."""
     task = load_task(SUITES / "segmentation" / "kidney-tumor-seg")
-    generator = get_generator(task.data.synthetic.generator)
-    staged = stage_synthetic(
-        task.id,
-        generator.name,
-        generator.generate,
-        tmp_path / "data",
-        3,
-        3,
-        generator.version,
-        layout=task.case_layout,
-    )
     cell_dir = tmp_path / "cell"
-    result = run_cell(
-        CellPlan(
-            key=CellKey(agent="reference", task=task.id, tier="lite", run=0),
-            task=task,
-            staged=staged,
-            config=RunConfig(amb_out=tmp_path),
-            run_id="attribution",
-            cell_dir=cell_dir,
-        )
-    )
-    assert result.status == "scored" and result.termination == "submitted", result.error
-    events = read_trajectory(cell_dir / "trajectory.jsonl")
-    start = events[0]
-    ctx = JudgeContext(
-        tier="lite",
-        track=task.track,
-        plan_dir=cell_dir / "workspace" / "plan",
-        method_keywords=task.method_keywords,
-        n_cases=int(start["cases"]),
-        public_path=str(start["public_dir"]),
-        submission_path=str(start["outputs_dir"]),
-        input_markers=tuple(task.data.inputs),
-        output_markers=(f"{OUTPUTS_DIRNAME}/",),
-    )
+    staged = stage_task(task, tmp_path / "data", 3, 3)
+    result, events = run_lite_cell("reference", task, staged, cell_dir, "attribution")
+    assert result.termination == "submitted", result.error
+    ctx = cell_judge_context(task, cell_dir, events)
     stages = [stage for _, stage in attribute_calls(ctx, events)]
     assert stages == ["S1", "S2", "S2", "S2", "S3", "S3", "S4", "S5", "S5"]
     # The scripted labels say the same, except that writing the code (before any output)

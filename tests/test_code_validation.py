@@ -16,13 +16,7 @@ import pytest
 from sklearn.metrics import multilabel_confusion_matrix, precision_score, recall_score
 
 from pytest_automedbench.agents.scripted import ARCHETYPES
-from pytest_automedbench.agents.trajectory import read_trajectory
-from pytest_automedbench.config import RunConfig
 from pytest_automedbench.events import records
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import stage_synthetic
-from pytest_automedbench.results import CellKey
-from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.scoring.code_validation import (
     CodeMetrics,
     LabelledItem,
@@ -37,7 +31,7 @@ from pytest_automedbench.scoring.code_validation import (
 from pytest_automedbench.tasks import load_task
 from pytest_automedbench.terms import ERROR_CODE_IDS
 
-from .conftest import REPO, SUITES
+from .conftest import REPO, SUITES, run_lite_cell, stage_task
 
 CORPUS = Path(__file__).parent / "ecode_corpus"
 SCORING_PAGE = REPO / "docs" / "scoring.md"
@@ -208,31 +202,10 @@ def test_recorded_archetypes_are_what_the_archetypes_still_do(
 ) -> None:
     """Runs the archetype again: same calls and outcomes, same codes as recorded."""
     task = load_task(SUITES / "segmentation" / "kidney-tumor-seg")
-    generator = get_generator(task.data.synthetic.generator)
-    staged = stage_synthetic(
-        task.id,
-        generator.name,
-        generator.generate,
-        tmp_path / "data",
-        4,
-        3,
-        generator.version,
-        layout=task.case_layout,
-    )
+    staged = stage_task(task, tmp_path / "data", 4, 3)
     cell_dir = tmp_path / "cell"
-    result = run_cell(
-        CellPlan(
-            key=CellKey(agent=agent, task=task.id, tier="lite", run=0),
-            task=task,
-            staged=staged,
-            config=RunConfig(amb_out=tmp_path),
-            run_id="ecode-corpus",
-            cell_dir=cell_dir,
-        )
-    )
-    assert result.status == "scored", result.error
+    result, events = run_lite_cell(agent, task, staged, cell_dir, "ecode-corpus")
     recorded = next(i for i in items if i.id == f"{agent}-{task.id}")
-    events = read_trajectory(cell_dir / "trajectory.jsonl")
     assert tool_outcomes(events) == tool_outcomes(records(recorded.events))
     assert result.termination == recorded.termination
     assert [(c.code, c.rule) for c in result.error_codes] == [

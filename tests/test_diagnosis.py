@@ -15,21 +15,16 @@ from typing import Any
 
 import pytest
 
-from pytest_automedbench.agents.trajectory import read_trajectory
-from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluators.schema import EvaluationResult, FormatReport
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
-from pytest_automedbench.results import CellKey, CellResult
-from pytest_automedbench.runner import CellPlan, run_cell
+from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.deterministic import score_s4, score_s5
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.models import ErrorCode, StageScores
 from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
 from pytest_automedbench.tasks import TaskSpec, load_task
-from pytest_automedbench.terms import OUTPUTS_DIRNAME
 
-from .conftest import SUITES
+from .conftest import SUITES, cell_judge_context, run_lite_cell, stage_task
 
 # --------------------------------------------------------------------------- hand-made
 
@@ -455,36 +450,6 @@ class Cell:
         )
 
 
-def stage(task: TaskSpec, root: Path) -> StagedData:
-    generator = get_generator(task.data.synthetic.generator)
-    return stage_synthetic(
-        task.id,
-        generator.name,
-        generator.generate,
-        root,
-        N_CASES[task.id],
-        3,
-        generator.version,
-        layout=task.case_layout,
-    )
-
-
-def cell_context(task: TaskSpec, cell_dir: Path, events: list[dict[str, Any]]) -> JudgeContext:
-    """The judge context the runner builds, with the sandbox paths the agent saw."""
-    start = next(e for e in events if e["kind"] == "start")
-    return JudgeContext(
-        tier=str(start["tier"]),
-        track=task.track,
-        plan_dir=cell_dir / "workspace" / "plan",
-        method_keywords=task.method_keywords,
-        n_cases=int(start["cases"]),
-        public_path=str(start["public_dir"]),
-        submission_path=str(start["outputs_dir"]),
-        input_markers=tuple(task.data.inputs),
-        output_markers=(f"{OUTPUTS_DIRNAME}/",),
-    )
-
-
 def format_report(cell_dir: Path) -> FormatReport:
     evaluation = cell_dir / "evaluator" / "evaluation.json"
     if evaluation.is_file():
@@ -501,21 +466,11 @@ def cells(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, TaskSpec],
 
     def run(agent: str, task: TaskSpec) -> Cell:
         if task.id not in staged:
-            staged[task.id] = stage(task, root / "data")
+            staged[task.id] = stage_task(task, root / "data", N_CASES[task.id], 3)
         if (agent, task.id) not in done:
             cell_dir = root / f"{agent}-{task.id}"
-            plan = CellPlan(
-                key=CellKey(agent=agent, task=task.id, tier="lite", run=0),
-                task=task,
-                staged=staged[task.id],
-                config=RunConfig(amb_out=root),
-                run_id="diagnosis",
-                cell_dir=cell_dir,
-            )
-            result = run_cell(plan)
-            assert result.status == "scored", result.error
-            events = read_trajectory(cell_dir / "trajectory.jsonl")
-            ctx = cell_context(task, cell_dir, events)
+            result, events = run_lite_cell(agent, task, staged[task.id], cell_dir, "diagnosis")
+            ctx = cell_judge_context(task, cell_dir, events)
             done[agent, task.id] = Cell(result, events, format_report(cell_dir), ctx)
         return done[agent, task.id]
 

@@ -12,17 +12,13 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
-from pytest_automedbench.config import RunConfig
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
 from pytest_automedbench.protocol import find_training
-from pytest_automedbench.results import CellKey
-from pytest_automedbench.runner import CellPlan, open_probe, run_cell
+from pytest_automedbench.runner import open_probe
 from pytest_automedbench.sandbox import SandboxSpec, create_sandbox
 from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT, SITE_HOOK_NAME
 from pytest_automedbench.tasks import ProtocolDecl, TaskSpec, discover_tasks, load_task
 
-from .conftest import SUITES
+from .conftest import SUITES, run_lite_cell, stage_task
 from .test_protocol import HIDDEN_TRAINING
 
 SEG = load_task(SUITES / "segmentation" / "kidney-tumor-seg")
@@ -85,27 +81,9 @@ def test_the_probe_records_training_inside_the_sandbox(backend: str, tmp_path: P
     assert not list(probe.parent.glob(probe.name)), "the probe folder is left behind"
 
 
-def stage(task: TaskSpec, root: Path) -> StagedData:
-    generator = get_generator(task.data.synthetic.generator)
-    return stage_synthetic(
-        task.id, generator.name, generator.generate, root, 2, 3, generator.version,
-        layout=task.case_layout,
-    )  # fmt: skip
-
-
 def run_trainer(task: TaskSpec, root: Path) -> tuple[Any, list[dict[str, Any]]]:
-    cell_dir = root / "cell"
-    plan = CellPlan(
-        key=CellKey(agent="trainer", task=task.id, tier="lite", run=0),
-        task=task,
-        staged=stage(task, root / "data"),
-        config=RunConfig(amb_out=root, sandbox="process"),
-        run_id="protocol",
-        cell_dir=cell_dir,
-    )
-    result = run_cell(plan)
-    assert result.status == "scored", result.error
-    return result, read_trajectory(cell_dir / "trajectory.jsonl")
+    staged = stage_task(task, root / "data", 2, 3)
+    return run_lite_cell("trainer", task, staged, root / "cell", "protocol", sandbox="process")
 
 
 @pytest.mark.slow

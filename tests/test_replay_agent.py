@@ -23,30 +23,19 @@ from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
+from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
 from pytest_automedbench.tasks import load_task
 
-from .conftest import SUITES
+from .conftest import SUITES, stage_task
 
 TASK = load_task(SUITES / "vqa" / "vqa-rad")
 
 
 def stage(root: Path) -> StagedData:
-    generator = get_generator(TASK.data.synthetic.generator)
-    return stage_synthetic(
-        TASK.id,
-        generator.name,
-        generator.generate,
-        root,
-        6,
-        4,
-        generator.version,
-        layout=TASK.case_layout,
-    )
+    return stage_task(TASK, root, 6, 4)
 
 
 def cell(agent: str, staged: StagedData, cell_dir: Path) -> CellResult:
