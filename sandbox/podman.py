@@ -155,6 +155,7 @@ def start_service(path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     config = Path(path).with_name("automedbench-containers.conf")
     config.write_text(service_config())
+    environment = {k: v for k, v in os.environ.items() if k != "CONTAINER_HOST"}
     with SERVICE_LOG.open("ab") as log:
         subprocess.Popen(
             ["podman", "system", "service", "--time=0", f"unix://{path}"],
@@ -162,7 +163,8 @@ def start_service(path: str) -> None:
             stdout=log,
             stderr=log,
             start_new_session=True,
-            env={**os.environ, "CONTAINERS_CONF": str(config)},
+            # CONTAINER_HOST would make this podman a client of that host, not its service.
+            env={**environment, "CONTAINERS_CONF": str(config)},
         )
     deadline = time.monotonic() + SERVICE_START_S
     while _answers(path) is not None and time.monotonic() < deadline:
