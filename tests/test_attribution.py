@@ -21,24 +21,23 @@ from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES, cell_judge_context, run_lite_cell, stage_task
-
-PUBLIC = "/public"
-OUTPUTS = "/workspace/outputs"
-N = 4
+from .hand_made import (
+    BATCH,
+    CHECK,
+    FINAL,
+    INSPECT,
+    OUTPUTS,
+    PILOT,
+    PLAN,
+    PUBLIC,
+    WRITE,
+    N,
+    judge_context,
+)
 
 
 def ctx_for(tmp_path: Path, n_cases: int = N) -> JudgeContext:
-    return JudgeContext(
-        tier="lite",
-        track="segmentation",
-        plan_dir=tmp_path / "plan",
-        method_keywords=[],
-        n_cases=n_cases,
-        public_path=PUBLIC,
-        submission_path=OUTPUTS,
-        input_markers=("ct.nii.gz",),
-        output_markers=("outputs/",),
-    )
+    return judge_context(tmp_path, n_cases)
 
 
 class Events:
@@ -95,15 +94,8 @@ class Events:
         return self.call("submit_results", 0.25, format_valid=valid, accepted=valid)
 
 
-PLAN = "cat > /workspace/plan/plan.md <<'EOF'\n# plan\nEOF"
 ENV = "python -c 'import numpy, SimpleITK; print(numpy.__version__)'"
-INSPECT = f"python -c 'print(sitk.ReadImage(\"{PUBLIC}/case_1/ct.nii.gz\").GetSize())'"
 INSTALL = "pip install monai"
-WRITE = "cat > /workspace/solve.py <<'EOF'\n...\nEOF"
-PILOT = f"python /workspace/solve.py --inputs {PUBLIC} --outputs {OUTPUTS} --cases case_1"
-CHECK = f"python /workspace/check.py --outputs {OUTPUTS} --cases case_1"
-BATCH = f"python /workspace/solve.py --inputs {PUBLIC} --outputs {OUTPUTS}"
-FINAL = f"python /workspace/check.py --outputs {OUTPUTS}"
 
 
 def stages_of(tmp_path: Path, events: Events, n_cases: int = N) -> list[str]:

@@ -25,26 +25,24 @@ from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
 from pytest_automedbench.tasks import TaskSpec, load_task
 
 from .conftest import SUITES, cell_judge_context, run_lite_cell, stage_task
+from .hand_made import (
+    BATCH,
+    CHECK,
+    FINAL,
+    INSPECT,
+    OUTPUTS,
+    PILOT,
+    PLAN,
+    WRITE,
+    N,
+    judge_context,
+)
 
 # --------------------------------------------------------------------------- hand-made
 
-PUBLIC = "/public"
-OUTPUTS = "/workspace/outputs"
-N = 4
-
 
 def ctx_for(tmp_path: Path, n_cases: int = N) -> JudgeContext:
-    return JudgeContext(
-        tier="lite",
-        track="segmentation",
-        plan_dir=tmp_path / "plan",
-        method_keywords=["threshold"],
-        n_cases=n_cases,
-        public_path=PUBLIC,
-        submission_path=OUTPUTS,
-        input_markers=("ct.nii.gz",),
-        output_markers=("outputs/",),
-    )
+    return judge_context(tmp_path, n_cases, ["threshold"])
 
 
 class Trajectory:
@@ -112,14 +110,7 @@ class Trajectory:
         return self.events
 
 
-PLAN = "cat > /workspace/plan/plan.md <<'EOF'\n# plan\nEOF"
 ENV = "python -c 'import numpy; print(numpy.__version__)'"
-INSPECT = f"python -c 'print(sitk.ReadImage(\"{PUBLIC}/case_1/ct.nii.gz\").GetSize())'"
-WRITE = "cat > /workspace/solve.py <<'EOF'\n...\nEOF"
-PILOT = f"python /workspace/solve.py --inputs {PUBLIC} --outputs {OUTPUTS} --cases case_1"
-CHECK = f"python /workspace/check.py --outputs {OUTPUTS} --cases case_1"
-BATCH = f"python /workspace/solve.py --inputs {PUBLIC} --outputs {OUTPUTS}"
-FINAL = f"python /workspace/check.py --outputs {OUTPUTS}"
 
 
 def good(pilot_check: bool = True) -> Trajectory:
