@@ -184,6 +184,32 @@ def stray(name: str, data: bytes = b"x") -> Builder:
     return build
 
 
+@dataclass(frozen=True)
+class KindEntries:
+    """Makes the entries of one HealthAgentBench kind: ``entry(name, build, reason[,
+    status])`` is a ``healthagentbench`` entry of that kind."""
+
+    kind: str
+
+    def __call__(
+        self,
+        name: str,
+        build: Builder,
+        reason: str,
+        status: Literal["invalid", "missing"] = "invalid",
+    ) -> Malformed:
+        return Malformed(name, "healthagentbench", build, reason, status=status, kind=self.kind)
+
+
+def reference_file(name: str) -> Callable[[Ctx], Path]:
+    """The attacked case's reference file ``name``, as a link target."""
+
+    def path(ctx: Ctx) -> Path:
+        return ctx.references / str(ctx.case_id) / name
+
+    return path
+
+
 def top_link_to_references(ctx: Ctx) -> None:
     (ctx.submission / "notes").symlink_to(ctx.references, target_is_directory=True)
 

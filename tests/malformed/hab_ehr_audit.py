@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
-from .cases import Builder, Malformed, link_to, make_directory, make_fifo, make_sparse, write_bytes
+from .cases import (
+    KindEntries,
+    Malformed,
+    link_to,
+    make_directory,
+    make_fifo,
+    make_sparse,
+    write_bytes,
+)
 
 KIND = "ehr_audit"
 METRIC = "audit_score"
@@ -55,10 +62,7 @@ def write_good(path: Path) -> None:
     path.write_bytes(GOOD)
 
 
-def _e(
-    name: str, build: Builder, reason: str, status: Literal["invalid", "missing"] = "invalid"
-) -> Malformed:
-    return Malformed(name, "healthagentbench", build, reason, status=status, kind=KIND)
+_e = KindEntries(KIND)
 
 
 ENTRIES: list[Malformed] = [

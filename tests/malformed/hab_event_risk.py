@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
 from .cases import (
-    Builder,
+    KindEntries,
     Malformed,
     link_to,
     make_directory,
@@ -61,10 +60,7 @@ def _rows(*lines: str) -> bytes:
 _GOOD = [f"{p},{t},{0.9 if v else 0.1}" for p, t, v in ROWS]
 
 
-def _entry(
-    name: str, build: Builder, reason: str, status: Literal["invalid", "missing"] = "invalid"
-) -> Malformed:
-    return Malformed(name, "healthagentbench", build, reason, status=status, kind=KIND)
+_entry = KindEntries(KIND)
 
 
 ENTRIES: list[Malformed] = [

@@ -12,12 +12,11 @@ import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .cases import SPARSE_BYTES, Builder, Ctx, Malformed
+from .cases import SPARSE_BYTES, Builder, Ctx, KindEntries, Malformed
 
 KIND = "meds_etl"
 METRIC = "event_f1"
@@ -150,10 +149,7 @@ def _repeated_codes(folder: Path) -> None:
     )
 
 
-def _e(
-    name: str, build: Builder, reason: str, status: Literal["invalid", "missing"] = "invalid"
-) -> Malformed:
-    return Malformed(name, "healthagentbench", build, reason, status=status, kind=KIND)
+_e = KindEntries(KIND)
 
 
 _TIMES_AS_TEXT = pa.array([None, "2150-01-01", "2150-03-04 05:06:07", None, "2151-02-02"])

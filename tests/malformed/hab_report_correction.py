@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 from .cases import (
-    Ctx,
+    KindEntries,
     Malformed,
     link_to,
     make_directory,
     make_fifo,
     make_sparse,
     nothing,
+    reference_file,
     write_bytes,
 )
 
@@ -45,12 +46,10 @@ def write_good(path: Path) -> None:
     )
 
 
-def _references(ctx: Ctx) -> Path:
-    return ctx.references / str(ctx.case_id) / "findings.txt"
+_references = reference_file("findings.txt")
 
 
-def _h(name: str, build: object, reason: str, status: str = "invalid") -> Malformed:
-    return Malformed(name, "healthagentbench", build, reason, status=status, kind=KIND)  # type: ignore[arg-type]
+_h = KindEntries(KIND)
 
 
 ENTRIES: list[Malformed] = [

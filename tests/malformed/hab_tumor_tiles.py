@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
 
 from .cases import (
-    Builder,
-    Ctx,
+    KindEntries,
     Malformed,
     link_to,
     make_directory,
     make_fifo,
     make_sparse,
     nothing,
+    reference_file,
     write_bytes,
 )
 
@@ -42,14 +41,10 @@ def _tiles(tiles: object) -> bytes:
     return json.dumps({"tiles": tiles}).encode()
 
 
-def _references(ctx: Ctx) -> Path:
-    return ctx.references / str(ctx.case_id) / "reference.json"
+_references = reference_file("reference.json")
 
 
-def _h(
-    name: str, build: Builder, reason: str, status: Literal["invalid", "missing"] = "invalid"
-) -> Malformed:
-    return Malformed(name, "healthagentbench", build, reason, status=status, kind=KIND)
+_h = KindEntries(KIND)
 
 
 ENTRIES: list[Malformed] = [
