@@ -200,14 +200,20 @@ class KindEntries:
     ) -> Malformed:
         return Malformed(name, "healthagentbench", build, reason, status=status, kind=self.kind)
 
+    def file_attacks(self, reference: str) -> list[Malformed]:
+        """What every single-file deliverable meets alike: no file, a 10 GB sparse file, a
+        FIFO, a directory, a link to the case's reference file ``reference``."""
 
-def reference_file(name: str) -> Callable[[Ctx], Path]:
-    """The attacked case's reference file ``name``, as a link target."""
+        def path(ctx: Ctx) -> Path:
+            return ctx.references / str(ctx.case_id) / reference
 
-    def path(ctx: Ctx) -> Path:
-        return ctx.references / str(ctx.case_id) / name
-
-    return path
+        return [
+            self("missing", nothing, "missing file", status="missing"),
+            self("huge-sparse", make_sparse, "over the"),
+            self("fifo", make_fifo, "is a FIFO, not a regular file"),
+            self("directory", make_directory, "not a regular file"),
+            self("symlink-to-reference", link_to(path), "symbolic link"),
+        ]
 
 
 def top_link_to_references(ctx: Ctx) -> None:

@@ -8,12 +8,6 @@ from pathlib import Path
 from .cases import (
     KindEntries,
     Malformed,
-    link_to,
-    make_directory,
-    make_fifo,
-    make_sparse,
-    nothing,
-    reference_file,
     write_bytes,
 )
 
@@ -52,14 +46,10 @@ def _answers(**changes: object) -> bytes:
     return json.dumps(answers).encode()
 
 
-_references = reference_file("labels.json")
-
-
 _h = KindEntries(KIND)
 
 
 ENTRIES: list[Malformed] = [
-    _h("missing", nothing, "missing file", status="missing"),
     _h("empty-file", write_bytes(b""), "not valid JSON"),
     _h("not-utf8", write_bytes(b'{"Cardiomegaly\xff": true}'), "not UTF-8"),
     _h("a-list", write_bytes(b'["Cardiomegaly"]'), "must be a JSON object"),
@@ -102,8 +92,5 @@ ENTRIES: list[Malformed] = [
     _h(
         "deep", write_bytes(b'{"Cardiomegaly": ' + b"[" * 40 + b"]" * 40 + b"}"), "nested more than"
     ),
-    _h("huge-sparse", make_sparse, "over the"),
-    _h("fifo", make_fifo, "is a FIFO, not a regular file"),
-    _h("directory", make_directory, "not a regular file"),
-    _h("symlink-to-reference", link_to(_references), "symbolic link"),
+    *_h.file_attacks("labels.json"),
 ]

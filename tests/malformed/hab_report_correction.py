@@ -8,12 +8,6 @@ from pathlib import Path
 from .cases import (
     KindEntries,
     Malformed,
-    link_to,
-    make_directory,
-    make_fifo,
-    make_sparse,
-    nothing,
-    reference_file,
     write_bytes,
 )
 
@@ -46,14 +40,10 @@ def write_good(path: Path) -> None:
     )
 
 
-_references = reference_file("findings.txt")
-
-
 _h = KindEntries(KIND)
 
 
 ENTRIES: list[Malformed] = [
-    _h("missing", nothing, "missing file", status="missing"),
     _h("empty-file", write_bytes(b""), "empty; write the corrected FINDINGS"),
     _h("only-blanks", write_bytes(b" \n\n\t \n"), "empty; write the corrected FINDINGS"),
     _h("not-utf8", write_bytes(b"Small left pleural effusion \xff."), "not UTF-8"),
@@ -71,8 +61,5 @@ ENTRIES: list[Malformed] = [
         "characters, over the 8000-character limit",
     ),
     _h("over-byte-cap", write_bytes(b"x" * 40000), "over the 32000-byte limit"),
-    _h("huge-sparse", make_sparse, "over the"),
-    _h("fifo", make_fifo, "is a FIFO, not a regular file"),
-    _h("directory", make_directory, "not a regular file"),
-    _h("symlink-to-reference", link_to(_references), "symbolic link"),
+    *_h.file_attacks("findings.txt"),
 ]

@@ -8,12 +8,6 @@ from pathlib import Path
 from .cases import (
     KindEntries,
     Malformed,
-    link_to,
-    make_directory,
-    make_fifo,
-    make_sparse,
-    nothing,
-    reference_file,
     write_bytes,
 )
 
@@ -47,14 +41,10 @@ def _ranking(ids: object) -> bytes:
     return json.dumps({"ranking": ids}).encode()
 
 
-_references = reference_file("qrels.json")
-
-
 _h = KindEntries(KIND)
 
 
 ENTRIES: list[Malformed] = [
-    _h("missing", nothing, "missing file", status="missing"),
     _h("empty-file", write_bytes(b""), "not valid JSON"),
     _h("not-utf8", write_bytes(b'{"ranking": ["CT\xff"]}'), "not UTF-8"),
     _h("a-list", write_bytes(b'["CT0000000001"]'), "must be a JSON object"),
@@ -99,8 +89,5 @@ ENTRIES: list[Malformed] = [
         "'ranking' has 1001 entries, more than the 1000 allowed",
     ),
     _h("deep", write_bytes(b'{"ranking": ' + b"[" * 40 + b"]" * 40 + b"}"), "nested more than"),
-    _h("huge-sparse", make_sparse, "over the"),
-    _h("fifo", make_fifo, "is a FIFO, not a regular file"),
-    _h("directory", make_directory, "not a regular file"),
-    _h("symlink-to-reference", link_to(_references), "symbolic link"),
+    *_h.file_attacks("qrels.json"),
 ]

@@ -8,12 +8,6 @@ from pathlib import Path
 from .cases import (
     KindEntries,
     Malformed,
-    link_to,
-    make_directory,
-    make_fifo,
-    make_sparse,
-    nothing,
-    reference_file,
     write_bytes,
 )
 
@@ -41,14 +35,10 @@ def _tiles(tiles: object) -> bytes:
     return json.dumps({"tiles": tiles}).encode()
 
 
-_references = reference_file("reference.json")
-
-
 _h = KindEntries(KIND)
 
 
 ENTRIES: list[Malformed] = [
-    _h("missing", nothing, "missing file", status="missing"),
     _h("empty-file", write_bytes(b""), "not valid JSON"),
     _h("not-utf8", write_bytes(b'{"tiles": [[1, 1]], "x": "\xff"}'), "not UTF-8"),
     _h("a-list", write_bytes(b"[[1, 1]]"), "must be a JSON object"),
@@ -97,8 +87,5 @@ ENTRIES: list[Malformed] = [
         "tiles[0]: must be [col, row], found object",
     ),
     _h("deep", write_bytes(b'{"tiles": ' + b"[" * 40 + b"]" * 40 + b"}"), "nested more than"),
-    _h("huge-sparse", make_sparse, "over the"),
-    _h("fifo", make_fifo, "is a FIFO, not a regular file"),
-    _h("directory", make_directory, "not a regular file"),
-    _h("symlink-to-reference", link_to(_references), "symbolic link"),
+    *_h.file_attacks("reference.json"),
 ]
