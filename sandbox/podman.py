@@ -23,6 +23,8 @@ podman's own image store. What differs is here:
 * **Seccomp.** Podman's default profile lets a container make namespaces (a user
   namespace with every capability in it); Docker's does not. The containers get
   podman's profile less that (:func:`seccomp_profile`).
+* **/run and /var/tmp.** Podman gives a read-only container writable tmpfs there; they
+  are bounded like /tmp (``tmp_mb``) and not executable.
 * **GPUs** are not passed (podman's compat API has no device requests; CDI is left for
   later), and Harbor tasks' own images stay with the Docker backend.
 """
@@ -252,6 +254,11 @@ class PodmanSandbox(DockerSandbox):
             raise SandboxError("the podman backend passes no GPUs (use --sandbox docker)")
         options = super().options(spec)
         options["security_opt"] = [*options["security_opt"], f"seccomp={seccomp_file()}"]
+        # A read-only podman container gets writable /run and /var/tmp of unbounded size
+        # (its read-only-tmpfs default, which the compat API cannot turn off): bounded as
+        # /tmp is, and not executable.
+        bounded = f"rw,noexec,nosuid,nodev,size={spec.tmp_mb}m,mode=1777"
+        options["tmpfs"] = {**options["tmpfs"], "/run": bounded, "/var/tmp": bounded}
         # Ulimits given in the create call replace the service's defaults: all of them here.
         limits = [Ulimit(name=name, soft=n, hard=n) for name, n in container_limits().items()]
         options["ulimits"] = [*options["ulimits"], *limits]

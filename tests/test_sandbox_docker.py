@@ -35,9 +35,15 @@ import pytest
 
 from pytest_automedbench.evaluation import HOST_PROCESS, Placement, check_format, evaluate
 from pytest_automedbench.evaluators.schema import EvalSpec, VqaSpec
-from pytest_automedbench.sandbox import DockerSandbox, SandboxError, SandboxSpec
+from pytest_automedbench.sandbox import (
+    DockerSandbox,
+    SandboxError,
+    SandboxSpec,
+    backend_class,
+    backend_names,
+)
 from pytest_automedbench.sandbox import docker as dk
-from pytest_automedbench.sandbox.images import LABEL, ImageSet, ensure_images
+from pytest_automedbench.sandbox.images import LABEL, ImageSet
 from pytest_automedbench.sandbox.owner import process_identity
 
 _PROBLEM = dk.docker_problem()
@@ -107,16 +113,36 @@ def dead_pid() -> int:
 # --------------------------------------------------------------------------- fixtures
 
 
+#: The backends that run these containers: Docker, and podman through its Docker API.
+ENGINES = tuple(name for name in backend_names() if issubclass(backend_class(name), DockerSandbox))
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> type[DockerSandbox]:
+    cls = backend_class(str(request.param))
+    assert issubclass(cls, DockerSandbox)
+    if (problem := cls.problem()) is not None:
+        pytest.skip(f"{cls.name} backend cannot run here: {problem}")
+    return cls
+
+
 @pytest.fixture(scope="module")
-def client() -> Any:
+def client(engine: type[DockerSandbox]) -> Any:
+    return engine.client()
+
+
+@pytest.fixture(scope="module")
+def images(engine: type[DockerSandbox]) -> ImageSet:
+    return engine.ensure_images("debootstrap")
+
+
+@pytest.fixture(scope="module")
+def docker_only() -> Any:
+    """The Docker engine's client, for what only the Docker backend does so far (the
+    evaluator placement of :mod:`evaluation`)."""
     if _PROBLEM is not None:
         pytest.skip(f"Docker backend cannot run here: {_PROBLEM}")
     return dk.docker_client()
-
-
-@pytest.fixture(scope="module")
-def images(client: Any) -> ImageSet:
-    return ensure_images(client)
 
 
 @pytest.fixture(scope="module")
@@ -152,9 +178,11 @@ def _spec(public: Path, workspace: Path, **overrides: Any) -> SandboxSpec:
 
 
 @pytest.fixture(scope="module")
-def box(client: Any, host_dirs: Path, request: pytest.FixtureRequest) -> Iterator[DockerSandbox]:
-    """One sandbox shared by the tests that need no special limits."""
-    sandbox = DockerSandbox(_spec(host_dirs / "public", host_dirs / "ws"))
+def box(
+    engine: type[DockerSandbox], host_dirs: Path, request: pytest.FixtureRequest
+) -> Iterator[DockerSandbox]:
+    """One sandbox per engine, shared by the tests that need no special limits."""
+    sandbox = engine(_spec(host_dirs / "public", host_dirs / f"ws-{engine.name}"))
     request.addfinalizer(sandbox.stop)
     sandbox.start()
     yield sandbox
@@ -163,12 +191,12 @@ def box(client: Any, host_dirs: Path, request: pytest.FixtureRequest) -> Iterato
 
 @pytest.fixture
 def make_box(
-    client: Any, host_dirs: Path, tmp_path: Path, request: pytest.FixtureRequest
+    engine: type[DockerSandbox], host_dirs: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> MakeBox:
     """Fresh sandboxes with their own limits, workspace in this test's ``tmp_path``."""
 
     def make(name: str = "ws", **overrides: Any) -> DockerSandbox:
-        sandbox = DockerSandbox(_spec(host_dirs / "public", tmp_path / name, **overrides))
+        sandbox = engine(_spec(host_dirs / "public", tmp_path / name, **overrides))
 
         def finish() -> None:
             sandbox.stop()
@@ -232,9 +260,13 @@ def test_host_paths_are_not_visible(box: DockerSandbox, host_dirs: Path) -> None
     mountinfo = run_ok(box, "cat /proc/self/mountinfo", "bash").splitlines()
     points = {line.split()[4] for line in mountinfo}
     docker_files = {"/etc/resolv.conf", "/etc/hostname", "/etc/hosts"}
+    # Podman's writable tmpfs of a read-only container, bounded by the backend.
+    engine_tmpfs = {"/run", "/var/tmp"} if type(box).name == "podman" else set()
     own = {"/", "/public", "/workspace", "/tmp", "/etc/passwd", "/etc/group", dk.CA_BUNDLE}
     unexpected = {
-        p for p in points - own - docker_files if not p.startswith(("/proc", "/sys", "/dev"))
+        p
+        for p in points - own - docker_files - engine_tmpfs
+        if not p.startswith(("/proc", "/sys", "/dev"))
     }
     assert unexpected == set(), unexpected
 
@@ -258,14 +290,14 @@ def test_no_key_in_the_container_configuration(
 _CHILD = """
 import json, sys
 from pathlib import Path
-from pytest_automedbench.sandbox import DockerSandbox, SandboxSpec
+from pytest_automedbench.sandbox import SandboxSpec, backend_class
 from pytest_automedbench.sandbox import docker as dk
 # No sweep from in here: every live harness of this host would look dead to it (and its
 # containers would go, see the test of the sweep below).
-dk._swept.add("docker")
+dk._swept.add(sys.argv[4])
 spec = SandboxSpec(public_dir=Path(sys.argv[1]), workspace_dir=Path(sys.argv[2]),
                    run_id=sys.argv[3])
-box = DockerSandbox(spec)
+box = backend_class(sys.argv[4])(spec)
 box.start()
 try:
     result = box.exec("bash", "nohup sleep 30 >/dev/null 2>&1 & echo started", 20)
@@ -277,7 +309,7 @@ finally:
 
 
 def test_nothing_outlives_a_call_when_the_harness_has_its_own_pid_namespace(
-    client: Any, host_dirs: Path, tmp_path: Path
+    engine: type[DockerSandbox], client: Any, host_dirs: Path, tmp_path: Path
 ) -> None:
     """The harness in a container of its own, talking to the daemon through its socket
     (a common CI set-up): the daemon's pids are not the harness's pids."""
@@ -285,7 +317,7 @@ def test_nothing_outlives_a_call_when_the_harness_has_its_own_pid_namespace(
         pytest.skip("needs root and unshare to give the harness its own pid namespace")
     run_id = f"{RUN_ID}-pidns"
     argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _CHILD]
-    argv += [str(host_dirs / "public"), str(tmp_path / "ws"), run_id]
+    argv += [str(host_dirs / "public"), str(tmp_path / "ws"), run_id, engine.name]
     harness = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert harness.stdin is not None and harness.stdout is not None
     uid = None
@@ -347,7 +379,8 @@ def test_labels_limits_and_stop(client: Any, make_box: MakeBox) -> None:
     assert container.labels[f"{LABEL}.owner"] == process_identity(os.getpid())
     host = container.attrs["HostConfig"]
     assert host["ReadonlyRootfs"] is True
-    assert host["CapDrop"] == ["ALL"]
+    # Docker records ["ALL"]; podman lists every capability it would otherwise give.
+    assert host["CapDrop"] == ["ALL"] or ("SETUID" in host["CapDrop"] and not host["CapAdd"])
     assert "no-new-privileges" in host["SecurityOpt"]
     assert host["PidsLimit"] == 100
     assert host["Memory"] == host["MemorySwap"] == 512 * 1024**2
@@ -414,6 +447,7 @@ def test_sweep_removes_only_containers_of_dead_owners(client: Any, images: Image
 
 _SWEEP_CHILD = """
 import json, sys
+from pytest_automedbench.sandbox import backend_class
 from pytest_automedbench.sandbox import docker as dk
 from pytest_automedbench.sandbox.images import LABEL
 
@@ -426,14 +460,14 @@ class Api:  # only this test's containers: the sweep must not judge anyone else'
         return self.real.remove_container(container, force=force)
 
 class Client:
-    api = Api(dk.docker_client().api)
+    api = Api(backend_class(sys.argv[2]).client().api)
 
 print(json.dumps(dk.sweep_stale_containers(Client())), flush=True)
 """
 
 
 def test_sweep_from_another_pid_namespace_keeps_live_owners(
-    client: Any, images: ImageSet, tmp_path: Path
+    engine: type[DockerSandbox], client: Any, images: ImageSet, tmp_path: Path
 ) -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare to give the sweeper its own pid namespace")
@@ -458,7 +492,7 @@ def test_sweep_from_another_pid_namespace_keeps_live_owners(
     (stage / dk.OWNER_FILE).write_text(dk.owner_label())
     try:
         argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c"]
-        argv += [_SWEEP_CHILD, run_label]
+        argv += [_SWEEP_CHILD, run_label, engine.name]
         env = {**os.environ, "TMPDIR": str(private_tmp)}
         swept = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
         assert swept.returncode == 0, swept.stderr
@@ -477,10 +511,12 @@ def _labelled_containers(client: Any, run_id: str) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}))
 
 
-def test_evaluator_container_runs_and_is_removed(client: Any, tmp_path: Path) -> None:
+def test_evaluator_container_runs_and_is_removed(
+    engine: type[DockerSandbox], client: Any, tmp_path: Path
+) -> None:
     run_id = f"{RUN_ID}-eval"
     out_dir = tmp_path / "out"
-    rc, logs = dk.run_evaluator_container(["--help"], {}, out_dir, 120, run_id=run_id)
+    rc, logs = engine.run_evaluator(["--help"], {}, out_dir, 120, run_id=run_id)
     assert rc == 0, logs
     assert "usage" in logs.lower()
     assert (out_dir.stat().st_uid, out_dir.stat().st_gid) == (dk.NOBODY, dk.NOBODY)
@@ -488,14 +524,14 @@ def test_evaluator_container_runs_and_is_removed(client: Any, tmp_path: Path) ->
 
 
 def test_evaluator_container_sees_its_mounts_and_reports_failure(
-    client: Any, tmp_path: Path
+    engine: type[DockerSandbox], client: Any, tmp_path: Path
 ) -> None:
     run_id = f"{RUN_ID}-eval-bad"
     spec = tmp_path / "spec.json"
     spec.write_text("[1, 2]")
     args = ["--spec", "/in/spec.json", "--submission", "/in/submission"]
     args += ["--references", "/in/references", "--out", "/out/verdict.json"]
-    rc, logs = dk.run_evaluator_container(
+    rc, logs = engine.run_evaluator(
         args, {spec: ("/in/spec.json", "ro")}, tmp_path / "out", 120, run_id=run_id
     )
     assert rc == 2, logs
@@ -504,7 +540,9 @@ def test_evaluator_container_sees_its_mounts_and_reports_failure(
     assert _labelled_containers(client, run_id) == []
 
 
-def test_evaluator_container_that_overruns_is_killed(client: Any, tmp_path: Path) -> None:
+def test_evaluator_container_that_overruns_is_killed(
+    engine: type[DockerSandbox], client: Any, tmp_path: Path
+) -> None:
     """A spec that is a FIFO blocks the evaluator's read forever: the timeout ends it."""
     run_id = f"{RUN_ID}-eval-slow"
     fifo = tmp_path / "spec.json"
@@ -513,7 +551,7 @@ def test_evaluator_container_that_overruns_is_killed(client: Any, tmp_path: Path
     args = ["--spec", "/in/spec.json", "--submission", "/in/submission", "--format-only"]
     args += ["--out", "/out/verdict.json"]
     start = time.monotonic()
-    rc, _ = dk.run_evaluator_container(
+    rc, _ = engine.run_evaluator(
         args, {fifo: ("/in/spec.json", "ro")}, tmp_path / "out", 4, run_id=run_id
     )
     assert rc == 124
@@ -521,7 +559,7 @@ def test_evaluator_container_that_overruns_is_killed(client: Any, tmp_path: Path
     assert _labelled_containers(client, run_id) == []
 
 
-def test_container_placement_scores_like_the_host_process(client: Any, tmp_path: Path) -> None:
+def test_container_placement_scores_like_the_host_process(docker_only: Any, tmp_path: Path) -> None:
     """The whole evaluator path of :mod:`evaluation` with ``Placement(container=True)``:
     spec, submission copy and references mounted in, the verdict read back, no container
     left; and the same verdict as the evaluator run as a host process."""
@@ -546,7 +584,7 @@ def test_container_placement_scores_like_the_host_process(client: Any, tmp_path:
         "q_2": "ok",
         "q_3": "missing",
     }
-    assert _labelled_containers(client, run_id) == []
+    assert _labelled_containers(docker_only, run_id) == []
 
 
 # --------------------------------------------------------------------------- options
