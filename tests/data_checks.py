@@ -1,8 +1,8 @@
 """What the data generators' tests check the same way: the bytes of a generated tree, a
-generator's small and realistic sizes, and for the COCO detection data sets (bccd-det,
-dentex-det, kvasir-polyp-det) their declaration, in-process scoring with the real evaluator
-and the COCO split contract. The checks every such data set passes alike run once per data
-set in ``test_fixtures_coco_detection.py``."""
+generator's small and realistic sizes, one realistic case's grid, and for the COCO detection
+data sets (bccd-det, dentex-det, kvasir-polyp-det) their declaration, in-process scoring
+with the real evaluator and the COCO split contract. The checks every such data set passes
+alike run once per data set in ``test_fixtures_coco_detection.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
+import SimpleITK as sitk
 from PIL import Image
 
 from pytest_automedbench.evaluators import get_evaluator
@@ -40,6 +42,32 @@ def check_sizes(name: str, dataset: DatasetGenerator, **realistic: Any) -> None:
     assert variant is generator.realistic
     assert isinstance(variant, functools.partial) and variant.func is dataset
     assert variant.keywords == realistic
+
+
+def realistic_case(
+    name: str,
+    root: Path,
+    seed: int,
+    shape: tuple[int, int, int],
+    spacing: tuple[float, float, float],
+    image_name: str = "ct.nii.gz",
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """One case of generator ``name`` at the realistic size, written under ``root``: its
+    image and label lie on ``shape`` (SimpleITK x, y, z) at ``spacing`` with one geometry.
+    Returns the image and label arrays (numpy z, y, x)."""
+    realistic = get_generator(name).for_size("realistic")
+    assert realistic(root / "public", root / "private", 1, seed) == ["case_0001"]
+    assert case_ids_of(root, "folders") == ["case_0001"]
+    image = sitk.ReadImage(str(root / "public" / "case_0001" / image_name))
+    label = sitk.ReadImage(str(root / "private" / "case_0001" / "label.nii.gz"))
+    assert image.GetSize() == label.GetSize() == shape
+    assert image.GetSpacing() == pytest.approx(spacing)
+    assert label.GetSpacing() == pytest.approx(spacing)
+    assert label.GetOrigin() == pytest.approx(image.GetOrigin())
+    assert label.GetDirection() == pytest.approx(image.GetDirection())
+    pixels, values = sitk.GetArrayFromImage(image), sitk.GetArrayFromImage(label)
+    assert values.shape == pixels.shape == shape[::-1]
+    return pixels, values
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:

@@ -45,9 +45,8 @@ from pytest_automedbench.fixtures.abdomen_ct import (
     tumor_free_indices,
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import case_ids_of
 
-from .data_checks import check_sizes
+from .data_checks import check_sizes, realistic_case
 
 Int16Array = npt.NDArray[np.int16]
 UInt8Array = npt.NDArray[np.uint8]
@@ -413,18 +412,9 @@ def test_small_size_is_the_default_generator() -> None:
 
 @pytest.mark.slow
 def test_realistic_variant_writes_adult_organs_on_the_clinical_grid(tmp_path: Path) -> None:
-    realistic = get_generator("totalseg-abdomen-ct").for_size("realistic")
-    assert realistic(tmp_path / "public", tmp_path / "private", 1, 104) == ["case_0001"]
-    assert case_ids_of(tmp_path, "folders") == ["case_0001"]
-    ct = sitk.ReadImage(str(tmp_path / "public" / "case_0001" / "ct.nii.gz"))
-    label = sitk.ReadImage(str(tmp_path / "private" / "case_0001" / "label.nii.gz"))
-    assert ct.GetSize() == label.GetSize() == REALISTIC_SHAPE  # SimpleITK (x, y, z)
-    assert ct.GetSpacing() == pytest.approx(REALISTIC_SPACING)
-    assert label.GetSpacing() == pytest.approx(REALISTIC_SPACING)
-    assert label.GetOrigin() == pytest.approx(ct.GetOrigin())
-    assert label.GetDirection() == pytest.approx(ct.GetDirection())
-    ct_array, values = sitk.GetArrayFromImage(ct), sitk.GetArrayFromImage(label)
-    assert values.shape == ct_array.shape == REALISTIC_SHAPE[::-1]  # numpy (z, y, x)
+    ct_array, values = realistic_case(
+        "totalseg-abdomen-ct", tmp_path, 104, REALISTIC_SHAPE, REALISTIC_SPACING
+    )
     assert set(np.unique(values).tolist()) == {0, *ORGAN_LABELS.values()}
     # The anatomy is laid out in millimetres: adult organ volumes at 0.7 mm, where a
     # voxel-based layout would have grown them 64-fold.

@@ -37,7 +37,6 @@ from pytest_automedbench.fixtures.cardiac_mri import (
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import (
-    case_ids_of,
     opaque_id,
     real_salt,
     stage_real,
@@ -45,7 +44,7 @@ from pytest_automedbench.fixtures.staging import (
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
-from .data_checks import check_sizes
+from .data_checks import check_sizes, realistic_case
 
 Int16Array = npt.NDArray[np.int16]
 UInt8Array = npt.NDArray[np.uint8]
@@ -372,18 +371,14 @@ def test_small_size_is_the_default_generator() -> None:
 
 
 def test_realistic_variant_writes_the_acdc_matrix(tmp_path: Path) -> None:
-    realistic = get_generator("short-axis-cine-mri").for_size("realistic")
-    assert realistic(tmp_path / "big" / "public", tmp_path / "big" / "private", 1, 17) == [
-        "case_0001"
-    ]
-    assert case_ids_of(tmp_path / "big", "folders") == ["case_0001"]
-    image = sitk.ReadImage(str(tmp_path / "big" / "public" / "case_0001" / "image.nii.gz"))
-    label = sitk.ReadImage(str(tmp_path / "big" / "private" / "case_0001" / "label.nii.gz"))
-    assert image.GetSize() == REALISTIC_SHAPE  # SimpleITK (x, y, z)
-    assert image.GetSpacing() == pytest.approx(DEFAULT_SPACING)
-    assert _geometry(label) == pytest.approx(_geometry(image))
-    values = sitk.GetArrayFromImage(label)
-    assert values.shape == sitk.GetArrayFromImage(image).shape == REALISTIC_SHAPE[::-1]
+    _, values = realistic_case(
+        "short-axis-cine-mri",
+        tmp_path / "big",
+        17,
+        REALISTIC_SHAPE,
+        DEFAULT_SPACING,
+        "image.nii.gz",
+    )
     assert set(np.unique(values).tolist()) == {0, LABEL_RV, LABEL_MYO, LABEL_LV}
     # Same heart as the small default's first case, only a larger field of view: the
     # anatomy lives in millimetres, so the labelled volumes agree.

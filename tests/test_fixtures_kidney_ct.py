@@ -32,7 +32,8 @@ from pytest_automedbench.fixtures.kidney_ct import (
     write_case,
 )
 from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import case_ids_of
+
+from .data_checks import realistic_case
 
 Int16Array = npt.NDArray[np.int16]
 UInt8Array = npt.NDArray[np.uint8]
@@ -346,16 +347,7 @@ def test_adult_anatomy_needs_a_clinical_field_of_view() -> None:
 
 @pytest.mark.slow
 def test_realistic_variant_writes_adult_kidneys_on_the_kits_grid(tmp_path: Path) -> None:
-    realistic = get_generator("kidney-ct").for_size("realistic")
-    ids = realistic(tmp_path / "public", tmp_path / "private", 1, 19)
-    assert ids == ["case_0001"] == case_ids_of(tmp_path, "folders")
-    ct = sitk.ReadImage(str(tmp_path / "public" / "case_0001" / "ct.nii.gz"))
-    label = sitk.ReadImage(str(tmp_path / "private" / "case_0001" / "label.nii.gz"))
-    assert ct.GetSize() == REALISTIC_SHAPE  # SimpleITK (x, y, z)
-    assert ct.GetSpacing() == pytest.approx(REALISTIC_SPACING)
-    assert _geometry(ct) == _geometry(label)
-    ct_array, values = sitk.GetArrayFromImage(ct), sitk.GetArrayFromImage(label)
-    assert values.shape == ct_array.shape == REALISTIC_SHAPE[::-1]  # numpy (z, y, x)
+    ct_array, values = realistic_case("kidney-ct", tmp_path, 19, REALISTIC_SHAPE, REALISTIC_SPACING)
     assert set(np.unique(values).tolist()) == {0, 1, 2}
     # Organs in adult millimetres, not in shares of the 400 mm field of view: two
     # kidneys of adult volume (the small phantom's are a third of that) and a KiTS-sized tumour.

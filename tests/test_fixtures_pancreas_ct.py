@@ -45,13 +45,12 @@ from pytest_automedbench.fixtures.pancreas_phantom import (
 )
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import (
-    case_ids_of,
     opaque_id,
     real_salt,
     stage_real,
 )
 
-from .data_checks import check_sizes
+from .data_checks import check_sizes, realistic_case
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -427,16 +426,9 @@ def test_small_size_is_the_default_generator() -> None:
 
 @pytest.mark.slow
 def test_realistic_variant_writes_the_pancreas_on_the_clinical_grid(tmp_path: Path) -> None:
-    realistic = get_generator("pancreas-tumor-ct").for_size("realistic")
-    assert realistic(tmp_path / "public", tmp_path / "private", 1, 4) == ["case_0001"]
-    assert case_ids_of(tmp_path, "folders") == ["case_0001"]
-    ct = sitk.ReadImage(str(tmp_path / "public" / "case_0001" / "ct.nii.gz"))
-    label = sitk.ReadImage(str(tmp_path / "private" / "case_0001" / "label.nii.gz"))
-    assert ct.GetSize() == REALISTIC_SHAPE  # SimpleITK (x, y, z)
-    assert ct.GetSpacing() == pytest.approx(REALISTIC_SPACING)
-    assert _geometry(label) == _geometry(ct)
-    ct_array, values = sitk.GetArrayFromImage(ct), sitk.GetArrayFromImage(label)
-    assert values.shape == ct_array.shape == REALISTIC_SHAPE[::-1]  # numpy (z, y, x)
+    ct_array, values = realistic_case(
+        "pancreas-tumor-ct", tmp_path, 4, REALISTIC_SHAPE, REALISTIC_SPACING
+    )
     # One case of a one-case dataset carries a lesion (lesion-free ones are one in six).
     assert set(np.unique(values).tolist()) == {0, *TUMOR_LABELS.values()}
     # Laid out in millimetres: an adult pancreas at 0.65 mm, not one grown 64-fold.
