@@ -28,6 +28,7 @@ import pytest_automedbench.controller  # noqa: F401
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.config import RunConfig
+from pytest_automedbench.evaluators.healthagent import KindScorer
 from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
@@ -86,6 +87,28 @@ def evaluate_by_cli(
     )
     assert proc.returncode == 0, proc.stderr
     return EvaluationResult.model_validate_json(out.read_text())
+
+
+def check_reference_and_baseline(
+    reference: Path,
+    scorer: KindScorer,
+    root: Path,
+    case_ids: list[str],
+    pattern: str,
+    all_or_nothing: bool = False,
+) -> None:
+    """A HealthAgentBench task's ``solve.py`` passes every case generated under ``root``
+    (``public/``, ``private/``) and its ``baseline.py`` none, by the kind's ``scorer``
+    (``all_or_nothing``: scoring 1 and 0)."""
+    for script, passes in (("solve.py", True), ("baseline.py", False)):
+        out = root / script
+        argv = [sys.executable, str(reference / script), "--inputs", str(root / "public")]
+        subprocess.run([*argv, "--outputs", str(out), "--pattern", pattern], check=True, timeout=60)
+        for case in case_ids:
+            rel = pattern.replace("{case}", case)
+            verdict = scorer.score(scorer.read(out, rel), root / "private" / case)
+            assert verdict.passed is passes, (script, case, verdict)
+            assert not all_or_nothing or verdict.score == (1.0 if passes else 0.0)
 
 
 def import_reference_solve(task_dir: Path) -> ModuleType:

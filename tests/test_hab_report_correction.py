@@ -7,8 +7,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,7 @@ from pytest_automedbench.fixtures.hab_report_correction import (
     stage_mimic_cxr_longitudinal,
 )
 
-from .conftest import SUITES
+from .conftest import SUITES, check_reference_and_baseline
 
 REFERENCE_DIR = SUITES / "healthagentbench" / "xray-report-correction" / "reference"
 OBSERVATION = {
@@ -204,16 +202,9 @@ def test_reference_solution_passes_and_baseline_fails(tmp_path: Path) -> None:
     pub, priv = tmp_path / "public", tmp_path / "private"
     ids = generate_report_correction_dataset(pub, priv, 8, 2019, shape=(32, 32))
     scorer = ReportCorrectionScorer({})
-    for script, passes in (("solve.py", True), ("baseline.py", False)):
-        out = tmp_path / script
-        argv = [sys.executable, str(REFERENCE_DIR / script), "--inputs", str(pub)]
-        subprocess.run(
-            [*argv, "--outputs", str(out), "--pattern", "{case}/findings.txt"], check=True
-        )
-        for cid in ids:
-            verdict = scorer.score(scorer.read(out, f"{cid}/findings.txt"), priv / cid)
-            assert verdict.passed is passes, (script, cid, verdict.notes)
-            assert verdict.score == (1.0 if passes else 0.0)
+    check_reference_and_baseline(
+        REFERENCE_DIR, scorer, tmp_path, ids, "{case}/findings.txt", all_or_nothing=True
+    )
 
 
 # --------------------------------------------------------------------------- the stager

@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +27,7 @@ from pytest_automedbench.fixtures.hab_trial_matching import (
     stage_trec_ct_2021,
 )
 
-from .conftest import SUITES
+from .conftest import SUITES, check_reference_and_baseline
 
 REFERENCE = SUITES / "healthagentbench" / "trial-matching" / "reference"
 FIELDS = {
@@ -218,18 +216,9 @@ def test_generator_refuses_bad_sizes(tmp_path: Path) -> None:
 
 
 def test_reference_passes_and_baseline_fails_on_three_cases(tmp_path: Path) -> None:
-    ids = generate_trial_matching_dataset(tmp_path / "pub", tmp_path / "priv", 3, 2021)
+    ids = generate_trial_matching_dataset(tmp_path / "public", tmp_path / "private", 3, 2021)
     scorer = TrialMatchingScorer({})
-    for script, passes in (("solve.py", True), ("baseline.py", False)):
-        subprocess.run(
-            [sys.executable, str(REFERENCE / script), "--inputs", str(tmp_path / "pub"),
-             "--outputs", str(tmp_path / script), "--pattern", "{case}/ranking.json"],
-            check=True, timeout=60,
-        )  # fmt: skip
-        for case in ids:
-            parsed = scorer.read(tmp_path / script, f"{case}/ranking.json")
-            verdict = scorer.score(parsed, tmp_path / "priv" / case)
-            assert verdict.passed is passes, (script, case, verdict)
+    check_reference_and_baseline(REFERENCE, scorer, tmp_path, ids, "{case}/ranking.json")
 
 
 # --------------------------------------------------------------------------- stager
