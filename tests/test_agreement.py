@@ -11,6 +11,8 @@ import pytest
 from pytest_automedbench.cli import main
 from pytest_automedbench.scoring.agreement import agreement, cohen_kappa, judges_in
 
+from .conftest import RECORD_DEFAULTS
+
 
 def test_kappa_of_a_textbook_table() -> None:
     # 50 cases: both yes 20, A yes / B no 5, A no / B yes 10, both no 15.
@@ -55,20 +57,7 @@ def test_agreement_per_item_and_overall() -> None:
 
 
 def _ledger(tmp_path: Path, verdicts: list[dict[str, dict[str, float]]]) -> Path:
-    base = {
-        "run_id": "r1",
-        "agent": "a",
-        "model": "m",
-        "task": "t",
-        "track": "segmentation",
-        "tier": "lite",
-        "run": 0,
-        "config_hash": "h",
-        "data_source": "synthetic",
-        "status": "scored",
-        "cell_dir": "/x",
-        "finished_at": "2026-12-01T00:00:00+00:00",
-    }
+    base = {**RECORD_DEFAULTS, "run_id": "r1", "track": "segmentation"}
     path = tmp_path / "ledger.jsonl"
     path.write_text("".join(json.dumps({**base, "verdicts": v}) + "\n" for v in verdicts))
     return path

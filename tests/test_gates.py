@@ -18,7 +18,7 @@ from pytest_automedbench.gates import (
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.models import StageScores
 
-from .conftest import read_ledger, run_vqa_rad_cell
+from .conftest import cell_record, read_ledger, run_vqa_rad_cell
 
 
 def run(pytester: pytest.Pytester, out: Path, *args: str) -> pytest.RunResult:
@@ -31,23 +31,16 @@ ledger = read_ledger
 def record(agent: str, task: str, overall: float, *, track: str = "vqa", s3: float = 1.0,
            status: str = "scored", tier: str = "lite") -> CellResult:  # fmt: skip
     scored = status == "scored"
-    return CellResult(
-        run_id="r",
+    return cell_record(
         agent=agent,
-        model="m",
         task=task,
         track=track,
         tier=tier,
-        run=0,
-        config_hash="h",
-        data_source="synthetic",
-        status=status,  # type: ignore[arg-type]
+        status=status,
         stages=StageScores(s1=1, s2=1, s3=s3, s4=1, s5=1) if scored else None,
         agentic=0.9 if scored else None,
         task_score=overall if scored else None,
         overall=overall if scored else None,
-        cell_dir="/x",
-        finished_at="2026-12-01T00:00:00+00:00",
     )
 
 

@@ -13,21 +13,18 @@ from pytest_automedbench.cli import main
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.models import ErrorCode, StageScores
 
+from .conftest import cell_record
+
 TASKS = [("kidney-tumor-seg", "segmentation"), ("vqa-rad", "vqa")]
 
 
 def record(agent: str, task: str, track: str, tier: str, run: int, overall: float) -> CellResult:
-    return CellResult(
-        run_id="r",
+    return cell_record(
         agent=agent,
-        model="m",
         task=task,
         track=track,
         tier=tier,
         run=run,
-        config_hash="h",
-        data_source="synthetic",
-        status="scored",
         stages=StageScores(s1=1, s2=1, s3=0.5, s4=1, s5=1),
         agentic=0.9,
         task_score=overall,
@@ -36,8 +33,6 @@ def record(agent: str, task: str, track: str, tier: str, run: int, overall: floa
         resolved=overall >= 0.5,
         error_codes=[ErrorCode(code="E3", rule="no_pilot", evidence="e")] if run == 0 else [],
         cost_usd=0.1,
-        cell_dir="/x",
-        finished_at="2026-12-01T00:00:00+00:00",
     )
 
 
