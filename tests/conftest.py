@@ -29,7 +29,7 @@ from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.evaluators.healthagent import KindScorer
-from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport
+from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport, VqaSpec
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import StagedData, stage_synthetic
 from pytest_automedbench.results import CellKey, CellResult
@@ -109,6 +109,28 @@ def check_reference_and_baseline(
             verdict = scorer.score(scorer.read(out, rel), root / "private" / case)
             assert verdict.passed is passes, (script, case, verdict)
             assert not all_or_nothing or verdict.score == (1.0 if passes else 0.0)
+
+
+#: The references of the small two-question VQA task the submission tests build.
+VQA_QUESTIONS = {
+    "q_0001": {"answer": "yes", "answer_type": "closed"},
+    "q_0002": {"answer": "left lung", "answer_type": "open"},
+}
+
+
+def two_question_vqa(root: Path, answered: bool) -> tuple[EvalSpec, Path, Path]:
+    """The two-question VQA task under ``root``: its spec, the agent's outputs folder
+    (holding every right answer when ``answered``) and the references folder."""
+    refs = root / "references"
+    refs.mkdir()
+    (refs / "answers.json").write_text(json.dumps(VQA_QUESTIONS))
+    outputs = root / "workspace" / "outputs"
+    outputs.mkdir(parents=True)
+    if answered:
+        answers = {q: r["answer"] for q, r in VQA_QUESTIONS.items()}
+        (outputs / "answers.json").write_text(json.dumps(answers))
+    spec = EvalSpec(task_id="vqa-test", track="vqa", case_ids=sorted(VQA_QUESTIONS), vqa=VqaSpec())
+    return spec, outputs, refs
 
 
 def import_reference_solve(task_dir: Path) -> ModuleType:

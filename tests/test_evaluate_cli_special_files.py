@@ -28,13 +28,9 @@ from pytest_automedbench.evaluators.schema import (
     FormatReport,
     SegmentationRegion,
     SegmentationSpec,
-    VqaSpec,
 )
 
-QUESTIONS = {
-    "q_0001": {"answer": "yes", "answer_type": "closed"},
-    "q_0002": {"answer": "left lung", "answer_type": "open"},
-}
+from .conftest import VQA_QUESTIONS, two_question_vqa
 
 
 def test_the_copy_keeps_what_each_entry_is_and_nothing_it_points_to(tmp_path: Path) -> None:
@@ -66,13 +62,7 @@ def test_the_copy_keeps_what_each_entry_is_and_nothing_it_points_to(tmp_path: Pa
 
 @pytest.fixture
 def vqa(tmp_path: Path) -> tuple[EvalSpec, Path, Path]:
-    refs = tmp_path / "references"
-    refs.mkdir()
-    (refs / "answers.json").write_text(json.dumps(QUESTIONS))
-    outputs = tmp_path / "workspace" / "outputs"
-    outputs.mkdir(parents=True)
-    spec = EvalSpec(task_id="vqa-test", track="vqa", case_ids=sorted(QUESTIONS), vqa=VqaSpec())
-    return spec, outputs, refs
+    return two_question_vqa(tmp_path, answered=False)
 
 
 def _make(kind: str, path: Path, target: Path) -> None:
@@ -94,7 +84,7 @@ def test_a_vqa_answers_file_that_is_a_link_or_fifo_is_named_as_such(
     kind: str, verdict: str, vqa: tuple[EvalSpec, Path, Path], tmp_path: Path
 ) -> None:
     spec, outputs, refs = vqa
-    answers = {q: ref["answer"] for q, ref in QUESTIONS.items()}
+    answers = {q: ref["answer"] for q, ref in VQA_QUESTIONS.items()}
     (tmp_path / "elsewhere.json").write_text(json.dumps(answers))
     _make(kind, outputs / "answers.json", tmp_path / "elsewhere.json")
     report: FormatReport

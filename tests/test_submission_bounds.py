@@ -8,37 +8,23 @@ disk) became 8.2 GiB on the host, and 300 000 empty files cost 900 000 host inod
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from pytest_automedbench.evaluation import CopyBounds, check_format, copy_submission, evaluate
-from pytest_automedbench.evaluators.schema import EvalSpec, VqaSpec
+from pytest_automedbench.evaluators.schema import EvalSpec
 from pytest_automedbench.tasks import discover_tasks
 
-from .conftest import SUITES
+from .conftest import SUITES, two_question_vqa
 
-QUESTIONS = {
-    "q_0001": {"answer": "yes", "answer_type": "closed"},
-    "q_0002": {"answer": "left lung", "answer_type": "open"},
-}
 GIB = 1024**3
 
 
 @pytest.fixture
 def vqa(tmp_path: Path) -> tuple[EvalSpec, Path, Path]:
-    refs = tmp_path / "references"
-    refs.mkdir()
-    (refs / "answers.json").write_text(json.dumps(QUESTIONS))
-    outputs = tmp_path / "workspace" / "outputs"
-    outputs.mkdir(parents=True)
-    (outputs / "answers.json").write_text(
-        json.dumps({q: r["answer"] for q, r in QUESTIONS.items()})
-    )
-    spec = EvalSpec(task_id="vqa-test", track="vqa", case_ids=sorted(QUESTIONS), vqa=VqaSpec())
-    return spec, outputs, refs
+    return two_question_vqa(tmp_path, answered=True)
 
 
 def allocated(folder: Path) -> int:
