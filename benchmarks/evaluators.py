@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 import SimpleITK as _sitk
 from numpy.typing import NDArray
+from timing import best_of
 
 from pytest_automedbench.evaluators.detection import DetectionEvaluator
 from pytest_automedbench.evaluators.schema import (
@@ -74,18 +74,6 @@ class Row:
     oracle: str
     ratio: str
     target: str
-
-
-def best_of(repeats: int, *fns: Callable[[], Any]) -> list[tuple[float, Any]]:
-    """Best wall time of each function over ``repeats`` rounds, run interleaved."""
-    best = [float("inf")] * len(fns)
-    values: list[Any] = [fn() for fn in fns]  # warm-up: imports, allocators, caches
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            values[i] = fn()
-            best[i] = min(best[i], time.perf_counter() - start)
-    return list(zip(best, values, strict=True))
 
 
 # --------------------------------------------------------------------------- (a) Dice

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from timing import best_of
 
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.results import RESULT_SCHEMA_VERSION, CellResult
@@ -234,19 +235,6 @@ class Row:
     target: str
 
 
-def best_of(repeats: int, *fns: Callable[[], Any]) -> list[tuple[float, Any]]:
-    """Best wall time of each function over ``repeats`` rounds, run interleaved."""
-    best = [float("inf")] * len(fns)
-    values: list[Any] = [None] * len(fns)
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            values[i] = None  # free the previous round's records before timing again
-            start = time.perf_counter()
-            values[i] = fn()
-            best[i] = min(best[i], time.perf_counter() - start)
-    return list(zip(best, values, strict=True))
-
-
 def gc_paused(fn: Callable[[], Any]) -> Callable[[], Any]:
     """``fn`` with Python's cyclic garbage collector off while it runs: building 100 000
     nested pydantic models triggers many full collections, which this row prices."""
@@ -308,6 +296,7 @@ def main() -> None:
             args.repeats,
             functools.partial(summarise, loaded),
             functools.partial(latest_per_cell, loaded),
+            warm_up=False,
         )
         if len(kept) != len(loaded):
             raise SystemExit(f"latest_per_cell kept {len(kept)} of {len(loaded)} distinct cells")
@@ -320,6 +309,7 @@ def main() -> None:
             aggregate,
             gc_paused(parse_json),
             gc_paused(aggregate),
+            warm_up=False,
         )
         if not n_json == n_rec == n_records:
             raise SystemExit(f"parsed {n_json} / {n_rec} records of {n_records}")

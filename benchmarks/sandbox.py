@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from timing import best_of
+
 from pytest_automedbench.sandbox import BACKENDS, Sandbox, SandboxSpec
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
 from pytest_automedbench.sandbox.docker import docker_problem, run_evaluator_container
@@ -69,19 +71,6 @@ class Row:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
-
-
-def best_of(repeats: int, *fns: Callable[[], None]) -> list[float]:
-    """Best wall time of each function over ``repeats`` rounds, run interleaved."""
-    for fn in fns:  # warm-up: page cache, imports, the first namespace setup
-        fn()
-    best = [float("inf")] * len(fns)
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            fn()
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best
 
 
 def median_of(repeats: int, fn: Callable[[], None]) -> float:
@@ -126,7 +115,7 @@ def bench_exec(backend: str, root: Path, public: Path, repeats: int) -> list[Row
     rows = []
     try:
         for label, language, code, argv in COMMANDS:
-            ours, reference = best_of(repeats, sandboxed(box, language, code), bare(argv))
+            (ours, _), (reference, _) = best_of(repeats, sandboxed(box, language, code), bare(argv))
             rows.append(
                 Row(
                     f"(a) {backend} exec `{label}`",
@@ -187,12 +176,14 @@ def bench_docker(root: Path, public: Path, repeats: int) -> list[Row]:
             check = f"{exec_check} `{label}`"
             ours = sandboxed(box, language, code)
             if docker_cli is None or not isinstance(container, str):
-                (ours_s,) = best_of(repeats, ours)
+                ((ours_s, _),) = best_of(repeats, ours)
                 why = "no docker CLI" if docker_cli is None else "backend has no container_id"
                 rows.append(Row(check, ms(ours_s), f"n/a: {why}", "", "<= 1.5x"))
                 continue
             inner = ["bash", "-c", code] if language == "bash" else ["python", "-c", code]
-            ours_s, bare_s = best_of(repeats, ours, bare([docker_cli, "exec", container, *inner]))
+            (ours_s, _), (bare_s, _) = best_of(
+                repeats, ours, bare([docker_cli, "exec", container, *inner])
+            )
             rows.append(
                 Row(
                     check,
