@@ -36,6 +36,7 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -288,4 +289,9 @@ class PodmanSandbox(DockerSandbox):
         tags = [images.base, images.agent, images.evaluator]
         missing = [tag for tag in tags if not _present(cls.client(), tag)]
         if missing:
+            started = time.monotonic()
+            print(
+                f"automedbench: copying {', '.join(missing)} from Docker to podman", file=sys.stderr
+            )
             copy_images_from_docker(missing)
+            print(f"automedbench: copied in {time.monotonic() - started:.0f} s", file=sys.stderr)

@@ -5,11 +5,13 @@ Docker backend's images. What it shares with every backend is tested in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import struct
+import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -121,3 +123,28 @@ def test_its_images_are_the_docker_backends(tmp_path: Path) -> None:
     if DockerSandbox.problem() is not None:
         pytest.skip(f"no Docker engine to compare with: {DockerSandbox.problem()}")
     assert PodmanSandbox.session_setup() == DockerSandbox.session_setup()
+
+
+@needs_podman
+def test_images_are_copied_from_docker_with_their_ids(tmp_path: Path) -> None:
+    """``docker save | podman load`` keeps an image's id (what the agent and evaluator
+    tags are derived from), shown on a one-file image made for this test."""
+    if DockerSandbox.problem() is not None:
+        pytest.skip(f"no Docker engine to copy from: {DockerSandbox.problem()}")
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "hello.txt").write_text("hello")
+    archive = tmp_path / "root.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(tmp_path / "root" / "hello.txt", arcname="hello.txt")
+    tag = f"automedbench-test/tiny:{uuid.uuid4().hex[:8]}"
+    docker = DockerSandbox.client()
+    repository, version = tag.split(":")
+    docker.api.import_image_from_file(str(archive), repository=repository, tag=version)
+    podman = PodmanSandbox.client()
+    try:
+        pm.copy_images_from_docker([tag])
+        assert podman.images.get(tag).id == docker.images.get(tag).id
+    finally:
+        with contextlib.suppress(Exception):
+            podman.images.remove(tag, force=True)
+        docker.images.remove(tag, force=True)
