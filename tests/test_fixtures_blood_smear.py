@@ -28,23 +28,19 @@ from pytest_automedbench.fixtures.staging import (
     stage_real,
 )
 
-from .conftest import SUITES
 from .data_checks import COCO_DATASETS
 
-TASK_DIR = SUITES / "detection" / "bccd-det"
 RBC, WBC, PLATELETS = 1, 2, 3
 
 
 DATA = COCO_DATASETS["bccd-det"]
-_generate = DATA.generate
-_annotations = DATA.annotations
-_task_map50 = DATA.task_score
+TASK_DIR = DATA.task_dir
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("smear")
-    _generate(root, 6, 11)
+    DATA.generate(root, 6, 11)
     return root
 
 
@@ -110,7 +106,7 @@ def _counts(annotations: dict[str, Any]) -> dict[int, npt.NDArray[np.int64]]:
 
 
 def test_class_balance_is_bccd_like(dataset: Path) -> None:
-    counts = _counts(_annotations(dataset))
+    counts = _counts(DATA.annotations(dataset))
     assert np.all((counts[RBC] >= 8) & (counts[RBC] <= 30))
     assert np.all((counts[WBC] >= 1) & (counts[WBC] <= 2))
     assert np.all(counts[PLATELETS] <= 4)
@@ -162,7 +158,7 @@ def test_rbcs_have_pale_centres() -> None:
 
 
 def test_boxes_enclose_stained_cells(dataset: Path) -> None:
-    annotations = _annotations(dataset)
+    annotations = DATA.annotations(dataset)
     for image in annotations["images"]:
         with Image.open(dataset / "public" / image["file_name"]) as im:
             rgb = np.asarray(im, dtype=np.float64)
@@ -259,7 +255,7 @@ def test_stager_reads_the_test_split_in_order(tmp_path: Path) -> None:
     assert (out / "public/images/case_0002.jpg").read_bytes() == (
         jpeg / "BloodImage_00002.jpg"
     ).read_bytes()
-    annotations = _annotations(out)
+    annotations = DATA.annotations(out)
     first = [
         (a["category_id"], a["bbox"]) for a in annotations["annotations"] if a["image_id"] == 1
     ]

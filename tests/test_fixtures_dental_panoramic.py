@@ -34,23 +34,19 @@ from pytest_automedbench.fixtures.staging import (
 )
 from pytest_automedbench.tasks import load_task
 
-from .conftest import SUITES
 from .data_checks import COCO_DATASETS
 
-TASK_DIR = SUITES / "detection" / "dentex-det"
 BoolArray = npt.NDArray[np.bool_]
 
 
 DATA = COCO_DATASETS["dentex-det"]
-_generate = DATA.generate
-_annotations = DATA.annotations
-_task_score = DATA.task_score
+TASK_DIR = DATA.task_dir
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("panoramics")
-    _generate(root, 8, 2)
+    DATA.generate(root, 8, 2)
     return root
 
 
@@ -273,7 +269,7 @@ def test_stager_maps_diagnoses_and_keeps_json_order(tmp_path: Path) -> None:
     xrays = source / "training_data/quadrant-enumeration-disease/xrays"
     for cid, name in zip(ids, ("train_5.png", "train_12.png", "train_3.png"), strict=True):
         assert (out / "public/images" / f"{cid}.png").read_bytes() == (xrays / name).read_bytes()
-    annotations = _annotations(out)
+    annotations = DATA.annotations(out)
     got = [(a["image_id"], a["category_id"], a["bbox"]) for a in annotations["annotations"]]
     assert got == [
         (1, dp.IMPACTED, [10.5, 4.0, 12.0, 30.0]),

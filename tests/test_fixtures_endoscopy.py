@@ -31,23 +31,19 @@ from pytest_automedbench.fixtures.staging import (
 )
 from pytest_automedbench.tasks import load_task
 
-from .conftest import SUITES
 from .data_checks import COCO_DATASETS, prediction
 
-TASK_DIR = SUITES / "detection" / "kvasir-polyp-det"
 F64 = npt.NDArray[np.float64]
 
 
 DATA = COCO_DATASETS["kvasir-polyp-det"]
-_generate = DATA.generate
-_annotations = DATA.annotations
-_task_score = DATA.task_score
+TASK_DIR = DATA.task_dir
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("frames")
-    _generate(root, 6, 3)
+    DATA.generate(root, 6, 3)
     return root
 
 
@@ -135,13 +131,13 @@ def test_realistic_size_matches_kvasir() -> None:
 def test_trivial_baselines_stay_below_rating_b(dataset: Path, tmp_path: Path) -> None:
     rating_b = load_task(TASK_DIR).rating.b
     DATA.check_baselines(dataset, tmp_path, random_per_image=10, whole_image_below=0.5 * rating_b)
-    annotations = _annotations(dataset)
+    annotations = DATA.annotations(dataset)
     w, h = np.median([a["bbox"][2:] for a in annotations["annotations"]], axis=0)
     centred = [
         prediction(im["id"], 1, [(im["width"] - w) / 2, (im["height"] - h) / 2, w, h])
         for im in annotations["images"]
     ]
-    assert _task_score(dataset, centred, tmp_path / "centred") < 0.5 * rating_b
+    assert DATA.task_score(dataset, centred, tmp_path / "centred") < 0.5 * rating_b
 
 
 # --------------------------------------------------------------------------- real-data stager
@@ -200,7 +196,7 @@ def test_stager_reads_boxes_from_the_json_and_the_masks(tmp_path: Path) -> None:
     for cid, name in zip(ids, ("cju0abc", "cju2xyz", "cju9zzz"), strict=True):
         staged = (out / "public" / "images" / f"{cid}.jpg").read_bytes()
         assert staged == (images / f"{name}.jpg").read_bytes()
-    annotations = _annotations(out)
+    annotations = DATA.annotations(out)
     boxes = {
         image_id: sorted(a["bbox"] for a in annotations["annotations"] if a["image_id"] == image_id)
         for image_id in (1, 2, 3)
