@@ -68,7 +68,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_automedbench.sandbox import (
-    BACKENDS,
     SandboxError,
     SandboxSpec,
     create_sandbox,
@@ -278,7 +277,7 @@ def bench_collect(folder: Path, rounds: int) -> tuple[list[str], int]:
 @dataclass
 class Backend:
     label: str  # as printed
-    api: str  # name in BACKENDS (or an alias resolve_backend accepts)
+    api: str  # a registered backend's name (or an alias resolve_backend accepts)
     option: str = ""  # --sandbox value, found by the warm-up
     out: Path = Path()
     public: Path = Path()
@@ -305,7 +304,7 @@ class CellTimes:
 
 def available_backends() -> tuple[list[Backend], list[str]]:
     backends, notes = [], []
-    bwrap = "bubblewrap" if "bubblewrap" in BACKENDS else "local"
+    bwrap = "bubblewrap"
     try:
         resolve_backend(bwrap)
         backends.append(Backend("bubblewrap", bwrap))

@@ -48,7 +48,7 @@ from typing import Literal
 
 from timing import best_of
 
-from pytest_automedbench.sandbox import BACKENDS, Sandbox, SandboxSpec
+from pytest_automedbench.sandbox import Sandbox, SandboxSpec, backend_class, backend_names
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
 from pytest_automedbench.sandbox.docker import docker_problem, run_evaluator_container
 
@@ -110,7 +110,7 @@ def new_spec(root: Path, public: Path, name: str) -> SandboxSpec:
 
 
 def bench_exec(backend: str, root: Path, public: Path, repeats: int) -> list[Row]:
-    box = BACKENDS[backend](new_spec(root, public, f"ws-exec-{backend}"))
+    box = backend_class(backend)(new_spec(root, public, f"ws-exec-{backend}"))
     box.start()
     rows = []
     try:
@@ -134,14 +134,14 @@ def bench_lifecycle(backend: str, root: Path, public: Path, repeats: int) -> Row
     counter = iter(range(10**6))
 
     def cell() -> None:
-        box = BACKENDS[backend](new_spec(root, public, f"ws-cell-{backend}-{next(counter)}"))
+        box = backend_class(backend)(new_spec(root, public, f"ws-cell-{backend}-{next(counter)}"))
         box.start()
         try:
             sandboxed(box, "bash", "true")()
         finally:
             box.stop()
 
-    warm = BACKENDS[backend](new_spec(root, public, f"ws-warm-{backend}"))
+    warm = backend_class(backend)(new_spec(root, public, f"ws-warm-{backend}"))
     warm.start()
     try:
         one_exec = median_of(repeats, sandboxed(warm, "bash", "true"))
@@ -167,7 +167,7 @@ def bench_docker(root: Path, public: Path, repeats: int) -> list[Row]:
         why = f"n/a: {problem}"
         return [Row(exec_check, why, "", "", "<= 1.5x"), Row(life_check, why, "", "", "<= 2 s")]
     docker_cli = shutil.which("docker")
-    box = BACKENDS["docker"](new_spec(root, public, "ws-docker"))
+    box = backend_class("docker")(new_spec(root, public, "ws-docker"))
     box.start()
     rows = []
     try:
@@ -204,7 +204,7 @@ def docker_lifecycle(root: Path, public: Path, repeats: int, check: str) -> Row:
     evaluator = ["-m", "pytest_automedbench.evaluators", "--help"]
 
     def cell() -> None:
-        box = BACKENDS["docker"](new_spec(root, public, f"ws-docker-cell-{next(counter)}"))
+        box = backend_class("docker")(new_spec(root, public, f"ws-docker-cell-{next(counter)}"))
         box.start()
         try:
             sandboxed(box, "bash", "true")()
@@ -311,7 +311,7 @@ def bench_egress(root: Path, public: Path, repeats: int, bubblewrap: bool) -> li
                 spec = SandboxSpec(
                     public_dir=public, workspace_dir=root / "ws-egress", egress_dir=folder
                 )
-                box = BACKENDS["bubblewrap"](spec)
+                box = backend_class("bubblewrap")(spec)
                 box.start()
                 try:
                     url = f"http://download.test:{port}/"
@@ -362,7 +362,7 @@ def main() -> None:
     print(
         f"{'quick' if args.quick else 'full'}: exec best of {repeats}, lifecycle median of "
         f"{cells}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; "
-        f"backends {', '.join(sorted(BACKENDS))}",
+        f"backends {', '.join(sorted(backend_names()))}",
         flush=True,
     )
     rows: list[Row] = []
