@@ -18,7 +18,7 @@ import platform
 import shutil
 import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from importlib import metadata
@@ -30,11 +30,22 @@ from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import (
     TrajectoryWriter,
     conversation_from_events,
-    read_trajectory,
     write_conversation,
 )
 from pytest_automedbench.evaluators.safe_io import encodable
-from pytest_automedbench.events import read_events, spent_so_far
+from pytest_automedbench.events import (
+    CrashEvent,
+    EgressEvent,
+    EndEvent,
+    Event,
+    InterruptedEvent,
+    RuntimeEvent,
+    StartEvent,
+    ViolationsEvent,
+    last_event,
+    read_events,
+    spent_so_far,
+)
 from pytest_automedbench.formats import Brief, Crash, FormatCell, format_of
 from pytest_automedbench.plan import CellPlan
 from pytest_automedbench.protocol import TrainingPolicy
@@ -79,7 +90,7 @@ def _now() -> str:
 
 
 def _base_fields(plan: CellPlan, model: str) -> dict[str, Any]:
-    provenance = plan.provenance_of()
+    provenance = plan.provenance_of(format_of(plan.task))
     agent = plan.agent
     return {
         "run_id": plan.run_id,
@@ -142,11 +153,11 @@ def run_cell(plan: CellPlan) -> CellResult:
             result = _run(plan, steps, trajectory)
         except Exception as exc:  # what the agent made is handled where it is read: a fault
             crash = Crash(type(exc).__name__, str(exc), traceback.format_exc())
-            trajectory.emit("crash", error=repr(exc), traceback=crash.traceback)
+            trajectory.write(CrashEvent.of(error=repr(exc), traceback=crash.traceback))
             result = _failed(plan, trajectory, f"{type(exc).__name__}: {exc}")
         return steps.finish(result, crash)
     except BaseException as exc:
-        trajectory.emit("interrupted", error=repr(exc))
+        trajectory.write(InterruptedEvent.of(error=repr(exc)))
         raise
     finally:
         trajectory.close()
@@ -176,10 +187,11 @@ def _run(plan: CellPlan, steps: FormatCell, trajectory: TrajectoryWriter) -> Cel
         if verdict.evaluation is None:
             return _failed(plan, trajectory, verdict.error or "no verdict", verdict.termination)
         policy = violation_policy(plan, brief.ctx.public_dir, brief.ctx.workspace)
-        evidence = steps.evidence(brief, outcome, verdict, trajectory.events, policy)
+        evidence = steps.evidence(brief, outcome, verdict, trajectory.typed, policy)
         score = score_cell(evidence, judges_of(plan))
         if score.violations:
-            trajectory.emit("violations", violations=[v.as_dict() for v in score.violations])
+            found = [v.as_dict() for v in score.violations]
+            trajectory.write(ViolationsEvent.of(violations=found))
         result = steps.fill(build_result(plan, outcome, verdict.evaluation, score), verdict, score)
         (plan.cell_dir / "result.json").write_text(
             result.model_dump_json(indent=1), encoding="utf-8"
@@ -246,7 +258,7 @@ def open_egress(plan: CellPlan, trajectory: TrajectoryWriter) -> Iterator[Path |
     def record(connection: ConnectionRecord) -> None:
         fields = connection.as_dict()
         fields.pop("cell_id", None)
-        trajectory.emit("egress", **fields)
+        trajectory.write(EgressEvent.of(**fields))
 
     try:
         with shared_proxy(plan.config.host_map).open_cell(
@@ -279,7 +291,7 @@ def open_probe(trajectory: TrajectoryWriter) -> Iterator[Path]:
     finally:
         try:
             for line in read_probe_folder(folder):
-                trajectory.emit("runtime", **line)
+                trajectory.write(RuntimeEvent.of(**line))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -294,7 +306,7 @@ def run_agent(
     """Run the agent in its sandbox to its end, as its brief says; the conversation is
     written whatever happens, and every tool call is watched for violations."""
     ctx, limits = brief.ctx, brief.limits
-    emit_start(plan, trajectory, sandbox, brief)
+    write_start(plan, trajectory, sandbox, brief)
     policy = violation_policy(plan, ctx.public_dir, ctx.workspace)
     trajectory.subscribe(ViolationWatch(policy, trajectory.write))
     toolbox = Toolbox(
@@ -326,7 +338,7 @@ def run_recorded(plan: CellPlan, run: AgentRun) -> AgentOutcome:
     finally:
         write_conversation(
             plan.cell_dir / "conversation.json",
-            conversation_from_events(run.trajectory.events),
+            conversation_from_events(run.trajectory.typed),
             {
                 "agent": plan.key.agent,
                 "model": agent.model_label,
@@ -341,29 +353,30 @@ def run_recorded(plan: CellPlan, run: AgentRun) -> AgentOutcome:
         )
 
 
-def emit_start(
+def write_start(
     plan: CellPlan, trajectory: TrajectoryWriter, sandbox: Sandbox, brief: Brief
 ) -> None:
     """The trajectory's ``start`` event: who runs what, where, as the agent sees it (and
     what the cell's format adds)."""
     agent, ctx = plan.agent, brief.ctx
-    trajectory.emit(
-        "start",
-        run_id=plan.run_id,
-        agent=plan.key.agent,
-        agent_kind=agent.kind,
-        model=agent.model_label,
-        task=plan.task.id,
-        tier=plan.key.tier,
-        run=plan.key.run,
-        sandbox=type(sandbox).__name__,
-        data_source=plan.staged.source,
-        cases=len(plan.staged.case_ids),
-        workspace=ctx.workspace,
-        public_dir=ctx.public_dir,
-        outputs_dir=ctx.outputs_dir,
-        plan_dir=ctx.plan_dir,
-        **brief.start_fields,
+    trajectory.write(
+        StartEvent.of(
+            run_id=plan.run_id,
+            agent=plan.key.agent,
+            agent_kind=agent.kind,
+            model=agent.model_label,
+            task=plan.task.id,
+            tier=plan.key.tier,
+            run=plan.key.run,
+            sandbox=type(sandbox).__name__,
+            data_source=plan.staged.source,
+            cases=len(plan.staged.case_ids),
+            workspace=ctx.workspace,
+            public_dir=ctx.public_dir,
+            outputs_dir=ctx.outputs_dir,
+            plan_dir=ctx.plan_dir,
+            **brief.start_fields,
+        )
     )
 
 
@@ -390,7 +403,7 @@ def failure_result(
     plan: CellPlan,
     error: str,
     termination: str | None = None,
-    events: list[dict[str, Any]] | None = None,
+    events: Sequence[Event] | None = None,
 ) -> CellResult:
     """The record of a cell the harness could not finish: an infrastructure error (run
     again on resume), unless its trajectory (``events``; None: read from the cell's file,
@@ -400,12 +413,11 @@ def failure_result(
     re-run. The error is made encodable first (no lone surrogates in a record)."""
     error = encodable(error)
     if events is None:
-        events = read_trajectory(plan.cell_dir / "trajectory.jsonl")
-    start = next((e for e in events if e.get("kind") == "start"), None)
+        events = read_events(plan.cell_dir / "trajectory.jsonl")
+    start = next((e for e in events if isinstance(e, StartEvent)), None)
     violations: list[Violation] = []
     if start is not None:
-        public, workspace = str(start.get("public_dir", "")), str(start.get("workspace", ""))
-        policy = violation_policy(plan, public, workspace)
+        policy = violation_policy(plan, start.public_dir or "", start.workspace or "")
         try:
             violations = find_violations(events, policy)
         except Exception as exc:  # the monitor's own fault: say so, and keep the error
@@ -415,7 +427,8 @@ def failure_result(
         return record
     zero = StageScores(s1=0.0, s2=0.0, s3=0.0, s4=0.0, s5=0.0)
     ruled = apply_violation_rule(zero, 0.0, violations)
-    ended = next((e.get("termination") for e in reversed(events) if e.get("kind") == "end"), None)
+    end = last_event(events, EndEvent)
+    ended = end.termination if end is not None else None
     flagged = record.model_copy(
         update={
             "status": "scored",
@@ -437,22 +450,17 @@ def _failed(
     plan: CellPlan, trajectory: TrajectoryWriter, error: str, termination: str | None = None
 ) -> CellResult:
     """:func:`failure_result` from the live trajectory, its violations written to it."""
-    result = failure_result(plan, error, termination, trajectory.events)
+    result = failure_result(plan, error, termination, trajectory.typed)
     if result.violations:
-        trajectory.emit("violations", violations=result.violations)
+        trajectory.write(ViolationsEvent.of(violations=result.violations))
     return result
 
 
 def infra_detail(outcome: AgentOutcome, trajectory: TrajectoryWriter) -> str:
-    """``<termination>: <the error its event recorded>``."""
-    detail = next(
-        (
-            e.get("error", "")
-            for e in reversed(trajectory.events)
-            if e["kind"] == outcome.termination
-        ),
-        "",
-    )
+    """``<termination>: <the error its event recorded>`` (the last event of the
+    termination's kind: ``provider_error``, ``gateway_error``)."""
+    ended = last_event(trajectory.typed, Event, lambda e: e.kind == outcome.termination)
+    detail = ended.get("error", "") if ended is not None else ""
     return f"{outcome.termination}: {detail}"
 
 

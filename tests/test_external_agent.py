@@ -127,7 +127,7 @@ def run_cell(
         outcome = run_command_agent(entry, agent_run(sandbox, brief, toolbox, limits, trajectory))
     trajectory.close()
     events = read_trajectory(tmp_path / "trajectory.jsonl")
-    assert events == trajectory.events  # what was written is what was recorded
+    assert events == [e.record() for e in trajectory.typed]  # written is what was recorded
     return Cell(outcome, events, workspace, brief, precheck_dir)
 
 

@@ -41,6 +41,17 @@ from pytest_automedbench.agents.trajectory import (
     conversation_from_events,
     end_episode,
 )
+from pytest_automedbench.events import (
+    EndCommandEvent,
+    GatewayErrorEvent,
+    LimitEvent,
+    MessageEvent,
+    ProviderErrorEvent,
+    RequestRejectedEvent,
+    StartCommandEvent,
+    ToolResultEvent,
+    TranscriptEvent,
+)
 from pytest_automedbench.sandbox import ExecResult, Sandbox, SandboxError
 
 if TYPE_CHECKING:
@@ -291,118 +302,60 @@ class GatewayRoute:
         failed at the provider past the gateway's retries (infrastructure), else the
         system finished on its own."""
         if result.exit_code == RELAY_FAILED_EXIT and RELAY_FAILED_TEXT in result.stderr:
-            trajectory.emit("gateway_error", error=result.stderr[-2000:])
+            trajectory.write(GatewayErrorEvent.of(error=result.stderr[-2000:]))
             return "gateway_error"
         if not self.gateway.running:
-            trajectory.emit("gateway_error", error="the LLM gateway stopped serving during the run")
+            stopped = "the LLM gateway stopped serving during the run"
+            trajectory.write(GatewayErrorEvent.of(error=stopped))
             return "gateway_error"
         turns = self.turns()
         if result.timed_out:
-            trajectory.emit(
-                "limit", limit="time_limit", turns=turns, detail="the command timed out"
+            trajectory.write(
+                LimitEvent.of(limit="time_limit", turns=turns, detail="the command timed out")
             )
             return "time_limit"
         limit = self.lease.termination
         if limit is not None:
             u = self.usage()
-            trajectory.emit(
-                "limit",
-                limit=limit,
-                turns=turns,
-                tokens=u.tokens,
-                cost_usd=u.cost_usd,
-                detail="enforced at the gateway",
+            trajectory.write(
+                LimitEvent.of(
+                    limit=limit,
+                    turns=turns,
+                    tokens=u.tokens,
+                    cost_usd=u.cost_usd,
+                    detail="enforced at the gateway",
+                )
             )
             return limit
         last = self._last_line
         if last is not None and _rejected(last, served=turns):
-            trajectory.emit(
-                "request_rejected",
-                turns=turns,
-                status=last.get("status"),
-                error=str(last.get("error") or "")[:2000],
-                attempts=list(last.get("attempts") or []),
+            trajectory.write(
+                RequestRejectedEvent.of(
+                    turns=turns,
+                    status=last.get("status"),
+                    error=str(last.get("error") or "")[:2000],
+                    attempts=list(last.get("attempts") or []),
+                )
             )
             return "request_rejected"
         if last is not None and _provider_fault(last, served=turns):
-            trajectory.emit(
-                "provider_error",
-                turns=turns,
-                error=str(last.get("error") or "")[:2000],
-                attempts=list(last.get("attempts") or []),
+            trajectory.write(
+                ProviderErrorEvent.of(
+                    turns=turns,
+                    error=str(last.get("error") or "")[:2000],
+                    attempts=list(last.get("attempts") or []),
+                )
             )
             return "provider_error"
         return "finished"
 
     def _on_line(self, line: dict[str, Any]) -> None:
-        """One request of the system, as the gateway logged it: its trajectory events."""
-        from pytest_automedbench.gateway._wire import WireFailure, WireToolResult, WireTurn
-
+        """One request of the system, as the gateway logged it: its trajectory events
+        (:meth:`~pytest_automedbench.gateway._wire.WireReader.events`), each written as it
+        comes (a tool result records what the outputs held when it was reached)."""
         self._last_line = line
-        trajectory = self.run.trajectory
-        if line.get("tampering"):
-            # Fields that would have re-routed the call: refused, and evidence for the
-            # violation monitor (names only; the values never reach the log).
-            trajectory.emit(
-                "gateway_tampering",
-                status=line.get("status"),
-                protocol=line.get("protocol"),
-                fields=list(line.get("refused_fields") or []),
-                request_digest=line.get("request_digest"),
-            )
-        for item in self.reader.feed(line):
-            if isinstance(item, WireToolResult):
-                message: Message = {
-                    "role": "tool",
-                    "tool_call_id": item.call_id,
-                    "name": item.tool,
-                    "content": item.content,
-                }
-                # What the outputs held when the system sent the result back (right
-                # after the call ran): the judges find the pilot and the batch by it.
-                record = {"observed": self.run.toolbox.observe(), **item.record}
-                event = trajectory.emit(
-                    "tool_result",
-                    turn=item.turn,
-                    tool=item.tool,
-                    call_id=item.call_id,
-                    index=item.index,
-                    message=message,
-                    source="wire",
-                    native_tool=item.native_tool,
-                    **record,
-                )
-                self.run.toolbox.watch(event)
-            elif isinstance(item, WireTurn):
-                failed = [a for a in item.attempts if a.get("status") != 200]
-                for n, attempt in enumerate(failed, start=1):
-                    trajectory.emit(
-                        "retry",
-                        turn=item.turn,
-                        attempt=n,
-                        status=attempt.get("status"),
-                        error=attempt.get("error"),
-                        detail="retried at the gateway",
-                    )
-                trajectory.emit(
-                    "message",
-                    turn=item.turn,
-                    message=item.message,
-                    latency_s=round(item.latency_s, 3),
-                    usage={
-                        "tokens_in": item.tokens_in,
-                        "tokens_out": item.tokens_out,
-                        "cost_usd": item.cost_usd,
-                        "price_known": item.price_known,
-                        "cached_tokens": item.cached_tokens,
-                    },
-                    source="wire",
-                    protocol=item.protocol,
-                )
-            elif isinstance(item, WireFailure):
-                trajectory.emit(
-                    "request_failed", status=item.status, error=item.error, attempts=item.attempts
-                )
+        for event in self.reader.events(line, self.run.toolbox.observe):
+            self.run.trajectory.write(event)
 
 
 def _jsonl_records(text: str, truncated: bool) -> int | None:
@@ -423,7 +376,7 @@ def _jsonl_records(text: str, truncated: bool) -> int | None:
 
 def _record_transcript(
     entry: CommandAgent | SystemAgent, sandbox: Sandbox, trajectory: TrajectoryWriter
-) -> dict[str, Any] | None:
+) -> TranscriptEvent | None:
     """Copy the agent system's transcript into the trajectory, bounded; vendor formats
     are not interpreted beyond counting JSON-lines records. The sandbox read confines
     the path to the workspace and public inputs, so a transcript that is a link to
@@ -434,22 +387,23 @@ def _record_transcript(
     try:
         data = sandbox.read_file(path, TRANSCRIPT_MAX_BYTES + 1)
     except OSError as exc:
-        return trajectory.emit(
-            "transcript", path=path, found=False, error=str(exc.strerror or exc)[:500]
+        return trajectory.write(
+            TranscriptEvent.of(path=path, found=False, error=str(exc.strerror or exc)[:500])
         )
     truncated = len(data) > TRANSCRIPT_MAX_BYTES
     data = data[:TRANSCRIPT_MAX_BYTES]
     text = data.decode("utf-8", errors="replace")
     records = _jsonl_records(text, truncated)
-    return trajectory.emit(
-        "transcript",
-        path=path,
-        found=True,
-        bytes=len(data),
-        truncated=truncated,
-        format="jsonl" if records is not None else "text",
-        records=records,
-        content=text,
+    return trajectory.write(
+        TranscriptEvent.of(
+            path=path,
+            found=True,
+            bytes=len(data),
+            truncated=truncated,
+            format="jsonl" if records is not None else "text",
+            records=records,
+            content=text,
+        )
     )
 
 
@@ -476,20 +430,21 @@ def run_command_agent(entry: CommandAgent | SystemAgent, run: AgentRun) -> Agent
     brief_text = "\n\n".join(part for part in (preamble, run.kickoff) if part) + COMMAND_NOTE
     sandbox.write_file(brief_path, brief_text.encode("utf-8"))
     kickoff: Message = {"role": "user", "content": brief_text}
-    trajectory.emit("message", message=kickoff)
+    trajectory.write(MessageEvent.of(message=kickoff))
 
     environment = _environment(sandbox, brief_path, outputs)
     route = GatewayRoute.open(entry, run) if isinstance(entry, SystemAgent) else None
     try:
         timeout = max(MIN_COMMAND_TIMEOUT_S, limits.wall_clock_s - trajectory.elapsed())
-        trajectory.emit(
-            "start_command",
-            agent=entry.name,
-            command=entry.command,
-            transcript=entry.transcript,
-            brief_path=brief_path,
-            environment={**environment, **(route.shown_environment() if route else {})},
-            timeout_s=round(timeout, 3),
+        trajectory.write(
+            StartCommandEvent.of(
+                agent=entry.name,
+                command=entry.command,
+                transcript=entry.transcript,
+                brief_path=brief_path,
+                environment={**environment, **(route.shown_environment() if route else {})},
+                timeout_s=round(timeout, 3),
+            )
         )
         code = _command_code(environment, entry.command, route)
         result = sandbox.exec("bash", code, timeout)
@@ -525,7 +480,7 @@ def _opaque_episode(
     termination: Termination
     if result.timed_out:
         termination = "time_limit"
-        trajectory.emit("limit", limit="time_limit", turns=1, detail="the command timed out")
+        trajectory.write(LimitEvent.of(limit="time_limit", turns=1, detail="the command timed out"))
     else:
         termination = "finished"
         _submit_for(run, messages, turn=1, index=1)
@@ -546,14 +501,15 @@ def _system_episode(run: AgentRun, route: GatewayRoute, result: ExecResult) -> A
     """An agent system's episode: its turns are already in the trajectory (from the
     wire); here the command's end, the transcript, how the cell ended, the submission."""
     trajectory, toolbox = run.trajectory, run.toolbox
-    trajectory.emit(
-        "end_command",
-        exit_code=result.exit_code,
-        timed_out=result.timed_out,
-        duration_s=result.duration_s,
-        stdout=truncate_middle(result.stdout),
-        stderr=truncate_middle(result.stderr),
-        observed=toolbox.observe(),
+    trajectory.write(
+        EndCommandEvent.of(
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            duration_s=result.duration_s,
+            stdout=truncate_middle(result.stdout),
+            stderr=truncate_middle(result.stderr),
+            observed=toolbox.observe(),
+        )
     )
     _record_transcript(route.entry, run.sandbox, trajectory)
     if route.listener_error is not None:
@@ -561,7 +517,7 @@ def _system_episode(run: AgentRun, route: GatewayRoute, result: ExecResult) -> A
     usage = route.usage()
     turns = route.turns()
     termination = route.termination(result, trajectory)
-    messages = conversation_from_events(trajectory.events)
+    messages = conversation_from_events(trajectory.typed)
     if termination in ("finished", "request_rejected"):  # the system stopped on its own
         _submit_for(run, messages, turn=max(turns, 1), index=0)
     return end_episode(
@@ -607,6 +563,8 @@ def _record_tool_result(
     agent loop writes them (turn 1 for a plain command agent: its episode is one turn)."""
     message: Message = {"role": "tool", "tool_call_id": call_id, "name": tool, "content": content}
     messages.append(message)
-    trajectory.emit(
-        "tool_result", turn=turn, tool=tool, call_id=call_id, index=index, message=message, **record
+    trajectory.write(
+        ToolResultEvent.of(
+            turn=turn, tool=tool, call_id=call_id, index=index, message=message, **record
+        )
     )

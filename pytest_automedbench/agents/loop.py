@@ -31,6 +31,15 @@ from pytest_automedbench.agents.base import (
 from pytest_automedbench.agents.tools import TOOL_SCHEMAS, Toolbox
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, end_episode
 from pytest_automedbench.evaluators.safe_io import valid_text
+from pytest_automedbench.events import (
+    ContextCompactedEvent,
+    LimitEvent,
+    MessageEvent,
+    ProviderErrorEvent,
+    RequestRejectedEvent,
+    RetryEvent,
+    ToolResultEvent,
+)
 
 NUDGE = (
     "Continue the task: use a tool call "
@@ -137,7 +146,7 @@ def run_agent(
         {"role": "user", "content": kickoff},
     ]
     for message in messages:
-        trajectory.emit("message", message=message)
+        trajectory.write(MessageEvent.of(message=message))
     usage = Usage()
     turns = 0
     idle = 0
@@ -147,8 +156,8 @@ def run_agent(
         hit = _limit_hit(limits, turns, usage, trajectory.elapsed())
         if hit is not None:
             termination = hit
-            trajectory.emit(
-                "limit", limit=hit, turns=turns, tokens=usage.tokens, cost_usd=usage.cost_usd
+            trajectory.write(
+                LimitEvent.of(limit=hit, turns=turns, tokens=usage.tokens, cost_usd=usage.cost_usd)
             )
             break
         remaining = limits.wall_clock_s - trajectory.elapsed()
@@ -156,55 +165,54 @@ def run_agent(
             reply = policy.respond(messages, TOOL_SCHEMAS, remaining)
         except ReplyDeadlineError as exc:
             termination = "time_limit"
-            trajectory.emit("limit", limit="time_limit", turns=turns, detail=str(exc))
+            trajectory.write(LimitEvent.of(limit="time_limit", turns=turns, detail=str(exc)))
             break
         except ContextOverflowError as exc:
             shortened = compact(messages) if compactions < MAX_COMPACTIONS else 0
             compactions += 1
-            trajectory.emit(
-                "context_compacted", turns=turns, shortened=shortened, detail=str(exc)[:500]
+            trajectory.write(
+                ContextCompactedEvent.of(turns=turns, shortened=shortened, detail=str(exc)[:500])
             )
             if shortened == 0:
                 termination = "context_overflow"
-                trajectory.emit("limit", limit="context_overflow", turns=turns)
+                trajectory.write(LimitEvent.of(limit="context_overflow", turns=turns))
                 break
             continue
         except ProviderError as exc:
-            termination = (
-                "request_rejected"
-                if rejected_request(_last_status(exc.attempts), turns)
-                else "provider_error"
-            )
-            trajectory.emit(termination, turns=turns, error=str(exc)[:2000], attempts=exc.attempts)
+            rejected = rejected_request(_last_status(exc.attempts), turns)
+            termination = "request_rejected" if rejected else "provider_error"
+            ended = RequestRejectedEvent if rejected else ProviderErrorEvent
+            trajectory.write(ended.of(turns=turns, error=str(exc)[:2000], attempts=exc.attempts))
             break
         for attempt in reply.retries:
-            trajectory.emit("retry", turn=turns + 1, **attempt)
+            trajectory.write(RetryEvent.of(turn=turns + 1, **attempt))
         turns += 1
         usage.add(reply.usage)
         answer: Message = encodable_message(reply.message)
         messages.append(answer)
-        trajectory.emit(
-            "message",
-            turn=turns,
-            message=answer,
-            latency_s=round(reply.latency_s, 3),
-            usage={
-                "tokens_in": reply.usage.tokens_in,
-                "tokens_out": reply.usage.tokens_out,
-                "cost_usd": reply.usage.cost_usd,
-                "price_known": reply.usage.price_known,
-            },
+        trajectory.write(
+            MessageEvent.of(
+                turn=turns,
+                message=answer,
+                latency_s=round(reply.latency_s, 3),
+                usage={
+                    "tokens_in": reply.usage.tokens_in,
+                    "tokens_out": reply.usage.tokens_out,
+                    "cost_usd": reply.usage.cost_usd,
+                    "price_known": reply.usage.price_known,
+                },
+            )
         )
         calls: list[dict[str, Any]] = answer.get("tool_calls") or []
         if not calls:
             idle += 1
             if idle >= limits.max_idle_replies:
                 termination = "no_action"
-                trajectory.emit("limit", limit="no_action", turns=turns)
+                trajectory.write(LimitEvent.of(limit="no_action", turns=turns))
                 break
             nudge = {"role": "user", "content": NUDGE}
             messages.append(nudge)
-            trajectory.emit("message", turn=turns, message=nudge)
+            trajectory.write(MessageEvent.of(turn=turns, message=nudge))
             continue
         idle = 0
         attachments: list[Message] = []
@@ -215,8 +223,10 @@ def run_agent(
             if termination is None and trajectory.elapsed() >= limits.wall_clock_s:
                 # The wall clock holds within a reply too: the calls left are not run.
                 termination = "time_limit"
-                trajectory.emit(
-                    "limit", limit="time_limit", turns=turns, detail=f"before call {n} of the turn"
+                trajectory.write(
+                    LimitEvent.of(
+                        limit="time_limit", turns=turns, detail=f"before call {n} of the turn"
+                    )
                 )
             if termination is not None:  # after an accepted submission or the deadline
                 outcome_content = NOT_RUN[termination]
@@ -237,20 +247,20 @@ def run_agent(
                 "content": outcome_content,
             }
             messages.append(tool_message)
-            event = trajectory.emit(
-                "tool_result",
-                turn=turns,
-                tool=name,
-                call_id=call_id,
-                index=n,
-                message=tool_message,
-                **record,
+            trajectory.write(
+                ToolResultEvent.of(
+                    turn=turns,
+                    tool=name,
+                    call_id=call_id,
+                    index=n,
+                    message=tool_message,
+                    **record,
+                )
             )
-            toolbox.watch(event)
             if ends:
                 termination = "submitted"
         if termination is None:
             for attachment in attachments:
                 messages.append(attachment)
-                trajectory.emit("message", turn=turns, message=for_record(attachment))
+                trajectory.write(MessageEvent.of(turn=turns, message=for_record(attachment)))
     return end_episode(trajectory, termination, turns, usage, toolbox.submitted, messages)

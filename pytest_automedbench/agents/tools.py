@@ -209,8 +209,6 @@ class Toolbox:
     precheck: Callable[[], FormatReport]
     observe: Callable[[], dict[str, Any]]
     remaining_s: Callable[[], float]
-    #: Called with every tool_result event as soon as it is written (the violation monitor).
-    watch: Callable[[dict[str, Any]], None] = field(default=lambda event: None)
     submissions: int = 0
     submitted: bool = False
     last_format: FormatReport | None = None

@@ -11,7 +11,7 @@ Schema (version 2): every event has ``v``, ``seq`` (0, 1, ... without gaps), ``t
 ``context_compacted``, ``limit``, ``provider_error``, ``evaluation``, ``violations``,
 ``crash``, ``interrupted``, ``end``; command agents add ``start_command`` and
 ``transcript``, agent systems ``end_command``, ``request_failed`` and ``gateway_error``
-(their turns come from the wire, emitted from the gateway's thread: ``emit`` is locked).
+(their turns come from the wire, written from the gateway's thread: ``write`` is locked).
 Events are written as the typed models of :mod:`pytest_automedbench.events`, which list
 every kind's fields (``writer.write(LimitEvent.of(limit="time_limit", turns=3))``); the
 line keeps the fields in the order they were given, so old trajectories and new ones read
@@ -60,8 +60,6 @@ class TrajectoryWriter:
         self._secrets = secret_values()
         #: Every event written, typed (stamped with ``v``, ``seq`` and ``t``).
         self.typed: list[Event] = []
-        #: The same events as the dicts their lines hold, for callers that read dicts.
-        self.events: list[dict[str, Any]] = []
         self._subscribers: list[Subscriber] = list(subscribers)
         # An agent system's turns are written from the gateway's thread while the runner's
         # thread waits on the system's command: one event at a time, in ``seq`` order.
@@ -80,10 +78,9 @@ class TrajectoryWriter:
         with self._lock:
             stamped = event.stamped(self._seq, round(self.elapsed(), 3))
             self._seq += 1
-            record = stamped.record()
             self.typed.append(stamped)
-            self.events.append(record)
-            self._file.write(redact(json.dumps(record, default=str), self._secrets) + "\n")
+            line = json.dumps(stamped.record(), default=str)
+            self._file.write(redact(line, self._secrets) + "\n")
             self._file.flush()
             os.fsync(self._file.fileno())
         for subscriber in tuple(self._subscribers):

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.agents.trajectory import TrajectoryWriter
     from pytest_automedbench.config import RunConfig
     from pytest_automedbench.evaluators.schema import EvaluationResult, FormatReport
+    from pytest_automedbench.events import Event
     from pytest_automedbench.fixtures.staging import StagedData
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.plan import CellPlan
@@ -139,7 +140,7 @@ class FormatCell(Protocol):
         brief: Brief,
         outcome: AgentOutcome,
         verdict: Verdict,
-        events: list[dict[str, Any]],
+        events: Sequence[Event],
         policy: ViolationPolicy,
     ) -> CellEvidence: ...
 

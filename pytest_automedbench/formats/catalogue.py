@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_automedbench.evaluation import CopyBounds, Placement, check_format, evaluate
 from pytest_automedbench.evaluators.schema import EvalSpec
+from pytest_automedbench.events import EvaluationEvent
 from pytest_automedbench.fixtures.registry import get_stager
 from pytest_automedbench.fixtures.staging import (
     StagedData,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.agents.registry import AgentEntry
     from pytest_automedbench.agents.trajectory import TrajectoryWriter
     from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.events import Event
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.plan import CellPlan
     from pytest_automedbench.protocol import TrainingPolicy
@@ -480,11 +482,12 @@ class CatalogueCell:
             files.outputs,
             plan.staged.private_dir,
         )
-        self.trajectory.emit(
-            "evaluation",
-            task_score=evaluation.task_score,
-            metrics=evaluation.metrics,
-            format_valid=evaluation.format.valid,
+        self.trajectory.write(
+            EvaluationEvent.of(
+                task_score=evaluation.task_score,
+                metrics=evaluation.metrics,
+                format_valid=evaluation.format.valid,
+            )
         )
         return Verdict(evaluation)
 
@@ -493,7 +496,7 @@ class CatalogueCell:
         brief: Brief,
         outcome: AgentOutcome,
         verdict: Verdict,
-        events: list[dict[str, Any]],
+        events: Sequence[Event],
         policy: ViolationPolicy,
     ) -> CellEvidence:
         from pytest_automedbench.scoring.cell import CellEvidence

@@ -36,7 +36,7 @@ import math
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -57,6 +57,7 @@ from pytest_automedbench.scoring.rules import JudgeContext
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentOutcome
+    from pytest_automedbench.events import Event
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.harbor._reward import RewardReading
     from pytest_automedbench.harbor._tampering import Finding
@@ -284,7 +285,7 @@ class HarborCell:
         brief: Brief,
         outcome: AgentOutcome,
         verdict: Verdict,
-        events: list[dict[str, Any]],
+        events: Sequence[Event],
         policy: ViolationPolicy,
     ) -> CellEvidence:
         """Judged as a PRO-tier cell (nothing is given), its rating bands the task's

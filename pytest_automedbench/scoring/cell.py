@@ -11,12 +11,11 @@ rule is :func:`~pytest_automedbench.scoring.apply_violation_rule`'s.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.events import Event, parse_events, records
+from pytest_automedbench.events import Event, records
 from pytest_automedbench.protocol import TrainingFinding, find_training
 from pytest_automedbench.scoring import (
     JudgeSettings,
@@ -38,9 +37,9 @@ class CellEvidence:
     """What a finished cell left to score it by."""
 
     judge_ctx: JudgeContext
-    #: The trajectory: typed events (``TrajectoryWriter.typed``). Dicts, from a caller
-    #: not yet moved to typed events, are parsed once, here.
-    events: Sequence[Event | Mapping[str, Any]]
+    #: The trajectory, typed (``TrajectoryWriter.typed``): what every judge, the
+    #: diagnosis and the monitors read.
+    events: Sequence[Event]
     format: FormatReport
     #: The evaluator's TASK score.
     task_score: float
@@ -50,11 +49,6 @@ class CellEvidence:
     band_a: float
     band_b: float
     violation_policy: ViolationPolicy
-    #: ``events`` typed: what every judge, the diagnosis and the monitors read.
-    typed: tuple[Event, ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "typed", tuple(parse_events(self.events)))
 
 
 @dataclass
@@ -85,7 +79,7 @@ class CellScore:
 
 def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
     """Judge, diagnose and rate one cell (pure: reads the evidence, writes nothing)."""
-    ctx, events = evidence.judge_ctx, evidence.typed
+    ctx, events = evidence.judge_ctx, evidence.events
     judged = score_stages(ctx, events, evidence.format, evidence.submitted, judges)
     stages = judged.stages
     error_codes = diagnose(
