@@ -439,17 +439,42 @@ def cgroup_pids(procs_files: list[Path]) -> set[int]:
     return pids
 
 
+#: Listings of a round's stop phase at most (each finds what the last one's processes forked).
+STOP_ROUNDS = 50
+
+
+def _signal_all(pids: set[int], signum: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def stop_all(list_pids: Callable[[], set[int]], first: set[int]) -> set[int]:
+    """SIGSTOP ``first`` and then whatever ``list_pids`` names anew (children forked before
+    their parent stopped), until a listing names nothing new: every process it returns
+    is stopped, so none of them runs on when another one is killed."""
+    stopped: set[int] = set()
+    new = set(first)
+    for _ in range(STOP_ROUNDS):
+        _signal_all(new, signal.SIGSTOP)
+        stopped |= new
+        new = list_pids() - stopped
+        if not new:
+            break
+    return stopped
+
+
 def sigkill_until_gone(list_pids: Callable[[], set[int]], attempts: int) -> set[int]:
-    """SIGKILL what ``list_pids`` names until it names nothing (a killed process's child
-    may be forked meanwhile): the survivors after ``attempts`` rounds, empty when all went."""
+    """SIGKILL what ``list_pids`` names until it names nothing: the survivors after
+    ``attempts`` rounds, empty when all went. Each round stops them all before it kills
+    any (:func:`stop_all`): killed one by one, a shell whose child died first would run its
+    next command (``sleep 120; echo done``) before its own kill came."""
     left: set[int] = set()
     for _ in range(attempts):
         left = list_pids()
         if not left:
             return set()
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _signal_all(stop_all(list_pids, left), signal.SIGKILL)
         time.sleep(0.01)
     return left
 

@@ -1004,10 +1004,13 @@ class HarborContainer(Sandbox):
 
     def _kill_through_daemon(self) -> None:
         """Where the container's pids are not visible here: a root shell inside (the
-        harness's busybox: the image's ``sh`` may be the agent's) kills every pid but the
-        recorded ones and itself, until it finds none."""
+        harness's busybox: the image's ``sh`` may be the agent's) first stops every process
+        at once (``kill -STOP -1``: all but pid 1 and itself) and lets the recorded ones go
+        on, so that no shell runs its next command when its child is killed before it; then
+        it kills every pid but the recorded ones and itself, until it finds none."""
         keep = " ".join(str(pid) for pid in sorted(self._keep))
         sweep = (
+            "kill -s STOP -1 2>/dev/null; for p in $1; do kill -s CONT $p 2>/dev/null; done; "
             'found=1; n=0; while [ "$found" = 1 ] && [ $n -lt 50 ]; do found=0; n=$((n+1)); '
             'cd /proc; for p in [0-9]*; do case " $1 $$ " in *" $p "*) continue;; esac; '
             "if [ -d /proc/$p ] && ! \"$0\" grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; "

@@ -273,6 +273,25 @@ def test_a_command_that_overruns_is_killed_with_124(make: Make) -> None:
     assert box.exec("bash", "echo ok", 30).stdout.strip() == "ok"
 
 
+@pytest.mark.parametrize("through", ["cgroup", "daemon"])
+def test_a_timed_out_shell_never_runs_its_next_command(
+    make: Make, monkeypatch: pytest.MonkeyPatch, through: str
+) -> None:
+    """slow-solution's oracle: ``sleep`` overruns, and the ``echo`` after it must never
+    run, whichever of the two is killed first (the unit tests of sigkill_until_gone force
+    the worst order; this is the same call end to end, on both kill paths)."""
+    if through == "daemon":
+        monkeypatch.setattr(he, "cgroup_procs", lambda pid, container_id: [])
+    box = make()
+    code = "touch /app/started; sleep 60; echo done > /app/status.txt"
+    for _ in range(3):
+        slow = box.exec("bash", f"rm -f /app/status.txt; {code}", 1)
+        assert slow.timed_out and slow.exit_code == 124, slow
+        after = box.exec("bash", "ls /app; pgrep -c sleep || true", 30)
+        assert "started" in after.stdout and "status.txt" not in after.stdout, after
+        assert after.stdout.split()[-1] == "1", after
+
+
 def test_the_container_has_only_its_loopback(make: Make) -> None:
     box = make()
     seen = box.exec("bash", "ls /sys/class/net; echo ---; tail -n +3 /proc/net/dev", 30)
