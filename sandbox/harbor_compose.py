@@ -48,9 +48,11 @@ from typing import Any, Literal
 from pytest_automedbench.redact import SECRET_NAME
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem, owner_label
 from pytest_automedbench.sandbox.harbor_env import (
+    COMPOSE_FILES,
     DROPPED_CAPS,
     HarborImageError,
     build_task_image,
+    compose_file,
     copy_tree,
 )
 from pytest_automedbench.sandbox.images import LABEL
@@ -62,8 +64,6 @@ class HarborVariableError(HarborImageError):
     passed with ``--harbor-env`` (and without a default), or one passed but unset."""
 
 
-#: The file names Compose looks for, in its order of preference.
-COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 #: The service that is the agent's container (Harbor's convention).
 MAIN = "main"
 #: Keys of a service this module carries out; any other is refused.
@@ -168,14 +168,6 @@ class ComposePlan:
     @property
     def task_dir(self) -> Path:
         return self.environment_dir.parent
-
-
-def compose_file(environment_dir: Path) -> Path | None:
-    """The environment's compose file, None when it has none (a Dockerfile task)."""
-    for name in COMPOSE_FILES:
-        if (environment_dir / name).is_file():
-            return environment_dir / name
-    return None
 
 
 class _Where:

@@ -117,7 +117,9 @@ MAX_LINK_HOPS = 40
 #: Go's ``os.FileMode`` bits in Docker's path-stat header.
 _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
-_COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+#: The file names of a docker-compose environment, in Compose's order of preference (the
+#: one list: task loading, image building and :mod:`harbor_compose` ask :func:`compose_file`).
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 _FROM = re.compile(r"^(\s*FROM\s+)(.*)$", re.IGNORECASE)
 #: A build context is hashed and sent whole: at most this many entries and bytes (a
 #: sparse file counts its full size: it would be read, sent and stored whole).
@@ -201,6 +203,15 @@ def rewrite_from_lines(
         if stage is not None:
             stages.add(stage.lower())
     return "\n".join(lines) + "\n", used
+
+
+def compose_file(environment_dir: Path) -> Path | None:
+    """The environment's compose file (the first of :data:`COMPOSE_FILES` it holds), None
+    when it has none (a Dockerfile task)."""
+    for name in COMPOSE_FILES:
+        if (environment_dir / name).is_file():
+            return environment_dir / name
+    return None
 
 
 def _excluded(rel: str, exclude: Sequence[str]) -> bool:
@@ -475,10 +486,10 @@ def build_task_image(
             f"the task's docker_image {docker_image!r}{also} is not on this host and is "
             "never pulled: " + _fix_hint(docker_image)
         )
-    compose = [name for name in _COMPOSE_FILES if (environment_dir / name).is_file()]
-    if compose and context is None and dockerfile is None:
+    compose = compose_file(environment_dir)
+    if compose is not None and context is None and dockerfile is None:
         raise HarborImageError(
-            f"{environment_dir / compose[0]}: a docker-compose environment is not one "
+            f"{compose}: a docker-compose environment is not one "
             "Dockerfile: prepare it with sandbox.harbor_compose (load_compose, prepare_compose)"
         )
     context_dir = environment_dir if context is None else context

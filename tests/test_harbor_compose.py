@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_automedbench.harbor import HarborTaskError, load_harbor_task
 from pytest_automedbench.sandbox import SandboxSpec
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem
 from pytest_automedbench.sandbox.harbor_compose import load_compose, prepare_compose
@@ -290,3 +291,23 @@ def test_attempt_copies_of_a_dead_harness_are_swept(tmp_path: Path) -> None:
     (alive / OWNER_FILE).write_text(owner_label())
     assert sweep_stale_binds(tmp_path) == [dead]
     assert not dead.exists() and alive.is_dir() and unowned.is_dir()
+
+
+@pytest.mark.parametrize(
+    "name", ["docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml"]
+)
+def test_a_task_with_any_compose_file_name_alone_is_loaded(tmp_path: Path, name: str) -> None:
+    """Every name Compose looks for is one task loading accepts, with no Dockerfile beside
+    it (the loader once knew only the docker-compose.* names); with none it is refused."""
+    folder = tmp_path / "only-compose"
+    environment = task(folder)
+    (environment / "Dockerfile").unlink()
+    (environment / "docker-compose.yaml").unlink()
+    (folder / "instruction.md").write_text("Do it.\n")
+    (folder / "task.toml").write_text('version = "1.0"\n\n[task]\nname = "amb-tests/only"\n')
+    with pytest.raises(HarborTaskError, match="neither a Dockerfile nor a compose file"):
+        load_harbor_task(folder)
+    (environment / name).write_text(COMPOSE)
+    loaded = load_harbor_task(folder)
+    assert loaded.environment_dir == environment.resolve()
+    assert set(load_compose(environment).services) == {"main", "bootstrap"}
