@@ -46,6 +46,17 @@ from typing import TYPE_CHECKING, Any
 from pytest_automedbench.agents.base import AgentContext
 from pytest_automedbench.agents.trajectory import TrajectoryWriter
 from pytest_automedbench.evaluators.schema import EvaluationResult, FormatReport
+from pytest_automedbench.events import (
+    EnvironmentEvent,
+    EvaluationEvent,
+    Event,
+    HarborTrialErrorEvent,
+    PhaseEvent,
+    TamperingEvent,
+    VerifierControlEvent,
+    VerifierEvent,
+    VerifierFailureEvent,
+)
 from pytest_automedbench.formats import Brief, Crash, Verdict
 from pytest_automedbench.harbor._agents import SOLUTION_DIR
 from pytest_automedbench.harbor._task import HARBOR_TIER, HarborTask
@@ -57,7 +68,6 @@ from pytest_automedbench.scoring.rules import JudgeContext
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentOutcome
-    from pytest_automedbench.events import Event
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.harbor._reward import RewardReading
     from pytest_automedbench.harbor._tampering import Finding
@@ -115,7 +125,7 @@ class Phases:
             seconds = round(time.monotonic() - clock, 3)
             self.seconds[name] = seconds
             self.spans[name] = (began, datetime.now(UTC))
-            trajectory.emit("phase", name=name, duration_s=seconds, ok=ok)
+            trajectory.write(PhaseEvent.of(name=name, duration_s=seconds, ok=ok))
 
 
 @dataclass(frozen=True)
@@ -319,11 +329,12 @@ class HarborCell:
         threshold, and no violation): resolved = passed."""
         reading = self._reading
         assert reading is not None and verdict.evaluation is not None
-        self.trajectory.emit(
-            "evaluation",
-            task_score=verdict.evaluation.task_score,
-            metrics=reading.rewards,
-            format_valid=True,
+        self.trajectory.write(
+            EvaluationEvent.of(
+                task_score=verdict.evaluation.task_score,
+                metrics=reading.rewards,
+                format_valid=True,
+            )
         )
         reward = reading.rewards["reward"]
         passed = score.stands(reward >= self.task.pass_threshold)
@@ -344,7 +355,7 @@ class HarborCell:
         try:
             _write_trial(self.plan, self.task, result, self.phases, self.started, exception)
         except Exception as exc:  # the record stands; the Harbor copy of it is what failed
-            self.trajectory.emit("harbor_trial_error", error=repr(exc))
+            self.trajectory.write(HarborTrialErrorEvent.of(error=repr(exc)))
         path = self.plan.cell_dir / "result.json"
         path.write_text(result.model_dump_json(indent=1), encoding="utf-8")
         return result
@@ -393,12 +404,13 @@ def judge_verifier_failure(
         control, result = run_verifier(task, box, plan.cell_dir / "verifier-control")
     finally:
         box.stop()
-    trajectory.emit(
-        "verifier_control",
-        exit_code=result.exit_code,
-        timed_out=control.timed_out,
-        rewards=control.reading.rewards if control.reading is not None else None,
-        error=control.error,
+    trajectory.write(
+        VerifierControlEvent.of(
+            exit_code=result.exit_code,
+            timed_out=control.timed_out,
+            rewards=control.reading.rewards if control.reading is not None else None,
+            error=control.error,
+        )
     )
     if control.reading is None:
         return None
@@ -408,7 +420,7 @@ def judge_verifier_failure(
 
 
 def _blame_agent(trajectory: TrajectoryWriter, verdict: VerifierRun, why: str) -> None:
-    trajectory.emit("verifier_failure", blame="agent", why=why, error=verdict.error)
+    trajectory.write(VerifierFailureEvent.of(blame="agent", why=why, error=verdict.error))
 
 
 def redact_copies(plan: CellPlan) -> None:
@@ -464,7 +476,7 @@ def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -
             memory_mb=environment.memory_mb,
             cpus=environment.cpus,
         )
-        trajectory.emit("environment", image=prepared.image, compose=str(prepared.volumes))
+        trajectory.write(EnvironmentEvent.of(image=prepared.image, compose=str(prepared.volumes)))
         return TaskEnvironment(prepared.image, prepared)
     image = build_task_image(
         task.environment_dir,
@@ -473,12 +485,12 @@ def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -
         build_timeout_s=environment.build_timeout_sec,
         say=lambda line: _say(trajectory, line),
     )
-    trajectory.emit("environment", image=image)
+    trajectory.write(EnvironmentEvent.of(image=image))
     return TaskEnvironment(image)
 
 
 def _say(trajectory: TrajectoryWriter, line: str) -> None:
-    trajectory.emit("environment", message=line)
+    trajectory.write(EnvironmentEvent.of(message=line))
 
 
 def open_container(
@@ -561,11 +573,12 @@ def inspect_image_changes(
 
     found = tuple(find_tampering(box, box.image_environment().get("PATH")))
     if found:
-        trajectory.emit(
-            "tampering",
-            category="harness_tampering",
-            evidence=evidence_of(found),
-            findings=[f.as_dict() for f in found],
+        trajectory.write(
+            TamperingEvent.of(
+                category="harness_tampering",
+                evidence=evidence_of(found),
+                findings=[f.as_dict() for f in found],
+            )
         )
     return found
 
@@ -576,14 +589,15 @@ def verify(
     """Run the task's verifier in the container and read its reward (see :mod:`._reward`)."""
     verdict, result = run_verifier(task, box, cell_dir / "verifier")
     reading = verdict.reading
-    trajectory.emit(
-        "verifier",
-        exit_code=result.exit_code,
-        duration_s=result.duration_s,
-        timed_out=result.timed_out,
-        rewards=reading.rewards if reading is not None else None,
-        source=reading.source if reading is not None else None,
-        error=verdict.error,
+    trajectory.write(
+        VerifierEvent.of(
+            exit_code=result.exit_code,
+            duration_s=result.duration_s,
+            timed_out=result.timed_out,
+            rewards=reading.rewards if reading is not None else None,
+            source=reading.source if reading is not None else None,
+            error=verdict.error,
+        )
     )
     return verdict
 
