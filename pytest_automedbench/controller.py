@@ -28,16 +28,9 @@ from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.progress import LiveProgress, planned_cells
 from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.runner import harness_versions
-from pytest_automedbench.sandbox import SandboxError
+from pytest_automedbench.sandbox import SandboxError, capabilities
 from pytest_automedbench.session import AutoMedBenchSession
 from pytest_automedbench.terms import ERROR_CODES
-
-#: What each backend isolates with, for the pre-flight line.
-ISOLATION = {
-    "docker": "containers from base {base}, unprivileged uid",
-    "bubblewrap": "bubblewrap namespaces, unprivileged uid",
-    "process": "NO isolation: asked for by name with --sandbox process",
-}
 
 
 class BenchmarkController:
@@ -68,7 +61,7 @@ class BenchmarkController:
                 backend = self.session.backend
             except SandboxError as exc:
                 raise pytest.UsageError(str(exc)) from None
-            isolation = ISOLATION.get(backend, backend).format(base=run.docker_base)
+            isolation = capabilities(backend).isolation.format(base=run.docker_base)
             lines.append(f"sandbox backend: {backend} ({isolation})")
         lines.extend(line for f in formats if (line := f.header_line(run)) is not None)
         return [f"automedbench: {line}" for line in lines]
