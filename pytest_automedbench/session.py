@@ -62,14 +62,14 @@ class AutoMedBenchSession:
 
     @property
     def images(self) -> dict[str, str]:
-        """The images this process's cells run in (Docker backend: ``tag@id`` per role;
+        """The images this process's cells run in (a backend with images: ``tag@id`` per role;
         built when missing, as the first cell would), looked up once."""
         if self._images is None:
             self._images = {}
-            if not self.executor.backend_on_node and self.backend == "docker":
-                from pytest_automedbench.sandbox.docker import image_digests
+            if not self.executor.backend_on_node:
+                from pytest_automedbench.sandbox import backend_class
 
-                self._images = image_digests(self.config.docker_base)
+                self._images = backend_class(self.backend).session_setup(self.config.docker_base)
         return self._images
 
     def provenance(self, cell_key: CellKey, task: Task, data_hash: str | None) -> Provenance:
