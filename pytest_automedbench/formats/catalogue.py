@@ -36,6 +36,7 @@ from pytest_automedbench.formats import (
     TaskFormat,
     Verdict,
 )
+from pytest_automedbench.sandbox import capabilities
 from pytest_automedbench.synthetic import stage_synthetic_task
 from pytest_automedbench.terms import OUTPUTS_DIRNAME, TIERS
 
@@ -252,9 +253,10 @@ class CellFiles:
             outputs=workspace / OUTPUTS_DIRNAME,
             spec=task.eval_spec(plan.staged.case_ids),
             backend=backend,
-            # With the Docker backend the evaluator gets its own container too.
+            # A backend of containers gives the evaluator a container of its own too.
             placement=Placement(
-                container=backend == "docker",
+                container=capabilities(backend).containers,
+                backend=backend,
                 run_id=plan.run_id,
                 docker_base=plan.config.docker_base,
             ),
@@ -279,7 +281,8 @@ def open_workspace(plan: CellPlan, cell: CellFiles) -> Iterator[dict[str, Any]]:
         sweep_stale_quotas,
     )
 
-    problem = "the process backend is unisolated" if cell.backend == "process" else None
+    unquoted = not capabilities(cell.backend).workspace_quota
+    problem = "the process backend is unisolated" if unquoted else None
     problem = problem or quota_problem()
     spec = QuotaSpec(size_mb=plan.config.sandbox_disk_mb, inodes=plan.config.sandbox_inodes)
     if problem is not None:
