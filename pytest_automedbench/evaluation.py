@@ -145,11 +145,13 @@ def over_bounds(bounds: CopyBounds, at: str) -> str:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the evaluator runs: a host process, or a fresh container per verdict."""
+    """Where the evaluator runs: a host process, or a fresh container per verdict of the
+    sandbox ``backend`` (one whose capabilities say ``containers``)."""
 
     container: bool = False
     run_id: str = ""
     docker_base: str = "debootstrap"
+    backend: str = ""
 
 
 HOST_PROCESS = Placement()
@@ -194,7 +196,7 @@ def _in_container(
     format_only: bool,
     placement: Placement,
 ) -> tuple[int, str]:
-    from pytest_automedbench.sandbox.docker import run_evaluator_container
+    from pytest_automedbench.sandbox import backend_class
 
     args = ["--spec", "/in/spec.json", "--submission", "/in/submission"]
     args += ["--references", "/in/references", "--out", f"/out/{out.name}"]
@@ -206,7 +208,7 @@ def _in_container(
         references: ("/in/references", "ro"),
     }
     out_dir = out.parent / "out"
-    rc, logs = run_evaluator_container(
+    rc, logs = backend_class(placement.backend).run_evaluator(
         args,
         mounts,
         out_dir,

@@ -96,12 +96,6 @@ def docker_client(timeout: int = API_TIMEOUT_S) -> Any:
     return _clients[timeout]
 
 
-def image_digests(docker_base: str = "debootstrap") -> dict[str, str]:
-    """The images a Docker cell runs (built when missing, once per process), each as
-    ``tag@image-id``: what a record names so that runs in other images are told apart."""
-    return DockerSandbox.session_setup(docker_base)
-
-
 def docker_problem() -> str | None:
     """Why the Docker backend cannot run here, or None when a daemon answers."""
     try:

@@ -46,7 +46,6 @@ from pytest_automedbench.sandbox import docker as dk
 from pytest_automedbench.sandbox.images import LABEL, ImageSet
 from pytest_automedbench.sandbox.owner import process_identity
 
-_PROBLEM = dk.docker_problem()
 _NO_SDK = importlib.util.find_spec("docker") is None
 #: Unique per test session: lets a test find exactly its own containers on a shared daemon.
 RUN_ID = f"test-docker-{uuid.uuid4().hex[:12]}"
@@ -134,15 +133,6 @@ def client(engine: type[DockerSandbox]) -> Any:
 @pytest.fixture(scope="module")
 def images(engine: type[DockerSandbox]) -> ImageSet:
     return engine.ensure_images("debootstrap")
-
-
-@pytest.fixture(scope="module")
-def docker_only() -> Any:
-    """The Docker engine's client, for what only the Docker backend does so far (the
-    evaluator placement of :mod:`evaluation`)."""
-    if _PROBLEM is not None:
-        pytest.skip(f"Docker backend cannot run here: {_PROBLEM}")
-    return dk.docker_client()
 
 
 @pytest.fixture(scope="module")
@@ -559,10 +549,13 @@ def test_evaluator_container_that_overruns_is_killed(
     assert _labelled_containers(client, run_id) == []
 
 
-def test_container_placement_scores_like_the_host_process(docker_only: Any, tmp_path: Path) -> None:
-    """The whole evaluator path of :mod:`evaluation` with ``Placement(container=True)``:
-    spec, submission copy and references mounted in, the verdict read back, no container
-    left; and the same verdict as the evaluator run as a host process."""
+def test_container_placement_scores_like_the_host_process(
+    engine: type[DockerSandbox], client: Any, tmp_path: Path
+) -> None:
+    """The whole evaluator path of :mod:`evaluation` with ``Placement(container=True)``
+    in the engine's own evaluator container: spec, submission copy and references mounted
+    in, the verdict read back, no container left; and the same verdict as the evaluator
+    run as a host process."""
     run_id = f"{RUN_ID}-placement"
     spec = EvalSpec(task_id="t", track="vqa", case_ids=["q_1", "q_2", "q_3"], vqa=VqaSpec())
     references = tmp_path / "references"
@@ -572,7 +565,7 @@ def test_container_placement_scores_like_the_host_process(docker_only: Any, tmp_
     submission = tmp_path / "outputs"
     submission.mkdir()
     (submission / "answers.json").write_text(json.dumps({"q_1": "yes", "q_2": "yes"}))
-    placement = Placement(container=True, run_id=run_id)
+    placement = Placement(container=True, run_id=run_id, backend=engine.name)
     report = check_format(spec, submission, references, tmp_path / "precheck", placement)
     assert (report.n_expected, report.n_present, report.valid) == (3, 2, False), report
     in_container = evaluate(spec, submission, references, tmp_path / "eval_docker", placement)
@@ -584,7 +577,7 @@ def test_container_placement_scores_like_the_host_process(docker_only: Any, tmp_
         "q_2": "ok",
         "q_3": "missing",
     }
-    assert _labelled_containers(docker_only, run_id) == []
+    assert _labelled_containers(client, run_id) == []
 
 
 # --------------------------------------------------------------------------- options
