@@ -13,7 +13,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -47,10 +47,14 @@ from pytest_automedbench.settings import (
 )
 from pytest_automedbench.terms import ALL_TIERS, TIERS
 
-if TYPE_CHECKING:
-    from pytest_automedbench.formats import Task
-
 DEFAULT_OUT = Path("automedbench-results")
+
+
+class TimeLimited(Protocol):
+    """A task as the agent's limits read it: its time limit."""
+
+    @property
+    def time_limit_s(self) -> float: ...
 
 
 class ConfigError(ValueError):
@@ -307,7 +311,7 @@ class RunConfig(BaseModel):
     @field_validator("harbor_env")
     @classmethod
     def _harbor_env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from pytest_automedbench.harbor import secret_env_problem
+        from pytest_automedbench.harbor.env_names import secret_env_problem
 
         for name in value:
             if (problem := secret_env_problem(name.strip())) is not None:
@@ -345,7 +349,7 @@ class RunConfig(BaseModel):
         """What ``--agent name`` stands for under this configuration."""
         return resolve_agent(name, self.agent_entries(), self.agent_api_base)
 
-    def limits_for(self, entry: AgentEntry, task: Task) -> Limits:
+    def limits_for(self, entry: AgentEntry, task: TimeLimited) -> Limits:
         """The agent's limits in one cell of ``task``: each limit is the agent
         definition's value when it sets one (the more specific wins), else the
         session's (``--amb-max-turns`` ... or its default); the wall clock is

@@ -5,8 +5,9 @@ every executor)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pytest_automedbench.provenance import Provenance, cell_provenance
 from pytest_automedbench.results import CellKey
@@ -16,7 +17,13 @@ if TYPE_CHECKING:
     from pytest_automedbench.agents.registry import AgentEntry
     from pytest_automedbench.config import RunConfig
     from pytest_automedbench.fixtures.staging import StagedData
-    from pytest_automedbench.formats import Task
+    from pytest_automedbench.formats.task import Task
+
+
+class TaskHashes(Protocol):
+    """What hashes a task's content as one cell sees it (the task's format)."""
+
+    def task_hash(self, task: Task, tier: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -34,9 +41,9 @@ class CellPlan:
     #: here from the plan.
     provenance: Provenance | None = None
 
-    @property
+    @cached_property
     def agent(self) -> AgentEntry:
-        """The cell's agent, as the session's configuration defines it."""
+        """The cell's agent, as the session's configuration defines it (resolved once)."""
         return self.config.agent(self.key.agent)
 
     def resolved_backend(self) -> str:
@@ -48,8 +55,12 @@ class CellPlan:
         """The agent's limits in this cell (the task's, the session's, the agent's)."""
         return self.config.limits_for(self.agent, self.task)
 
-    def provenance_of(self) -> Provenance:
+    def provenance_of(self, task_format: TaskHashes) -> Provenance:
+        """The plan's provenance, or (none given) the one computed from the plan, the
+        task's content hashed by its format ``task_format``."""
         if self.provenance is not None:
             return self.provenance
         backend = self.backend if self.backend is not None else self.config.sandbox
-        return cell_provenance(self.config, self.key, self.task, self.staged.data_hash, backend, {})
+        digest = task_format.task_hash(self.task, self.key.tier)
+        staged = self.staged.data_hash
+        return cell_provenance(self.config, self.key, self.task, staged, backend, {}, digest)

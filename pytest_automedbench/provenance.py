@@ -21,10 +21,10 @@ from pytest_automedbench.version import harness_version
 
 if TYPE_CHECKING:
     from pytest_automedbench.config import RunConfig
-    from pytest_automedbench.formats import Task
+    from pytest_automedbench.formats.task import Task
     from pytest_automedbench.results import CellKey
 
-__all__ = ["Provenance", "cell_provenance", "harness_version", "judge_identity", "task_hash"]
+__all__ = ["Provenance", "cell_provenance", "content_sha", "harness_version", "judge_identity"]
 
 
 @dataclass(frozen=True)
@@ -60,13 +60,6 @@ def content_sha(*parts: bytes) -> str:
     return digest.hexdigest()[:16]
 
 
-def task_hash(task: Task, tier: str) -> str:
-    """The task's content as one cell sees it (its format says what that is)."""
-    from pytest_automedbench.formats import format_of
-
-    return format_of(task).task_hash(task, tier)
-
-
 @cache
 def _rubric_identity() -> tuple[int, str]:
     from pytest_automedbench.scoring.rubric import RUBRIC_FILE, load_rubric
@@ -98,12 +91,15 @@ def cell_provenance(
     data_hash: str | None,
     backend: str,
     images: dict[str, str],
+    task_hash: str,
 ) -> Provenance:
-    """Everything but the agent that goes into one cell's record."""
+    """Everything but the agent that goes into one cell's record; ``task_hash`` is the
+    task's content as the cell sees it (its format's
+    :meth:`~pytest_automedbench.formats.TaskFormat.task_hash`)."""
     return Provenance(
         backend=backend,
         images=dict(images),
-        task_hash=task_hash(task, key.tier),
+        task_hash=task_hash,
         data_hash=data_hash,
         judge=judge_identity(config),
         limits=cell_limits(config, key.agent, task),

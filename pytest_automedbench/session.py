@@ -24,7 +24,7 @@ from pytest_automedbench.synthetic import stage_synthetic_task
 if TYPE_CHECKING:
     from pytest_automedbench.cells import Cell
     from pytest_automedbench.executors import Executor
-    from pytest_automedbench.formats import Task
+    from pytest_automedbench.formats.task import Task
 
 __all__ = ["AutoMedBenchSession", "DataUnavailable", "stage_synthetic_task"]
 
@@ -75,7 +75,8 @@ class AutoMedBenchSession:
     def provenance(self, cell_key: CellKey, task: Task, data_hash: str | None) -> Provenance:
         """What will produce this cell's record (and so its configuration hash)."""
         backend = self.config.sandbox if self.executor.backend_on_node else self.backend
-        return cell_provenance(self.config, cell_key, task, data_hash, backend, self.images)
+        digest = format_of(task).task_hash(task, cell_key.tier)
+        return cell_provenance(self.config, cell_key, task, data_hash, backend, self.images, digest)
 
     def reusable_record(self, key: CellKey, provenance: Provenance) -> CellResult | None:
         """``--amb-resume``: the record of this cell that an earlier run finished under

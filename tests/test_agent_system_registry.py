@@ -108,7 +108,7 @@ def test_records_and_hashes_name_the_system_and_its_version(tmp_path: Path) -> N
 
     def provenance(agent: str):  # type: ignore[no-untyped-def]
         key = CellKey(agent=agent, task=task.id, tier="lite", run=0)
-        return cell_provenance(config, key, task, "d" * 64, "docker", {})
+        return cell_provenance(config, key, task, "d" * 64, "docker", {}, "t" * 16)
 
     claude, codex, model = (provenance(a) for a in ("claude-code:opus46", "codex:opus46", "opus46"))
     assert claude.agent_system == f"claude-code {SYSTEMS['claude-code'].version}"

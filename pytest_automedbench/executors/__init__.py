@@ -10,12 +10,27 @@ ledger and reports it, whichever executor ran it.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.plan import CellPlan
     from pytest_automedbench.results import CellResult
-    from pytest_automedbench.runner import CellPlan
-    from pytest_automedbench.session import AutoMedBenchSession
+
+
+class ExecutorSession(Protocol):
+    """What an executor reads of the session it runs cells for (the session is
+    :class:`~pytest_automedbench.session.AutoMedBenchSession`)."""
+
+    @property
+    def config(self) -> RunConfig: ...
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def slurm_jobs_file(self) -> Path: ...
 
 
 class Executor(Protocol):
@@ -25,16 +40,16 @@ class Executor(Protocol):
     #: rather than once in the pytest process.
     backend_on_node: bool
 
-    def prepare(self, session: AutoMedBenchSession) -> None:
+    def prepare(self, session: ExecutorSession) -> None:
         """Check, once per process, that cells can run (raises ConfigError or
         SandboxError naming what is missing)."""
         ...
 
-    def run(self, plan: CellPlan, session: AutoMedBenchSession) -> CellResult:
+    def run(self, plan: CellPlan, session: ExecutorSession) -> CellResult:
         """Run one cell to its record."""
         ...
 
-    def end_session(self, session: AutoMedBenchSession) -> list[str]:
+    def end_session(self, session: ExecutorSession) -> list[str]:
         """Clean up what the session left running (on the controller, however the
         session ends); returns what was stopped, for the terminal."""
         ...
@@ -53,4 +68,4 @@ def get_executor(name: str) -> Executor:
     return executor
 
 
-__all__ = ["EXECUTORS", "Executor", "get_executor"]
+__all__ = ["EXECUTORS", "Executor", "ExecutorSession", "get_executor"]

@@ -49,7 +49,7 @@ from pytest_automedbench.results import CellResult
 from pytest_automedbench.runner import CellPlan, failure_result, infra_result, run_cell
 
 if TYPE_CHECKING:
-    from pytest_automedbench.session import AutoMedBenchSession
+    from pytest_automedbench.executors import ExecutorSession
 
 #: States after which a job will not produce anything more.
 TERMINAL_STATES: frozenset[str] = frozenset(
@@ -359,11 +359,11 @@ class SlurmExecutor:
 
     backend_on_node = True
 
-    def prepare(self, session: AutoMedBenchSession) -> None:
+    def prepare(self, session: ExecutorSession) -> None:
         check_available()
 
-    def run(self, plan: CellPlan, session: AutoMedBenchSession) -> CellResult:
+    def run(self, plan: CellPlan, session: ExecutorSession) -> CellResult:
         return run_cell_on_slurm(plan, session.config.slurm, session.slurm_jobs_file)
 
-    def end_session(self, session: AutoMedBenchSession) -> list[str]:
+    def end_session(self, session: ExecutorSession) -> list[str]:
         return cancel_jobs(submitted_jobs(session.slurm_jobs_file))

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pytest
 
+from pytest_automedbench.formats.task import DataUnavailable, Task
+
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentContext, AgentOutcome, Limits
     from pytest_automedbench.agents.registry import AgentEntry
@@ -43,31 +45,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.results import CellResult
     from pytest_automedbench.sandbox import Sandbox
     from pytest_automedbench.scoring.cell import CellEvidence, CellScore
-    from pytest_automedbench.tasks import NetworkDecl
     from pytest_automedbench.violations import Policy as ViolationPolicy
-
-
-class DataUnavailable(LookupError):
-    """The user asked for real data that is not there: the cell is skipped, not failed."""
-
-
-class Task(Protocol):
-    """What every format's task offers the pipeline (a format reads the rest itself)."""
-
-    @property
-    def format_name(self) -> str: ...
-    @property
-    def id(self) -> str: ...
-    @property
-    def track(self) -> str: ...
-    @property
-    def modality(self) -> str: ...
-    @property
-    def time_limit_s(self) -> float: ...
-    @property
-    def default_runs(self) -> int: ...
-    @property
-    def network(self) -> NetworkDecl: ...
 
 
 @dataclass(frozen=True)

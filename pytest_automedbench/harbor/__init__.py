@@ -20,10 +20,10 @@ from pytest_automedbench.harbor._task import (
     load_harbor_task,
     marker_name,
     resolve_env,
-    secret_env_problem,
     task_folder_of,
     task_folders,
 )
+from pytest_automedbench.harbor.env_names import secret_env_problem
 
 __all__ = [
     "DEFAULT_ATTEMPTS",

@@ -57,8 +57,8 @@ from pathlib import Path
 from pytest_automedbench.agents.base import AgentContext
 from pytest_automedbench.agents.reference import reference_steps
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.formats import format_of
 from pytest_automedbench.formats.catalogue import KICKOFF
-from pytest_automedbench.provenance import task_hash
 from pytest_automedbench.sandbox.images import agent_requirements, evaluator_sources
 from pytest_automedbench.tasks import TaskSpec
 from pytest_automedbench.terms import TIERS
@@ -444,7 +444,7 @@ def _task_toml(task: TaskSpec, tier: str, staged: StagedData) -> str:
                 "modality": task.modality,
                 "pass_threshold": 1.0,
                 "task_pass_score": float(task.rating.b),
-                "task_hash": task_hash(task, tier),
+                "task_hash": format_of(task).task_hash(task, tier),
                 "data_hash": staged.data_hash or "",
                 "n_cases": len(staged.case_ids),
             },

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pytest_automedbench.fixtures.staging import StagedData
-from pytest_automedbench.redact import SECRET_NAME, secret_values
+from pytest_automedbench.harbor.env_names import ENV_OPTION, secret_env_problem
+from pytest_automedbench.redact import secret_values
 from pytest_automedbench.sandbox.harbor_env import COMPOSE_FILES, compose_file
 from pytest_automedbench.tasks import NetworkDecl
 
@@ -47,9 +48,6 @@ DEFAULT_ATTEMPTS = 3
 #: Harbor's own default agent and verifier time-outs (seconds).
 DEFAULT_TIMEOUT_S = 600.0
 
-#: The option that lets a host variable reach Harbor tasks (named in every error about one).
-ENV_OPTION = "--harbor-env"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MARKER_SAFE = re.compile(r"[^A-Za-z0-9_]+")
 _ID_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -162,21 +160,6 @@ def resolve_env(
 
         out[key] = _ENV_REF.sub(substitute, value)
     return out
-
-
-def secret_env_problem(name: str, agent_keys: Collection[str] = ()) -> str | None:
-    """Why ``name`` may not be passed to a task with :data:`ENV_OPTION`, or None: not a
-    variable name, a credential-like name (:data:`~pytest_automedbench.redact.SECRET_NAME`),
-    or the variable holding a key of one of the session's agents."""
-    if not _ENV_NAME.fullmatch(name):
-        return f"{ENV_OPTION} {name!r}: not an environment variable name"
-    if SECRET_NAME.search(name) or name in agent_keys:
-        return (
-            f"{ENV_OPTION} {name}: a credential (a provider key, token, secret or password) "
-            "never reaches a Harbor task, even when named: an agent gets model access through "
-            "the harness's gateway, which holds the keys on the host"
-        )
-    return None
 
 
 def agent_key_names(config: RunConfig) -> set[str]:
