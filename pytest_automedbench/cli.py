@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_automedbench.agents.registry import (
-    HARBOR_AGENTS,
     NAMED_MODELS,
     SCRIPTED,
     SYSTEM_NAMES,
@@ -28,6 +27,7 @@ from pytest_automedbench.agents.registry import (
     ReplayAgent,
     SystemAgent,
     UnknownAgentError,
+    format_agents,
     parse_definitions,
     read_agents_file,
 )
@@ -135,7 +135,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
     """The agents --agent accepts here: built-ins, pyproject tables, an agents file."""
     built_in: list[AgentEntry] = [
         *SCRIPTED.values(),
-        *HARBOR_AGENTS.values(),
+        *format_agents().values(),
         *NAMED_MODELS.values(),
     ]
     rows = [_agent_row(e, "built-in") for e in built_in]

@@ -199,7 +199,6 @@ def test_cli_lists_built_in_and_file_agents(
 def test_every_agent_kind_is_one_registered_class() -> None:
     from pytest_automedbench.agents.registry import KINDS
 
-    assert set(KINDS) == {"scripted", "model", "replay", "command", "system", "harbor"}
     expected = {
         "scripted": (True, 0.0),
         "model": (False, 50.0),
@@ -210,5 +209,23 @@ def test_every_agent_kind_is_one_registered_class() -> None:
         agent = resolve_agent(name)
         assert type(agent) is KINDS[agent.kind]
         assert (agent.deterministic, agent.cost_limit_usd) == expected[agent.kind]
+    # A format's own kinds are registered once its agents are asked for (above).
+    assert set(KINDS) == {"scripted", "model", "replay", "command", "system", "harbor"}
     assert KINDS["command"].cost_limit_usd is None  # a command agent's cost is not metered
     assert KINDS["system"].cost_limit_usd == 50.0  # an agent system's is, at its gateway
+
+
+def test_a_formats_agents_resolve_by_name_and_no_definition_takes_their_names(
+    tmp_path: Path,
+) -> None:
+    """Agents a task format contributes (Harbor's oracle and nop) are listed and resolved
+    like the built-in ones, and an agents file cannot redefine them."""
+    from pytest_automedbench.agents.registry import FormatAgent, format_agents, known_names
+
+    contributed = format_agents()
+    assert {"oracle", "nop"} <= set(contributed) <= set(known_names())
+    oracle = resolve_agent("oracle")
+    assert isinstance(oracle, FormatAgent) and oracle is contributed["oracle"]
+    assert oracle.model_label == "harbor:oracle"
+    with pytest.raises(UnknownAgentError, match="'nop' is a built-in scripted agent"):
+        parse_definitions({"nop": {"model": "openai/x"}}, "agents file")

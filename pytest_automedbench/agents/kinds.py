@@ -2,11 +2,11 @@
 
 Each kind is one class in its own module (:class:`~.scripted.ScriptedAgent`,
 :class:`~.model.ModelAgent`, :class:`~.replay.ReplayAgent`,
-:class:`~.external.CommandAgent`, :class:`~.external.SystemAgent`, and
-:class:`~.registry.HarborAgent`), derived from :class:`AgentKind` with its name, whether it
-is deterministic and its cost limit as class keywords; defining it registers it in
-:data:`KINDS`. The names an agent is known by are resolved in :mod:`.registry`, which
-sits above every kind; nothing here imports a kind.
+:class:`~.external.CommandAgent`, :class:`~.external.SystemAgent`, and the
+:class:`FormatAgent` kinds a task format contributes for its own tasks), derived from
+:class:`AgentKind` with its name, whether it is deterministic and its cost limit as class
+keywords; defining it registers it in :data:`KINDS`. The names an agent is known by are
+resolved in :mod:`.registry`, which sits above every kind; nothing here imports a kind.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentContext, AgentOutcome, AgentRun, Policy
 
-__all__ = ["KINDS", "AgentKind", "TurnByTurn", "UnknownAgentError"]
+__all__ = ["KINDS", "AgentKind", "FormatAgent", "TurnByTurn", "UnknownAgentError"]
 
 
 class UnknownAgentError(ValueError):
@@ -65,7 +65,7 @@ KINDS: dict[str, type[AgentKind]] = {}
 
 class TurnByTurn(AgentKind, ABC):
     """Agents that answer turn by turn in the host's tool loop (scripted, model, replay,
-    Harbor's): a kind says only which policy answers."""
+    a format's own): a kind says only which policy answers."""
 
     @abstractmethod
     def policy(self, ctx: AgentContext) -> Policy:
@@ -87,3 +87,17 @@ class TurnByTurn(AgentKind, ABC):
             run.limits,
             run.trajectory,
         )
+
+
+class FormatAgent(TurnByTurn):
+    """An agent that a task format contributes for its own tasks only (listed in
+    :data:`pytest_automedbench.formats.known.FORMAT_AGENTS`, resolved by name like the
+    built-in ones): its name, what it does, and the label its records give as model."""
+
+    name: str
+    description: str
+
+    @property
+    @abstractmethod
+    def model_label(self) -> str:
+        """What a record names as the agent's model."""

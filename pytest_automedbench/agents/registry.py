@@ -17,44 +17,46 @@ runs it (and registered in :data:`~.kinds.KINDS` by being defined):
   :mod:`.systems` (one module per system), or an agents-file entry with ``system`` or
   ``command`` and a ``model``: an agent system whose model is reached only through the
   cell's LLM gateway, metered, budgeted and read from the wire (:mod:`.external`);
-* :class:`HarborAgent` -- Harbor's ``oracle`` and ``nop``, for Harbor tasks only.
+* :class:`~.kinds.FormatAgent` -- an agent a task format contributes for its own tasks
+  (:data:`~pytest_automedbench.formats.known.FORMAT_AGENTS`; e.g. Harbor's ``oracle``).
 
 This module sits above every kind and imports them; no kind imports it. Names resolve
-through :data:`SCRIPTED`, :data:`HARBOR_AGENTS`, :data:`NAMED_MODELS`, the user's
-definitions and the prefixes of :data:`PREFIXES`. Agents files (YAML, ``--agents-file``)
-and ``[tool.automedbench.agents.<name>]`` tables define more model and command agents;
-they are parsed by :func:`parse_definitions`. A definition may set its own limits
+through :data:`SCRIPTED`, the formats' agents (:func:`format_agents`),
+:data:`NAMED_MODELS`, the user's definitions and the prefixes of :data:`PREFIXES`.
+Agents files (YAML, ``--agents-file``) and ``[tool.automedbench.agents.<name>]`` tables
+define more model and command agents; they are parsed by :func:`parse_definitions`. A
+definition may set its own limits
 (``max_turns``, ``time_factor``, ``max_total_tokens``, ``max_cost_usd``,
 ``request_timeout_s``; a command agent only ``time_factor``): they win over the
 session's (:meth:`pytest_automedbench.config.RunConfig.limits_for`). Keys are never
 written in either: an entry names the environment variable that holds its key
 (``api_key_env``), and the key is read on the host only when a request is made.
 
-What a kind needs only to run (litellm, the tool loop, Harbor's policies) is imported
+What a kind needs only to run (litellm, the tool loop, a format's policies) is imported
 when it runs, so resolving names at start-up stays light.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pytest_automedbench.agents.base import LIMIT_KEYS, AgentContext, LimitSettings, Policy
+from pytest_automedbench.agents.base import LIMIT_KEYS, LimitSettings
 from pytest_automedbench.agents.external import CommandAgent, SystemAgent
 from pytest_automedbench.agents.kinds import KINDS as KINDS
-from pytest_automedbench.agents.kinds import TurnByTurn, UnknownAgentError
+from pytest_automedbench.agents.kinds import FormatAgent, UnknownAgentError
 from pytest_automedbench.agents.model import ModelAgent
 from pytest_automedbench.agents.replay import ReplayAgent, ReplayFileError, read_replay
 from pytest_automedbench.agents.scripted import SCRIPTED, NoisyScriptedAgent, ScriptedAgent
 from pytest_automedbench.agents.systems import SYSTEMS, BuiltinSystem
+from pytest_automedbench.formats.known import format_agents
 from pytest_automedbench.metering import Prices
 
 __all__ = [
-    "HARBOR_AGENTS",
     "KINDS",
     "NAMED_MODELS",
     "PREFIXES",
@@ -62,7 +64,7 @@ __all__ = [
     "SYSTEM_NAMES",
     "AgentEntry",
     "CommandAgent",
-    "HarborAgent",
+    "FormatAgent",
     "ModelAgent",
     "NoisyScriptedAgent",
     "Prices",
@@ -70,6 +72,7 @@ __all__ = [
     "ScriptedAgent",
     "SystemAgent",
     "UnknownAgentError",
+    "format_agents",
     "get_agent",
     "known_names",
     "limit_settings",
@@ -81,37 +84,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class HarborAgent(TurnByTurn, kind="harbor", deterministic=True):
-    """Harbor's two built-in agents, for Harbor tasks only: ``oracle`` runs the task's
-    ``solution/solve.sh`` (put at ``/solution`` for it alone), ``nop`` does nothing and
-    submits; both through the tool loop, so their attempts are recorded and scored as
-    any other."""
-
-    name: str
-    description: str
-
-    @property
-    def model_label(self) -> str:
-        return f"harbor:{self.name}"
-
-    def policy(self, ctx: AgentContext) -> Policy:
-        from pytest_automedbench.harbor._agents import harbor_policy
-
-        return harbor_policy(self.name, ctx)
-
-
 #: Every agent the registry can resolve a name to.
-AgentEntry = ScriptedAgent | ModelAgent | ReplayAgent | CommandAgent | SystemAgent | HarborAgent
-
-#: Harbor's built-in agents (Harbor tasks only).
-HARBOR_AGENTS: dict[str, HarborAgent] = {
-    entry.name: entry
-    for entry in (
-        HarborAgent("oracle", "Harbor tasks: runs the task's solution/solve.sh, then submits"),
-        HarborAgent("nop", "Harbor tasks: does nothing, submits at once"),
-    )
-}
+AgentEntry = ScriptedAgent | ModelAgent | ReplayAgent | CommandAgent | SystemAgent | FormatAgent
 
 
 #: The paper's six models. Prices in USD per million tokens (the providers' list prices
@@ -336,7 +310,7 @@ def parse_definitions(raw: Any, where: str) -> dict[str, AgentEntry]:
     for name, settings in systems_last:
         if not isinstance(name, str) or not name or ":" in name:
             raise UnknownAgentError(f"{where}: invalid agent name {name!r} (no ':' allowed)")
-        if name in SCRIPTED or name in HARBOR_AGENTS:
+        if name in SCRIPTED or name in format_agents():
             raise UnknownAgentError(f"{where}: {name!r} is a built-in scripted agent")
         out[name] = _definition(name, settings, where, out)
     return {name: out[name] for name in raw if name in out}
@@ -354,7 +328,7 @@ def read_agents_file(path: Path) -> dict[str, AgentEntry]:
 
 
 def known_names(definitions: Mapping[str, AgentEntry] | None = None) -> list[str]:
-    names = list(SCRIPTED) + list(HARBOR_AGENTS) + list(NAMED_MODELS) + list(definitions or {})
+    names = [*SCRIPTED, *format_agents(), *NAMED_MODELS, *(definitions or {})]
     return sorted(dict.fromkeys(names))
 
 
@@ -450,8 +424,8 @@ def resolve_agent(
     entry: AgentEntry | None = None
     if name in SCRIPTED:
         return SCRIPTED[name]
-    if name in HARBOR_AGENTS:
-        return HARBOR_AGENTS[name]
+    if name in (contributed := format_agents()):
+        return contributed[name]
     if name in definitions:
         entry = definitions[name]
         if isinstance(entry, CommandAgent):

@@ -19,7 +19,6 @@ This module is a leaf: the formats are imported when first asked for.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pytest
 
+from pytest_automedbench.formats.known import FORMAT_MARKERS, FORMATS, load
 from pytest_automedbench.formats.task import DataUnavailable, Task
 
 if TYPE_CHECKING:
@@ -203,23 +203,11 @@ class TaskFormat(Protocol):
 #: none (its folder's catalogue tasks are its cells).
 MODULE_TASKS = pytest.StashKey["Sequence[Task]"]()
 
-#: Format name -> ``module:attribute`` of its implementation, imported when first asked for.
-FORMATS: dict[str, str] = {
-    "catalogue": "pytest_automedbench.formats.catalogue:FORMAT",
-    "harbor": "pytest_automedbench.harbor._format:FORMAT",
-}
-
-#: Markers each format's cells may carry beyond the tracks, tiers and modalities
-#: (declared at start-up, before any format is imported).
-FORMAT_MARKERS: dict[str, str] = {
-    "harbor": "cells of Harbor-format tasks (--harbor)",
-}
-
 
 @cache
 def get_format(name: str) -> TaskFormat:
-    module, attribute = FORMATS[name].split(":")
-    implementation: TaskFormat = getattr(importlib.import_module(module), attribute)
+    """The format registered as ``name`` (:data:`~.known.FORMATS`)."""
+    implementation: TaskFormat = load(FORMATS[name])
     return implementation
 
 

@@ -1,4 +1,6 @@
-"""Harbor's built-in agents as scripted policies, and which agents fit which tasks.
+"""Harbor's built-in agents, which the Harbor format contributes to the agent registry
+(:data:`pytest_automedbench.formats.known.FORMAT_AGENTS`): ``--agent oracle`` and
+``--agent nop``, for Harbor tasks only.
 
 ``oracle`` runs the task's reference solution and submits; ``nop`` submits at once (an
 attempt that does nothing: the verifier's reward then says what an empty attempt gets).
@@ -8,13 +10,11 @@ stage profiles and codes are recorded as any cell's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from pytest_automedbench.agents.base import AgentContext, Policy
+from pytest_automedbench.agents.kinds import FormatAgent
 from pytest_automedbench.agents.steps import ScriptedPolicy, Step
-
-if TYPE_CHECKING:
-    from pytest_automedbench.agents.base import Agent as AgentEntry
 
 #: Where the oracle's copy of ``solution/`` is put (Harbor's path).
 SOLUTION_DIR = "/solution"
@@ -40,16 +40,29 @@ def _submit() -> Step:
     return Step("Done.", "submit_results", {}, stage="S5")
 
 
-def incompatibility(entry: AgentEntry, harbor_task: bool) -> str | None:
-    """Why an agent cannot run a task of this kind (its cells are skipped with it), or
-    None: the catalogue's scripted archetypes follow the catalogue's tasks' layout, and
-    Harbor's oracle and nop exist only for Harbor tasks."""
-    if harbor_task and entry.kind == "scripted":
-        return (
-            f"{entry.name} is an AutoMedBench archetype (it follows the catalogue's task "
-            "layout) and does not run Harbor tasks: use oracle, nop, a model, a replay or "
-            "an agent system"
-        )
-    if not harbor_task and entry.kind == "harbor":
-        return f"{entry.name} is a Harbor agent: it runs Harbor tasks (--harbor) only"
-    return None
+@dataclass(frozen=True)
+class HarborAgent(FormatAgent, kind="harbor", deterministic=True):
+    """Harbor's two built-in agents, for Harbor tasks only: ``oracle`` runs the task's
+    ``solution/solve.sh`` (put at ``/solution`` for it alone), ``nop`` does nothing and
+    submits; both through the tool loop, so their attempts are recorded and scored as
+    any other."""
+
+    name: str
+    description: str
+
+    @property
+    def model_label(self) -> str:
+        return f"harbor:{self.name}"
+
+    def policy(self, ctx: AgentContext) -> Policy:
+        return harbor_policy(self.name, ctx)
+
+
+#: Harbor's built-in agents by name (Harbor tasks only).
+AGENTS: dict[str, HarborAgent] = {
+    entry.name: entry
+    for entry in (
+        HarborAgent("oracle", "Harbor tasks: runs the task's solution/solve.sh, then submits"),
+        HarborAgent("nop", "Harbor tasks: does nothing, submits at once"),
+    )
+}
