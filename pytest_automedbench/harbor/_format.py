@@ -21,6 +21,7 @@ from pytest_automedbench.harbor._task import (
     harbor_root_of,
     load_harbor_task,
 )
+from pytest_automedbench.sandbox import capabilities
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.registry import AgentEntry
@@ -107,7 +108,7 @@ class HarborFormat:
         return ISOLATION.format(bases=", ".join(config.harbor_base) or "none")
 
     def backend_problem(self, backend: str | None) -> str | None:
-        if backend in (None, "docker"):
+        if backend is None or capabilities(backend).task_images:
             return None
         return (
             "Harbor tasks (--harbor) run in their own Docker images: they need the "
