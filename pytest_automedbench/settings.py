@@ -167,7 +167,8 @@ SETTINGS: tuple[Setting, ...] = (
         "sandbox",
         "--sandbox",
         "agent sandbox backend (default: auto = docker when a daemon answers, else "
-        "bubblewrap where it can run, else a usage error; process (no isolation) only "
+        "podman where it can run, else bubblewrap where it can run, else a usage error; "
+        "process (no isolation) only "
         "when asked for by name); 'local' is an alias of bubblewrap",
         default="auto",
         choices=sandbox_choices(),
