@@ -27,7 +27,7 @@ from pytest_automedbench.outcome import CellInfrastructureError, CellUnresolved
 from pytest_automedbench.printable import printable
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.runner import CellPlan, failure_result
-from pytest_automedbench.sandbox import SandboxError
+from pytest_automedbench.sandbox import SandboxError, backend_class
 from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
 
 #: When the cell's set-up began (epoch seconds): the start of its test in Allure.
@@ -61,6 +61,9 @@ class BenchmarkWorker:
 
     def __init__(self, session: AutoMedBenchSession) -> None:
         self.session = session
+        #: The backend this process's cells run in, once it has cells (None: it has none,
+        #: or the backend is resolved on each compute node).
+        self.backend: str | None = None
 
     # ------------------------------------------------------------------ collection
 
@@ -80,6 +83,12 @@ class BenchmarkWorker:
         for task_format in formats_of(cells):
             if (problem := task_format.backend_problem(backend)) is not None:
                 raise pytest.UsageError(problem)
+        self.backend = backend
+
+    def pytest_sessionfinish(self) -> None:
+        """Once per process after its last cell: the backend's session tear-down."""
+        if self.backend is not None:
+            backend_class(self.backend).session_teardown()
 
     @pytest.hookimpl(wrapper=True, optionalhook=True)
     def pytest_timeout_set_timer(
