@@ -16,14 +16,15 @@ import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
 from pytest_automedbench import settings
-from pytest_automedbench.formats import FORMAT_MARKERS, MODULE_TASKS
+from pytest_automedbench.formats import FORMAT_MARKERS, FORMAT_PATHS, MODULE_TASKS
+from pytest_automedbench.formats.known import load
 from pytest_automedbench.terms import ERROR_CODES, MODALITIES, TIERS, TRACKS
 
 if TYPE_CHECKING:
@@ -48,6 +49,30 @@ class _State:
 
 
 STATE_KEY = pytest.StashKey[_State]()
+
+
+class PathCollection(Protocol):
+    """How the plugin collects a format whose tasks come from paths the user gives (a
+    setting such as ``--harbor``) rather than from a suite's test files."""
+
+    def initial_args(self, given: list[str], file_or_dir: list[str]) -> list[str]:
+        """The paths to put before pytest's arguments before any conftest loads."""
+        ...
+
+    def session_args(self, args: list[str], roots: tuple[Path, ...], explicit: bool) -> list[str]:
+        """pytest's arguments with the format's paths (``explicit``: the command line
+        named test paths of its own)."""
+        ...
+
+    def collect_file(
+        self, file_path: Path, parent: pytest.Collector, run_config: RunConfig
+    ) -> pytest.Collector | None:
+        """The collector of one of the format's files, or None: not the format's."""
+        ...
+
+    def ignore_collect(self, path: Path, roots: tuple[Path, ...]) -> bool | None:
+        """True: the path is not collected; None lets pytest decide elsewhere."""
+        ...
 
 
 def new_run_id() -> str:
@@ -75,54 +100,58 @@ def pytest_configure(config: pytest.Config) -> None:
     # collection; a session that gives none (any other project) pays nothing for them.
     given = settings.given_on_command_line(config.getoption) or _has_settings_table(config)
     config.stash[STATE_KEY] = _State(run_id, _resolve_config(config) if given else None)
-    if _harbor_roots(config):
-        from pytest_automedbench.harbor._collect import with_harbor_args
-
-        explicit = config.args_source == pytest.Config.ArgsSource.ARGS
-        config.args[:] = with_harbor_args(list(config.args), _harbor_roots(config), explicit)
+    explicit = config.args_source == pytest.Config.ArgsSource.ARGS
+    for collection, roots in _path_collections(config):
+        config.args[:] = collection.session_args(list(config.args), roots, explicit)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
-    """``--harbor`` with no test path: the Harbor paths become the session's paths before
-    the first conftest loads, so a checkout's ``testpaths`` (its tests' conftest) never
-    reaches a Harbor run."""
+    """A format collected from paths (``--harbor``) with no test path: its paths become
+    the session's paths before the first conftest loads, so a checkout's ``testpaths``
+    (its tests' conftest) never reaches such a run."""
     namespace = early_config.known_args_namespace
-    harbor = getattr(namespace, settings.BY_FIELD["harbor"].dest, None)
-    if not harbor:
-        return
-    from pytest_automedbench.harbor._collect import initial_harbor_args
+    for task_paths in FORMAT_PATHS.values():
+        given = getattr(namespace, settings.BY_FIELD[task_paths.setting].dest, None)
+        if not given:
+            continue
+        collection: PathCollection = load(task_paths.collection)
+        paths = collection.initial_args(list(given), list(namespace.file_or_dir or []))
+        namespace.file_or_dir = [*paths, *(namespace.file_or_dir or [])]
+        args[:0] = paths
 
-    paths = initial_harbor_args(list(harbor), list(namespace.file_or_dir or []))
-    namespace.file_or_dir = [*paths, *(namespace.file_or_dir or [])]
-    args[:0] = paths
 
-
-def _harbor_roots(config: pytest.Config) -> tuple[Path, ...]:
-    """The ``--harbor`` paths of the session (none: no Harbor task is collected)."""
+def _path_collections(config: pytest.Config) -> Iterator[tuple[PathCollection, tuple[Path, ...]]]:
+    """The collections of the formats whose paths this session gives, with the paths
+    (none given: nothing of the format is imported)."""
     state = config.stash.get(STATE_KEY, None)
     run_config = state.run_config if state is not None else None
-    return run_config.harbor if run_config is not None else ()
+    if run_config is None:
+        return
+    for task_paths in FORMAT_PATHS.values():
+        roots: tuple[Path, ...] = getattr(run_config, task_paths.setting)
+        if roots:
+            yield load(task_paths.collection), roots
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    """A Harbor task's ``task.toml`` under a ``--harbor`` path is a module of cells."""
-    if file_path.name != "task.toml" or not _harbor_roots(parent.config):
-        return None
-    from pytest_automedbench.harbor._collect import collect_file
-
-    run_config = parent.config.stash[STATE_KEY].run_config
-    assert run_config is not None
-    return collect_file(file_path, parent, run_config)
+    """A file of a format collected from paths (a Harbor task's ``task.toml``, say) is a
+    module of cells."""
+    for collection, _ in _path_collections(parent.config):
+        run_config = parent.config.stash[STATE_KEY].run_config
+        assert run_config is not None
+        if (collector := collection.collect_file(file_path, parent, run_config)) is not None:
+            return collector
+    return None
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Inside a Harbor task folder only its ``task.toml`` is collected."""
-    if not _harbor_roots(config):
-        return None
-    from pytest_automedbench.harbor._collect import ignore_collect
-
-    return ignore_collect(collection_path, _harbor_roots(config))
+    """What a format collected from paths keeps out (inside a Harbor task folder, all
+    but its ``task.toml``)."""
+    for collection, roots in _path_collections(config):
+        if (ignored := collection.ignore_collect(collection_path, roots)) is not None:
+            return ignored
+    return None
 
 
 def _has_settings_table(config: pytest.Config) -> bool:

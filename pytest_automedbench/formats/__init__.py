@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pytest
 
-from pytest_automedbench.formats.known import FORMAT_MARKERS, FORMATS, load
+from pytest_automedbench.formats.known import FORMAT_MARKERS, FORMAT_PATHS, FORMATS, load
 from pytest_automedbench.formats.task import DataUnavailable, Task
 
 if TYPE_CHECKING:
@@ -239,6 +239,7 @@ def agent_mismatch(entry: AgentEntry, task: Task) -> str | None:
 __all__ = [
     "FORMATS",
     "FORMAT_MARKERS",
+    "FORMAT_PATHS",
     "MODULE_TASKS",
     "Brief",
     "Crash",

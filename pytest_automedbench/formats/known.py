@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,24 @@ FORMAT_AGENTS: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class TaskPaths:
+    """A format collected from paths: the setting that lists them (its
+    :class:`~pytest_automedbench.config.RunConfig` field) and ``module:attribute`` of
+    its collection (:class:`pytest_automedbench.plugin.PathCollection`)."""
+
+    setting: str
+    collection: str
+
+
+#: Formats whose tasks are collected from paths given by a setting (none given: the
+#: format's collection is never imported).
+FORMAT_PATHS: dict[str, TaskPaths] = {
+    "harbor": TaskPaths("harbor", "pytest_automedbench.harbor._collect:COLLECTION"),
+}
+
+
+@cache
 def load(reference: str) -> Any:
     """The attribute a ``module:attribute`` string names (its module imported)."""
     module, attribute = reference.split(":")
@@ -50,4 +69,12 @@ def format_agents() -> Mapping[str, FormatAgent]:
     return found
 
 
-__all__ = ["FORMATS", "FORMAT_AGENTS", "FORMAT_MARKERS", "format_agents", "load"]
+__all__ = [
+    "FORMATS",
+    "FORMAT_AGENTS",
+    "FORMAT_MARKERS",
+    "FORMAT_PATHS",
+    "TaskPaths",
+    "format_agents",
+    "load",
+]

@@ -125,3 +125,26 @@ def with_harbor_args(args: list[str], roots: tuple[Path, ...], explicit: bool) -
         return paths
     named = {Path(arg).expanduser().resolve() for arg in args if not arg.startswith("-")}
     return [*args, *(p for p, root in zip(paths, roots, strict=True) if root not in named)]
+
+
+class HarborPaths:
+    """The ``--harbor`` paths as the plugin collects them (a
+    :class:`~pytest_automedbench.plugin.PathCollection`)."""
+
+    def initial_args(self, given: list[str], file_or_dir: list[str]) -> list[str]:
+        return initial_harbor_args(given, file_or_dir)
+
+    def session_args(self, args: list[str], roots: tuple[Path, ...], explicit: bool) -> list[str]:
+        return with_harbor_args(args, roots, explicit)
+
+    def collect_file(
+        self, file_path: Path, parent: pytest.Collector, run_config: RunConfig
+    ) -> pytest.Collector | None:
+        return collect_file(file_path, parent, run_config)
+
+    def ignore_collect(self, path: Path, roots: tuple[Path, ...]) -> bool | None:
+        return ignore_collect(path, roots)
+
+
+#: What the plugin loads for ``--harbor`` (:data:`~pytest_automedbench.formats.known.FORMAT_PATHS`).
+COLLECTION = HarborPaths()
