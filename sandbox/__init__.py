@@ -16,6 +16,7 @@ from pytest_automedbench.sandbox.base import (
     Sandbox,
     SandboxError,
     SandboxSpec,
+    TaskImage,
 )
 from pytest_automedbench.sandbox.bubblewrap import BubblewrapSandbox
 from pytest_automedbench.sandbox.docker import DockerSandbox
@@ -47,6 +48,7 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxSpec",
+    "TaskImage",
     "backend_class",
     "backend_names",
     "capabilities",

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,6 +61,24 @@ class SandboxSpec(BaseModel):
     def network(self) -> bool:
         """Whether the agent can reach anything outside (through the egress proxy)."""
         return self.egress_dir is not None
+
+
+class TaskImage(BaseModel):
+    """The profile of a sandbox made from a task's own image (a Harbor task's container),
+    given with a :class:`SandboxSpec` (its limits, binds and network) to a backend whose
+    capabilities say ``task_images``: the image, the user its commands run as and their
+    working folder (None: the image's ``USER`` / ``WORKDIR``), the environment added to the
+    agent's commands, the disk it may fill (recorded, not enforced) and more mounts as the
+    engine takes them (a docker-compose task's volumes and binds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    image: str
+    user: str | None = None
+    workdir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    storage_mb: int | None = None
+    mounts: tuple[Any, ...] = ()
 
 
 #: The gateway socket's file name in ``SandboxSpec.gateway_dir``.
@@ -206,6 +224,13 @@ class Sandbox(ABC):
         backend without ``capabilities.other_users`` refuses others), with ``env`` added to
         the agent's environment, in ``workdir`` (None: the workspace). Nothing it starts
         outlives the call; a call past ``timeout_s`` is killed (exit 124)."""
+
+    def kill_all(self) -> None:
+        """Kill every process a call left in the sandbox, all of them stopped before any
+        is killed (a shell never runs on when its child dies first); :meth:`run` does it
+        after each call, a timed-out one before anything else runs. Nothing by default:
+        for a backend whose calls take everything they started along."""
+        return None
 
     def copy_in(self, host_path: Path, path: str) -> None:
         """Copy a host file or folder (no links followed) to ``path`` in the workspace,

@@ -65,6 +65,10 @@ from pytest_automedbench.sandbox.registry import register
 from pytest_automedbench.sandbox.runtime_probe import PROBE_MOUNT, PTH_NAME, pth_line
 
 NOBODY = 65534
+#: Capabilities a task's own image loses of Docker's default set: raw sockets, device
+#: nodes, audit and chroot are nothing a task needs; root keeps CHOWN, SETUID,
+#: DAC_OVERRIDE... for apt.
+TASK_DROPPED_CAPS = ("NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT")
 #: Seconds any single Docker API call may take; teardown never waits longer.
 API_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 15
@@ -219,6 +223,40 @@ class DockerSandbox(MountedFiles):
         return ensure_images(cls.client(), docker_base, engine=cls.name)
 
     @classmethod
+    def task_image_options(cls, spec: SandboxSpec) -> dict[str, Any]:
+        """The create call's hardening and limits for a task's own image
+        (:func:`task_image_options`); an engine that needs more adds them here."""
+        return task_image_options(spec)
+
+    @classmethod
+    def create_container(
+        cls,
+        image: str,
+        command: list[str],
+        spec: SandboxSpec,
+        *,
+        mounts: list[Any],
+        labels: dict[str, str],
+        task_image: bool = False,
+        **extra: Any,
+    ) -> Any:
+        """Start a detached container of ``image`` with no network interface and the
+        spec's limits: the one path by which a cell's containers are made (the agent's,
+        the evaluator's, a task image's with ``task_image``). ``extra``: more of the SDK's
+        ``containers.run`` arguments (a task image's ``entrypoint``)."""
+        options = cls.task_image_options(spec) if task_image else cls.options(spec)
+        return cls.client().containers.run(
+            image,
+            command,
+            detach=True,
+            network_mode="none",
+            mounts=mounts,
+            labels=labels,
+            **options,
+            **extra,
+        )
+
+    @classmethod
     def session_setup(cls, docker_base: str = "debootstrap") -> dict[str, str]:
         """The images its cells run (made when missing, once per process), each as
         ``tag@image-id``: what a record names so that runs in other images are told apart."""
@@ -287,16 +325,13 @@ class DockerSandbox(MountedFiles):
             mounts.append(bind(stage / PTH_NAME, f"{IMAGE_SITE_DIR}/{PTH_NAME}", read_only=True))
         if Path(CA_BUNDLE).is_file():  # registries behind TLS interception need the host's CA
             mounts.append(bind(Path(CA_BUNDLE), CA_BUNDLE, read_only=True))
-        options = self.options(self.spec)
         try:
-            container = client.containers.run(
+            container = self.create_container(
                 self.images.agent,
                 ["python3", "-I", "-S", "-c", REAPER],
-                detach=True,
-                network_mode="none",
+                self.spec,
                 mounts=mounts,
                 labels=self._labels("agent"),
-                **options,
             )
         except Exception as exc:
             self.stop()
@@ -362,7 +397,7 @@ class DockerSandbox(MountedFiles):
         try:
             timed_out = not streams.wait(timeout_s)
         finally:
-            self.kill_leftovers()  # nothing outlives a call, even when the caller is interrupted
+            self.kill_all()  # nothing outlives a call, even when the caller is interrupted
         streams.wait(STOP_TIMEOUT_S)
         exit_code = 124 if timed_out else self._exit_code(api, exec_id)
         return streams.result(exit_code, time.monotonic() - start, timed_out)
@@ -391,7 +426,7 @@ class DockerSandbox(MountedFiles):
             time.sleep(0.01)
         raise SandboxError(f"docker exec {exec_id[:12]} did not report an exit code")
 
-    def kill_leftovers(self) -> None:
+    def kill_all(self) -> None:
         """SIGKILL every process of the sandbox uid until none is left (pid 1 runs as
         ``nobody`` and stays); raises when some survive."""
         if self.container_id is None:
@@ -536,37 +571,60 @@ def bind(source: Path, target: str, *, read_only: bool) -> Any:
     return Mount(target, str(source), type="bind", read_only=read_only)
 
 
-def container_options(spec: SandboxSpec) -> dict[str, Any]:
-    """The hardening and limits shared by both containers (the create call's arguments)."""
+def resource_limits(spec: SandboxSpec) -> dict[str, Any]:
+    """The spec's limits as the create call's arguments: processes, memory (no swap
+    beyond it), largest file, and CPUs and GPUs when given. Every container this package
+    makes for a cell gets its limits here (the agent's, the evaluator's, a task image's)."""
     from docker.types import DeviceRequest, Ulimit
 
-    options: dict[str, Any] = {
-        "user": f"{NOBODY}:{NOBODY}",
-        "read_only": True,
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+    fsize = spec.max_file_mb * 1024**2
+    limits: dict[str, Any] = {
         "pids_limit": spec.max_processes,
         "mem_limit": f"{spec.memory_mb}m",
         "memswap_limit": f"{spec.memory_mb}m",
-        # exec: Docker mounts a tmpfs noexec unless told (a compiled pilot runs from /tmp).
-        "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={spec.tmp_mb}m,mode=1777"},
-        "shm_size": f"{spec.tmp_mb}m",
-        "ulimits": [
-            Ulimit(name="fsize", soft=spec.max_file_mb * 1024**2, hard=spec.max_file_mb * 1024**2)
-        ],
-        "hostname": "sandbox",
-        "environment": {"LANG": "C.UTF-8"},
+        "ulimits": [Ulimit(name="fsize", soft=fsize, hard=fsize)],
     }
     if spec.cpus is not None:
-        options["nano_cpus"] = int(spec.cpus * 1e9)
+        limits["nano_cpus"] = int(spec.cpus * 1e9)
     if spec.gpus:
         request = (
             DeviceRequest(count=-1, capabilities=[["gpu"]])
             if spec.gpus == "all"
             else DeviceRequest(device_ids=spec.gpus.split(","), capabilities=[["gpu"]])
         )
-        options["device_requests"] = [request]
-    return options
+        limits["device_requests"] = [request]
+    return limits
+
+
+def container_options(spec: SandboxSpec) -> dict[str, Any]:
+    """The agent's and the evaluator's containers: our image, hardened (``nobody``, a
+    read-only root, no capability), and the spec's limits (the create call's arguments)."""
+    return {
+        "user": f"{NOBODY}:{NOBODY}",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        # exec: Docker mounts a tmpfs noexec unless told (a compiled pilot runs from /tmp).
+        "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={spec.tmp_mb}m,mode=1777"},
+        "shm_size": f"{spec.tmp_mb}m",
+        "hostname": "sandbox",
+        "environment": {"LANG": "C.UTF-8"},
+        **resource_limits(spec),
+    }
+
+
+def task_image_options(spec: SandboxSpec) -> dict[str, Any]:
+    """A task's own image (a Harbor task's container, :class:`~.base.TaskImage`): the
+    image's user and a writable root, as the task expects, with Docker's init as pid 1,
+    no new privileges, Docker's default capabilities less :data:`TASK_DROPPED_CAPS`, and
+    the spec's limits."""
+    return {
+        "init": True,
+        "hostname": "sandbox",
+        "security_opt": ["no-new-privileges"],
+        "cap_drop": list(TASK_DROPPED_CAPS),
+        **resource_limits(spec),
+    }
 
 
 # ---------------------------------------------------------------------- evaluator
@@ -614,20 +672,17 @@ def evaluator_in_container(
         memory_mb=EVALUATOR_MEMORY_MB,
         max_processes=256,
     )
-    options = backend.options(spec)
     try:
-        container = client.containers.run(
+        container = backend.create_container(
             images.evaluator,
             [f"{VENV}/bin/python", "-m", "pytest_automedbench.evaluators", *args],
-            detach=True,
-            network_mode="none",
+            spec,
             mounts=binds,
             labels={
                 f"{LABEL}.role": "evaluator",
                 f"{LABEL}.run": run_id,
                 f"{LABEL}.owner": owner_label(),
             },
-            **options,
         )
     except Exception as exc:
         raise SandboxError(f"cannot start the evaluator container: {exc}") from exc

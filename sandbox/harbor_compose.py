@@ -46,10 +46,15 @@ from types import TracebackType
 from typing import Any, Literal
 
 from pytest_automedbench.redact import SECRET_NAME
-from pytest_automedbench.sandbox.docker import docker_client, docker_problem, owner_label
+from pytest_automedbench.sandbox.base import SandboxSpec
+from pytest_automedbench.sandbox.docker import (
+    docker_client,
+    docker_problem,
+    owner_label,
+    task_image_options,
+)
 from pytest_automedbench.sandbox.harbor_env import (
     COMPOSE_FILES,
-    DROPPED_CAPS,
     HarborImageError,
     build_task_image,
     compose_file,
@@ -892,17 +897,15 @@ def _run_one_shot(
     """Run one one-shot service to its end, hardened as the agent's container (no
     network, no new privileges, fewer capabilities, memory/pids/file-size limits);
     a non-zero exit or an overrun raises with the end of its output."""
-    from docker.types import Ulimit
-
-    fsize = ONE_SHOT_FILE_MB * 1024**2
-    options: dict[str, Any] = {
-        "pids_limit": ONE_SHOT_PIDS,
-        "mem_limit": f"{memory_mb}m",
-        "memswap_limit": f"{memory_mb}m",
-        "ulimits": [Ulimit(name="fsize", soft=fsize, hard=fsize)],
-    }
-    if cpus is not None:
-        options["nano_cpus"] = int(cpus * 1e9)
+    limits = SandboxSpec(  # its folders are never mounted: the limits are what counts
+        public_dir=plan.file.parent,
+        workspace_dir=plan.file.parent,
+        memory_mb=memory_mb,
+        max_processes=ONE_SHOT_PIDS,
+        max_file_mb=ONE_SHOT_FILE_MB,
+        cpus=cpus,
+    )
+    options = {**task_image_options(limits), "hostname": service.name}
     say(f"running the one-shot service {service.name!r} of {plan.file} ({image})")
     started = time.monotonic()
     try:
@@ -913,13 +916,9 @@ def _run_one_shot(
             environment=dict(service.environment),
             working_dir=service.working_dir,
             user=service.user or "",
-            init=True,
             network_mode="none",
-            hostname=service.name,
             mounts=mounts,
             labels=_labels(ONE_SHOT_ROLE, run_id),
-            security_opt=["no-new-privileges"],
-            cap_drop=DROPPED_CAPS,
             **options,
         )
     except Exception as exc:

@@ -56,16 +56,17 @@ from pytest_automedbench.sandbox.base import (
     Sandbox,
     SandboxError,
     SandboxSpec,
+    TaskImage,
 )
 from pytest_automedbench.sandbox.docker import (
     STOP_TIMEOUT_S,
+    DockerSandbox,
     ExecStreams,
     await_reaped,
     bind,
     cgroup_pids,
     cgroup_procs,
     docker_client,
-    docker_problem,
     owner_label,
     sigkill_until_gone,
     sweep_stale_once,
@@ -94,6 +95,7 @@ from pytest_automedbench.sandbox.images import (
     ensure_base,
 )
 from pytest_automedbench.sandbox.mounted import GATEWAY_DIR
+from pytest_automedbench.sandbox.registry import backend_class
 
 #: Repository of the task images built here (the tag is a content hash).
 HARBOR_REPOSITORY = "automedbench/harbor-env"
@@ -106,9 +108,6 @@ BUILD_TAIL_LINES = 40
 #: The task container's pid 1 child: idles forever as one process (no child, so the set
 #: of pids recorded at start never changes). ``sleep`` is in every image with a shell.
 IDLE = ["sleep", "2147483647"]
-#: Capabilities taken from Docker's default set: raw sockets, device nodes, audit and
-#: chroot are nothing a task needs; root keeps CHOWN, SETUID, DAC_OVERRIDE... for apt.
-DROPPED_CAPS = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT"]
 #: ``copy_out`` bounds: an agent's tree is copied up to this many entries or bytes.
 COPY_MAX_ENTRIES = 20_000
 COPY_MAX_BYTES = 1024**3
@@ -671,43 +670,55 @@ def relay_image_for(client: Any, docker_base: str) -> str:
 
 
 class HarborContainer(Sandbox):
-    """The agent's container for one Harbor attempt (see the module's docstring).
+    """The agent's container for one Harbor attempt (see the module's docstring): the
+    :class:`~.base.TaskImage` profile of a registered backend whose capabilities say
+    ``task_images`` (``engine``, from :func:`~.registry.backend_class`). The engine makes
+    the container (:meth:`~.docker.DockerSandbox.create_container`: its limits and
+    hardening are the engine's, held once); this class adds what a task's own image needs
+    per call (the image's user and shell, the harness's programs, the egress relay
+    sidecar, the verifier's operations).
 
-    ``agent_user``/``workdir`` None: the image's ``USER``/``WORKDIR``; ``env`` is added to
-    every agent command. ``storage_mb`` is recorded only (``storage_enforced`` is False):
-    Docker's per-container size quota (``storage_opt``) needs overlay2 on xfs with
+    ``profile.user``/``workdir`` None: the image's ``USER``/``WORKDIR``; ``profile.env`` is
+    added to every agent command. ``storage_mb`` is recorded only (``storage_enforced`` is
+    False): Docker's per-container size quota (``storage_opt``) needs overlay2 on xfs with
     ``pquota``, which benchmark hosts rarely have, so a disk-filling task is bounded only
     by the host's disk. ``spec.workspace_dir`` is staging space on the host, never mounted.
-    ``mounts`` (``docker.types.Mount``) are added as given: a docker-compose task's named
-    volumes and binds for ``main`` (:class:`harbor_compose.PreparedCompose`).
+    ``profile.mounts`` (``docker.types.Mount``) are added as given: a docker-compose task's
+    named volumes and binds for ``main`` (:class:`harbor_compose.PreparedCompose`).
     """
 
     def __init__(
-        self,
-        spec: SandboxSpec,
-        image: str,
-        *,
-        agent_user: str | None = None,
-        workdir: str | None = None,
-        env: Mapping[str, str] | None = None,
-        storage_mb: int | None = None,
-        mounts: Sequence[Any] = (),
+        self, spec: SandboxSpec, profile: TaskImage, *, engine: type[DockerSandbox] = DockerSandbox
     ) -> None:
         super().__init__(spec)
-        self.mounts = list(mounts)
-        self.image = image
-        self.agent_user = agent_user
-        self.env = dict(env or {})
-        self.storage_mb = storage_mb
+        self.engine = engine
+        self.profile = profile
+        self.mounts = list(profile.mounts)
+        self.image = profile.image
+        self.agent_user = profile.user
+        self.env = dict(profile.env)
+        self.storage_mb = profile.storage_mb
         self.storage_enforced = False
         self.container_id: str | None = None
         self.relay_id: str | None = None
-        self._workdir = workdir
+        self._workdir = profile.workdir
         self._keep: set[int] = set()  # host pids (cgroup path) or container pids (daemon path)
         self._procs: list[Path] = []
         self._shell = "bash"
         self._owner: tuple[int, int] = (0, 0)
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, backend: str, spec: SandboxSpec, profile: TaskImage) -> HarborContainer:
+        """The task image's container on the registered ``backend``, which must run task
+        images (``capabilities.task_images``) through a Docker-compatible engine."""
+        engine = backend_class(backend)
+        if not (engine.capabilities.task_images and issubclass(engine, DockerSandbox)):
+            raise SandboxError(
+                f"the {engine.name} backend does not run a task's own image (Harbor tasks): "
+                "use one that does (--sandbox docker)"
+            )
+        return cls(spec, profile, engine=engine)
 
     # ------------------------------------------------------------------ paths
 
@@ -743,32 +754,12 @@ class HarborContainer(Sandbox):
             f"{LABEL}.owner": owner_label(),
         }
 
-    def _limits(self) -> dict[str, Any]:
-        from docker.types import DeviceRequest, Ulimit
-
-        spec = self.spec
-        fsize = spec.max_file_mb * 1024**2
-        options: dict[str, Any] = {
-            "pids_limit": spec.max_processes,
-            "mem_limit": f"{spec.memory_mb}m",
-            "memswap_limit": f"{spec.memory_mb}m",
-            "ulimits": [Ulimit(name="fsize", soft=fsize, hard=fsize)],
-        }
-        if spec.cpus is not None:
-            options["nano_cpus"] = int(spec.cpus * 1e9)
-        if spec.gpus:
-            options["device_requests"] = [
-                DeviceRequest(count=-1, capabilities=[["gpu"]])
-                if spec.gpus == "all"
-                else DeviceRequest(device_ids=spec.gpus.split(","), capabilities=[["gpu"]])
-            ]
-        return options
-
     def start(self) -> None:
-        if (problem := docker_problem()) is not None:
-            raise SandboxError(f"Docker backend unavailable: {problem}")
-        client = docker_client()
-        sweep_stale_once(client)  # shared with the agent containers: once per process
+        if (problem := self.engine.problem()) is not None:
+            raise SandboxError(f"{self.engine.name.capitalize()} backend unavailable: {problem}")
+        client = self.engine.client()
+        # shared with the agent containers: once per process
+        sweep_stale_once(client, engine=self.engine.name)
         self.spec.workspace_dir.mkdir(parents=True, exist_ok=True)
         # The harness's static programs (see harbor_harness): what it runs once the agent
         # has had the container, the verifier's shell among them.
@@ -779,19 +770,14 @@ class HarborContainer(Sandbox):
             mounts.append(bind(self.spec.gateway_dir, GATEWAY_DIR, read_only=True))
         mounts.extend(self.mounts)
         try:
-            container = client.containers.run(
+            container = self.engine.create_container(
                 self.image,
-                entrypoint=IDLE[:1],  # the image's ENTRYPOINT would wrap our command
-                command=IDLE[1:],
-                detach=True,
-                init=True,
-                network_mode="none",
-                hostname="sandbox",
+                IDLE[1:],
+                self.spec,
                 mounts=mounts,
                 labels=self._labels("harbor"),
-                security_opt=["no-new-privileges"],
-                cap_drop=DROPPED_CAPS,
-                **self._limits(),
+                task_image=True,
+                entrypoint=IDLE[:1],  # the image's ENTRYPOINT would wrap our command
             )
             self.container_id = str(container.id)
             self._record_keepers(container)
@@ -861,7 +847,7 @@ class HarborContainer(Sandbox):
         )
         self._shell = "bash" if probe.exit_code == 0 else "sh"
         if self.spec.agent_tools is not None and "PATH" not in self.env:
-            config = docker_client().images.get(self.image).attrs.get("Config") or {}
+            config = self.engine.client().images.get(self.image).attrs.get("Config") or {}
             image_env = dict(str(e).partition("=")[::2] for e in config.get("Env") or [])
             path = (
                 image_env.get("PATH")
@@ -921,7 +907,9 @@ class HarborContainer(Sandbox):
             setattr(self, attribute, None)
             if container_id is not None:
                 with contextlib.suppress(Exception):
-                    docker_client(STOP_TIMEOUT_S).api.remove_container(container_id, force=True)
+                    self.engine.client(STOP_TIMEOUT_S).api.remove_container(
+                        container_id, force=True
+                    )
 
     # ------------------------------------------------------------------ commands
 
@@ -971,7 +959,7 @@ class HarborContainer(Sandbox):
     ) -> ExecResult:
         """One ``docker exec`` with bounded output; 124 when it overran (its processes
         are left for the caller's kill)."""
-        api = docker_client().api
+        api = self.engine.client().api
         start = time.monotonic()
         try:
             exec_id = api.exec_create(
@@ -1070,12 +1058,12 @@ class HarborContainer(Sandbox):
         with Docker's kind (0 changed, 1 added, 2 deleted)."""
         if self.container_id is None:
             raise SandboxError("changes() before start()")
-        listed = docker_client().api.diff(self.container_id) or []
+        listed = self.engine.client().api.diff(self.container_id) or []
         return [(str(item["Path"]), int(item["Kind"])) for item in listed]
 
     def image_environment(self) -> dict[str, str]:
         """The image's own ``ENV`` (its config, as built: nothing the agent can change)."""
-        config = docker_client().images.get(self.image).attrs.get("Config") or {}
+        config = self.engine.client().images.get(self.image).attrs.get("Config") or {}
         return dict(str(e).partition("=")[::2] for e in config.get("Env") or [])
 
     def image_files(self, paths: Sequence[str], max_bytes: int) -> dict[str, bytes]:
@@ -1086,7 +1074,7 @@ class HarborContainer(Sandbox):
         found: dict[str, bytes] = {}
         if not paths:
             return found
-        api = docker_client().api
+        api = self.engine.client().api
         created = api.create_container(
             self.image, command=["true"], entrypoint=[], labels=self._labels("harbor")
         )["Id"]
@@ -1112,7 +1100,7 @@ class HarborContainer(Sandbox):
         import docker.errors
 
         try:
-            chunks, info = docker_client().api.get_archive(self.container_id, path)
+            chunks, info = self.engine.client().api.get_archive(self.container_id, path)
         except docker.errors.NotFound:
             raise FileNotFoundError(f"no such file in the container: {path}") from None
         return iter(chunks), dict(info)
@@ -1164,7 +1152,7 @@ class HarborContainer(Sandbox):
         import docker.errors
 
         try:
-            docker_client().api.put_archive(self.container_id, folder, data)
+            self.engine.client().api.put_archive(self.container_id, folder, data)
         except docker.errors.APIError as exc:
             message = str(exc)
             if "directory" in message.lower() and "not a directory" not in message.lower():

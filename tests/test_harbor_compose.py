@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_automedbench.harbor import HarborTaskError, load_harbor_task
-from pytest_automedbench.sandbox import SandboxSpec
+from pytest_automedbench.sandbox import SandboxSpec, TaskImage
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem
 from pytest_automedbench.sandbox.harbor_compose import load_compose, prepare_compose
 from pytest_automedbench.sandbox.harbor_env import (
@@ -115,7 +115,9 @@ def test_bootstrap_fills_the_volume_and_the_gold_before_main(base: str, tmp_path
             max_processes=128,
             run_id=RUN_ID,
         )
-        box = HarborContainer(spec, ready.image, env=ready.environment, mounts=ready.mounts)
+        box = HarborContainer(
+            spec, TaskImage(image=ready.image, env=ready.environment, mounts=tuple(ready.mounts))
+        )
         box.start()
         try:
             read = box.exec("bash", "cat /data/cases.json; echo $GREETING", 30)

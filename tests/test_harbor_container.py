@@ -23,7 +23,14 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.egress import EgressPolicy, EgressProxy
-from pytest_automedbench.sandbox import SandboxSpec
+from pytest_automedbench.sandbox import (
+    SandboxError,
+    SandboxSpec,
+    TaskImage,
+    backend_class,
+    backend_names,
+    capabilities,
+)
 from pytest_automedbench.sandbox import harbor_env as he
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem
 from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
@@ -91,7 +98,9 @@ def make(task_image: str, tmp_path: Path) -> Iterator[Make]:
             egress_dir=egress_dir,
             agent_tools=agent_tools,
         )
-        box = HarborContainer(spec, options.pop("image", task_image), **options)
+        image = options.pop("image", task_image)
+        user = options.pop("agent_user", None)
+        box = HarborContainer.of("docker", spec, TaskImage(image=image, user=user, **options))
         opened.append(box)
         box.start()
         return box
@@ -290,6 +299,19 @@ def test_a_timed_out_shell_never_runs_its_next_command(
         after = box.exec("bash", "ls /app; pgrep -c sleep || true", 30)
         assert "started" in after.stdout and "status.txt" not in after.stdout, after
         assert after.stdout.split()[-1] == "1", after
+
+
+def test_only_a_backend_that_runs_task_images_makes_the_container(tmp_path: Path) -> None:
+    """The container comes from the backend registry: a backend whose capabilities lack
+    ``task_images`` is refused by name before anything starts."""
+    spec = SandboxSpec(public_dir=tmp_path, workspace_dir=tmp_path / "ws", run_id=RUN_ID)
+    profile = TaskImage(image="automedbench/none:here")
+    for name in backend_names():
+        if capabilities(name).task_images:
+            assert HarborContainer.of(name, spec, profile).engine is backend_class(name)
+            continue
+        with pytest.raises(SandboxError, match=f"the {name} backend does not run a task"):
+            HarborContainer.of(name, spec, profile)
 
 
 def test_the_container_has_only_its_loopback(make: Make) -> None:

@@ -621,3 +621,24 @@ class TestContainerOptions:
     def test_cpus(self) -> None:
         assert self.options(cpus=1.5)["nano_cpus"] == 1_500_000_000
         assert self.options(cpus=0.25)["nano_cpus"] == 250_000_000
+
+    def test_a_task_image_gets_the_same_limits_and_its_own_hardening(self) -> None:
+        """One place holds the limits: a task's own image (a Harbor container) gets the
+        very limits the agent's container gets, with the image's user and a writable root."""
+        fields: dict[str, Any] = dict(memory_mb=300, max_processes=77, max_file_mb=5, cpus=1.5)
+        spec = _spec(Path("/p"), Path("/w"), gpus="0", **fields)
+        agent, task = dk.container_options(spec), dk.task_image_options(spec)
+        limits = dk.resource_limits(spec)
+        assert set(limits) == {
+            "pids_limit",
+            "mem_limit",
+            "memswap_limit",
+            "ulimits",
+            "nano_cpus",
+            "device_requests",
+        }
+        for name, value in limits.items():
+            assert agent[name] == task[name] == value, name
+        assert "user" not in task and "read_only" not in task
+        assert task["init"] is True and task["security_opt"] == ["no-new-privileges"]
+        assert task["cap_drop"] == ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT"]

@@ -61,7 +61,7 @@ from pytest_automedbench.formats import Brief, Crash, Verdict
 from pytest_automedbench.harbor._agents import SOLUTION_DIR
 from pytest_automedbench.harbor._task import HARBOR_TIER, HarborTask
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.sandbox import SandboxSpec
+from pytest_automedbench.sandbox import SandboxSpec, TaskImage
 from pytest_automedbench.sandbox.base import ExecResult
 from pytest_automedbench.scoring.cell import CellEvidence, CellScore
 from pytest_automedbench.scoring.rules import JudgeContext
@@ -144,18 +144,19 @@ class HarborFields:
     """What a Harbor attempt adds to its record, in one place: the verifier's ``reward``
     and whether the attempt passed (None when it was not scored), seconds per phase and
     the task's category. Stored as the record's flat keys (``reward``, ``passed``,
-    ``phase_s``, ``category``), which no other format fills; the record's ``backend`` is
-    always Docker."""
+    ``phase_s``, ``category``), which no other format fills, and the backend whose
+    engine ran the task's image."""
 
     phase_s: dict[str, float]
     category: str
+    backend: str
     reward: float | None = None
     passed: bool | None = None
 
     def onto(self, result: CellResult) -> CellResult:
         result.reward, result.passed = self.reward, self.passed
         result.phase_s, result.category = dict(self.phase_s), self.category
-        result.backend = "docker"
+        result.backend = self.backend
         return result
 
 
@@ -367,6 +368,7 @@ class HarborCell:
         return HarborFields(
             phase_s=dict(self.phases.seconds),
             category=self.task.category,
+            backend=self.plan.resolved_backend(),
             reward=reward,
             passed=passed,
         ).onto(result)
@@ -458,12 +460,8 @@ class TaskEnvironment:
 def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> TaskEnvironment:
     """The task's image (built once per content hash; the build's lines are events); for
     a docker-compose environment, its services built and its one-shot services run."""
-    from pytest_automedbench.sandbox.harbor_compose import (
-        compose_file,
-        load_compose,
-        prepare_compose,
-    )
-    from pytest_automedbench.sandbox.harbor_env import build_task_image
+    from pytest_automedbench.sandbox.harbor_compose import load_compose, prepare_compose
+    from pytest_automedbench.sandbox.harbor_env import build_task_image, compose_file
 
     environment = task.config.environment
     if environment.docker_image is None and compose_file(task.environment_dir) is not None:
@@ -522,10 +520,9 @@ def open_container(
     )
     compose = image.compose
     user = None if task.config.agent.user is None else str(task.config.agent.user)
-    return HarborContainer(
-        spec,
-        image.image,
-        agent_user=user if user is not None or compose is None else compose.user,
+    profile = TaskImage(
+        image=image.image,
+        user=user if user is not None or compose is None else compose.user,
         workdir=compose.working_dir if compose is not None else None,
         env={
             **AGENT_ENVIRONMENT,
@@ -534,8 +531,9 @@ def open_container(
             **(task.solution_env() if is_oracle(plan) else {}),
         },
         storage_mb=environment.storage_mb,
-        mounts=compose.mounts if compose is not None else (),
+        mounts=tuple(compose.mounts) if compose is not None else (),
     )
+    return HarborContainer.of(plan.resolved_backend(), spec, profile)
 
 
 def is_oracle(plan: CellPlan) -> bool:

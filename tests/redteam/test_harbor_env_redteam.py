@@ -27,7 +27,7 @@ from pytest_automedbench.harbor._task import (
     session_secrets,
 )
 from pytest_automedbench.redact import MASK, redact_tree
-from pytest_automedbench.sandbox import SandboxSpec
+from pytest_automedbench.sandbox import SandboxSpec, TaskImage
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem
 from pytest_automedbench.sandbox.harbor_compose import (
     HarborVariableError,
@@ -107,7 +107,9 @@ def container(environment: Path, tmp_path: Path, ready: Any) -> HarborContainer:
         max_processes=128,
         run_id=RUN_ID,
     )
-    return HarborContainer(spec, ready.image, env=ready.environment, mounts=ready.mounts)
+    return HarborContainer(
+        spec, TaskImage(image=ready.image, env=ready.environment, mounts=tuple(ready.mounts))
+    )
 
 
 # ------------------------------------------------- a link made during the attempt
