@@ -252,6 +252,22 @@ def test_timeout_kills_the_call(box: Sandbox) -> None:
     assert run_ok(box, "echo alive", "bash") == "alive\n"
 
 
+def test_a_timed_out_shell_never_runs_its_next_command(box: Sandbox) -> None:
+    """Killing a timed-out call leaves no shell to run on when its child dies first
+    (``sleep`` killed, then ``echo`` run before the shell's own kill); the worst kill
+    order is forced in test_sandbox_kill.py, this checks each backend end to end."""
+    for _ in range(3):
+        result = box.exec("bash", "rm -f marker; sleep 60; echo done > marker", timeout_s=1)
+        assert result.timed_out and result.exit_code == 124, result
+        if isinstance(box, MountedFiles):
+            assert wait_gone(box.uid, within_s=2) == [], "a sandbox process survived"
+        assert (
+            run_ok(box, "ls marker 2>&1 || true", "bash")
+            .strip()
+            .endswith("No such file or directory")
+        )
+
+
 def test_environment_is_an_allow_list(
     any_backend: str, host_dirs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
