@@ -20,15 +20,15 @@ The report:
    shift against the first judge (over the cells both judged) and against the scores the
    ledger stored;
 3. per judge, the systems (agents, grouped as ``automedbench leaderboard --per-system``
-   groups them: each cell counted once, Harbor records apart) ranked by mean OVERALL, and
+   groups them: each cell counted once, trial tables apart) ranked by mean OVERALL, and
    per pair of judges Kendall's tau-b of the two rankings (over the cells both judged)
    with a percentile-bootstrap interval: cells resampled with replacement within each
    agent, both judges scored on the same resample, seeded.
 
 Nothing is dropped silently: a cell that cannot be judged again (an infrastructure error,
-a Harbor-format cell, evidence missing) is listed with the reason, and a judge that gave
-no usable answer for a cell (an LLM judge that fell back to the rules) is listed per judge,
-that cell counting as not judged by it.
+a cell that its format does not judge on the rubric, evidence missing) is listed with the
+reason, and a judge that gave no usable answer for a cell (an LLM judge that fell back to
+the rules) is listed per judge, that cell counting as not judged by it.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from pydantic import ValidationError
 
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.events import Event, StartEvent, ToolResultEvent, read_events
+from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.ledger import Ledger, LedgerError, LedgerProblem
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring import JudgeSettings, apply_violation_rule, score_stages
@@ -100,7 +101,6 @@ SCORE_KEYS = ("S1", "S2", "S3", "AGENTIC", "OVERALL")
 DEFAULT_BOOTSTRAP = 1000
 #: The bootstrap interval's coverage.
 LEVEL = 0.95
-HARBOR_TIER = "harbor"
 
 
 class RejudgeError(LedgerError):
@@ -223,9 +223,7 @@ def _not_judgeable(record: CellResult) -> str | None:
     """Why a record has nothing to judge, before its folder is even looked at."""
     if record.status != "scored":
         return f"infrastructure error ({record.termination or 'no termination'}): {record.error}"
-    if record.tier == HARBOR_TIER:
-        return "a Harbor-format cell: its verifier's reward is its score, no S1-S3 rubric"
-    return None
+    return format_of_record(record).not_rejudged(record)
 
 
 def _start_event(events: list[Event], path: Path) -> StartEvent:

@@ -193,6 +193,11 @@ class TaskFormat(Protocol):
         """What a record of this format adds to the JUnit ``<property>`` elements."""
         ...
 
+    def not_rejudged(self, record: CellResult) -> str | None:
+        """Why a scored record of this format is not judged again on the S1-S3 rubric
+        (``automedbench rejudge``), or None: it is."""
+        ...
+
     def cell(self, plan: CellPlan, trajectory: TrajectoryWriter) -> FormatCell:
         """The steps of one cell of this format."""
         ...

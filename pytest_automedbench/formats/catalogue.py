@@ -213,6 +213,9 @@ class CatalogueFormat:
     def junit_properties(self, record: CellResult) -> dict[str, str]:
         return {}
 
+    def not_rejudged(self, record: CellResult) -> str | None:
+        return None
+
     def cell(self, plan: CellPlan, trajectory: TrajectoryWriter) -> FormatCell:
         return CatalogueCell(plan, _spec(plan.task), trajectory)
 

@@ -127,6 +127,9 @@ class HarborFormat:
             "amb_category": record.category or "",
         }
 
+    def not_rejudged(self, record: CellResult) -> str | None:
+        return "a Harbor-format cell: its verifier's reward is its score, no S1-S3 rubric"
+
     def cell(self, plan: CellPlan, trajectory: TrajectoryWriter) -> FormatCell:
         from pytest_automedbench.harbor._runner import HarborCell
 
