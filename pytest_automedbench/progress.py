@@ -261,7 +261,7 @@ def current_stage(events: Sequence[Mapping[str, Any] | Event]) -> str | None:
     typed = parse_event(start)
     if not isinstance(typed, StartEvent):
         return None
-    calls = attributed_calls(_judge_context(typed), events)
+    calls = attributed_calls(_judge_context(typed), parse_events(events))
     return calls[-1][1] if calls else None
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
+from pytest_automedbench.agents.trajectory import TrajectoryWriter
+from pytest_automedbench.events import Event, parse_events, read_events
 from pytest_automedbench.scoring.attribution import (
     STAGES,
     attribute_calls,
@@ -49,6 +50,10 @@ class Events:
         ]
         self.outputs = 0
         self.t = 0.0
+
+    def typed(self) -> list[Event]:
+        """The events as the scoring takes them."""
+        return parse_events(self.events)
 
     def _emit(self, kind: str, dt: float, **fields: Any) -> None:
         self.t = round(self.t + dt, 3)
@@ -99,7 +104,7 @@ INSTALL = "pip install monai"
 
 
 def stages_of(tmp_path: Path, events: Events, n_cases: int = N) -> list[str]:
-    return [stage for _, stage in attribute_calls(ctx_for(tmp_path, n_cases), events.events)]
+    return [stage for _, stage in attribute_calls(ctx_for(tmp_path, n_cases), events.typed())]
 
 
 def test_the_competent_pipeline_goes_through_the_stages_in_order(tmp_path: Path) -> None:
@@ -119,7 +124,7 @@ def test_the_competent_pipeline_goes_through_the_stages_in_order(tmp_path: Path)
     setup = ["S2"] * 4  # environment, install, inspection, writing the code
     expected = ["S1", *setup, "S3", "S3", "S4", "S5", "S5"]
     assert stages_of(tmp_path, events) == expected
-    seqs = [seq for seq, _ in attribute_calls(ctx_for(tmp_path), events.events)]
+    seqs = [seq for seq, _ in attribute_calls(ctx_for(tmp_path), events.typed())]
     assert seqs == [e["seq"] for e in events.events if e["kind"] == "tool_result"]
 
 
@@ -206,7 +211,7 @@ def test_activity_counts_calls_failures_and_seconds_per_stage(tmp_path: Path) ->
     events.run(BATCH, 12.0, outputs=N).run(FINAL, seconds=2.0).submit(valid=False)
     events.call("read_file", path="/etc/shadow", error="file_error", think=3.0)
     events.submit()
-    activity = stage_activity(ctx_for(tmp_path), events.events)
+    activity = stage_activity(ctx_for(tmp_path), events.typed())
     assert [a.stage for a in activity] == list(STAGES) == ["S1", "S2", "S3", "S4", "S5"]
     assert activity == [
         StageActivity(stage="S1", calls=1, errors=0, seconds=2.0),
@@ -220,7 +225,7 @@ def test_activity_counts_calls_failures_and_seconds_per_stage(tmp_path: Path) ->
 
 
 def test_every_stage_is_listed_even_when_idle(tmp_path: Path) -> None:
-    activity = stage_activity(ctx_for(tmp_path), Events().submit(valid=False).events)
+    activity = stage_activity(ctx_for(tmp_path), Events().submit(valid=False).typed())
     assert [(a.stage, a.calls) for a in activity] == [
         ("S1", 0),
         ("S2", 0),
@@ -316,7 +321,7 @@ def write_reference_trajectory(path: Path) -> None:
 def test_a_reference_trajectory_read_back_from_its_file(tmp_path: Path) -> None:
     path = tmp_path / "trajectory.jsonl"
     write_reference_trajectory(path)
-    events = read_trajectory(path)
+    events = read_events(path)
     assert all(json.loads(line) for line in path.read_text().splitlines())
     ctx = ctx_for(tmp_path)
     stages = [stage for _, stage in attribute_calls(ctx, events)]
@@ -345,7 +350,7 @@ def test_a_real_reference_cell(tmp_path: Path) -> None:
     result, events = run_lite_cell("reference", task, staged, cell_dir, "attribution")
     assert result.termination == "submitted", result.error
     ctx = cell_judge_context(task, cell_dir, events)
-    stages = [stage for _, stage in attribute_calls(ctx, events)]
+    stages = [stage for _, stage in attribute_calls(ctx, parse_events(events))]
     assert stages == ["S1", "S2", "S2", "S2", "S3", "S3", "S4", "S5", "S5"]
     # The scripted labels say the same, except that writing the code (before any output)
     # is setup here, where the script files it under S3.
@@ -355,7 +360,7 @@ def test_a_real_reference_cell(tmp_path: Path) -> None:
         if e["kind"] == "message" and e["message"].get("role") == "assistant"
     ]
     assert labels == ["S1", "S2", "S2", "S3", "S3", "S3", "S4", "S5", "S5"]
-    activity = stage_activity(ctx, events)
+    activity = stage_activity(ctx, parse_events(events))
     assert sum(a.calls for a in activity) == len(stages) and not any(a.errors for a in activity)
     durations = [e.get("duration_s", 0.0) for e in events if e["kind"] == "tool_result"]
     assert sum(a.seconds for a in activity) >= sum(durations) - 1e-6

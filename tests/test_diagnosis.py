@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.evaluators.schema import EvaluationResult, FormatReport
+from pytest_automedbench.events import parse_events
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.deterministic import score_s4, score_s5
@@ -136,7 +137,7 @@ def score_stages(
     ctx: JudgeContext, events: list[dict[str, Any]], fmt: FormatReport, submitted: bool
 ) -> StageScores:
     """The rule judge's stage scores, as the runner stores them in ``result.json``."""
-    items = judge_rules(ctx, events)
+    items = judge_rules(ctx, parse_events(events))
     s4, s4_items = score_s4(fmt)
     s5, s5_items = score_s5(fmt, submitted)
 
@@ -165,7 +166,7 @@ def codes_of(
     fmt = fmt or report()
     submitted = termination == "submitted" if submitted is None else submitted
     stages = score_stages(ctx, events, fmt, submitted)
-    return diagnose(ctx, events, fmt, stages, termination, submitted)
+    return diagnose(ctx, parse_events(events), fmt, stages, termination, submitted)
 
 
 def pairs(codes: list[ErrorCode]) -> list[tuple[str, str]]:
@@ -398,7 +399,7 @@ def test_zeroed_items_fall_back_to_the_rules(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
     events = good().submit(True).end("submitted")
     stages = zero_stages(score_stages(ctx, events, report(), True), "isolation violation: x")
-    assert diagnose(ctx, events, report(), stages, "submitted", True) == []
+    assert diagnose(ctx, parse_events(events), report(), stages, "submitted", True) == []
 
 
 def test_auto_passed_items_are_not_failures(tmp_path: Path) -> None:
@@ -411,7 +412,7 @@ def test_auto_passed_items_are_not_failures(tmp_path: Path) -> None:
         for i in stages.items
     ]
     stages = stages.model_copy(update={"items": items})
-    assert diagnose(ctx, events, report(), stages, "submitted", True) == []
+    assert diagnose(ctx, parse_events(events), report(), stages, "submitted", True) == []
 
 
 # --------------------------------------------------------------------------- golden
@@ -433,7 +434,7 @@ class Cell:
         assert stages is not None
         return diagnose(
             self.ctx,
-            self.events,
+            parse_events(self.events),
             self.report,
             stages,
             self.result.termination,

@@ -329,7 +329,7 @@ def digest_failed_seqs(digest: str) -> list[int]:
 def test_rules_attribution_diagnosis_and_the_llm_digest_agree_on_the_failures(
     tmp_path: Path,
 ) -> None:
-    events = four_kinds_of_failure()
+    events = parse_events(four_kinds_of_failure())
     calls = tool_calls(events)
     assert [c.seq for c in calls if c.failed] == FAILED_SEQS
     assert [c.outcome for c in calls if c.failed] == [
@@ -366,14 +366,16 @@ def test_the_diagnosis_sees_a_timeout_and_a_missing_exit_code_as_failures(
 ) -> None:
     """An incomplete run: the failures are not recovered, and each failed call (also
     one without an exit code) counts toward the limit after failures."""
-    events = [
-        {"v": 2, "seq": 0, "t": 0.0, "kind": "start", "plan_dir": "/workspace/plan"},
-        execute(1, "python /workspace/solve.py", exit_code=124, timed_out=True),
-        execute(2, "python /workspace/solve.py --fast", exit_code=None),
-        file_error(3),
-        {"v": 2, "seq": 4, "t": 4.0, "kind": "limit", "limit": "turn_limit", "turns": 3},
-        {"v": 2, "seq": 5, "t": 5.0, "kind": "end", "termination": "turn_limit", "turns": 3},
-    ]
+    events = parse_events(
+        [
+            {"v": 2, "seq": 0, "t": 0.0, "kind": "start", "plan_dir": "/workspace/plan"},
+            execute(1, "python /workspace/solve.py", exit_code=124, timed_out=True),
+            execute(2, "python /workspace/solve.py --fast", exit_code=None),
+            file_error(3),
+            {"v": 2, "seq": 4, "t": 4.0, "kind": "limit", "limit": "turn_limit", "turns": 3},
+            {"v": 2, "seq": 5, "t": 5.0, "kind": "end", "termination": "turn_limit", "turns": 3},
+        ]
+    )
     report = FormatReport(
         valid=False, n_expected=4, n_present=0, n_valid=0, problems=["case_0001: missing file"]
     )
@@ -388,13 +390,17 @@ def test_the_diagnosis_sees_a_timeout_and_a_missing_exit_code_as_failures(
 def test_the_last_submission_is_one_that_ran(tmp_path: Path) -> None:
     """A second submit in the turn of an accepted one is not run: the diagnosis points at
     the submission that was made."""
-    events = [
-        {"v": 2, "seq": 0, "t": 0.0, "kind": "start", "plan_dir": "/workspace/plan"},
-        execute(1, "python /workspace/solve.py --cases case_0001", observed={"output_files": 1}),
-        submit(2, valid=False, accepted=True, outputs=1),
-        skipped(3, "submit_results"),
-        {"v": 2, "seq": 4, "t": 4.0, "kind": "end", "termination": "submitted", "turns": 2},
-    ]
+    events = parse_events(
+        [
+            {"v": 2, "seq": 0, "t": 0.0, "kind": "start", "plan_dir": "/workspace/plan"},
+            execute(
+                1, "python /workspace/solve.py --cases case_0001", observed={"output_files": 1}
+            ),
+            submit(2, valid=False, accepted=True, outputs=1),
+            skipped(3, "submit_results"),
+            {"v": 2, "seq": 4, "t": 4.0, "kind": "end", "termination": "submitted", "turns": 2},
+        ]
+    )
     report = FormatReport(
         valid=False, n_expected=4, n_present=1, n_valid=1, problems=["case_0002: missing file"]
     )

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.events import parse_events
 from pytest_automedbench.scoring.llm_judge import (
     CALL_CHARS,
     DIGEST_HEAD_CALLS,
@@ -102,15 +103,19 @@ def tool(
     }
 
 
-EVENTS = [
-    {"v": 2, "seq": 0, "t": 0.0, "kind": "start"},
-    tool(1, "pip install nnunetv2 && python -c 'import torch; print(torch.__version__)'"),
-    tool(2, "python -c 'import nibabel as n; print(n.load(\"/data/public/a/ct.nii.gz\").shape)'"),
-    tool(3, "python solve.py --cases case_0001", exit_code=1, stderr="CUDA out of memory"),
-    tool(4, "python solve.py --cases case_0001", outputs=1),
-    tool(5, "python -c 'print(np.unique(load(\"/ws/outputs/case_0001.nii.gz\")))'", outputs=1),
-    tool(6, "python solve.py", outputs=3),
-]
+EVENTS = parse_events(
+    [
+        {"v": 2, "seq": 0, "t": 0.0, "kind": "start"},
+        tool(1, "pip install nnunetv2 && python -c 'import torch; print(torch.__version__)'"),
+        tool(
+            2, "python -c 'import nibabel as n; print(n.load(\"/data/public/a/ct.nii.gz\").shape)'"
+        ),
+        tool(3, "python solve.py --cases case_0001", exit_code=1, stderr="CUDA out of memory"),
+        tool(4, "python solve.py --cases case_0001", outputs=1),
+        tool(5, "python -c 'print(np.unique(load(\"/ws/outputs/case_0001.nii.gz\")))'", outputs=1),
+        tool(6, "python solve.py", outputs=3),
+    ]
+)
 
 
 def config(server: FakeOpenAI, **overrides: Any) -> LlmJudgeConfig:
@@ -343,18 +348,20 @@ def test_lite_auto_pass_items_are_not_asked(server: FakeOpenAI, tmp_path: Path) 
 
 def test_the_digest_keeps_every_failed_call_and_is_bounded(tmp_path: Path) -> None:
     noise = "x" * 20_000
-    events = [
-        tool(
-            seq,
-            f"step {seq}\n" + noise,
-            exit_code=1 if seq in (50, 150) else 0,
-            stdout=noise,
-            stderr=(f"FAILURE-AT-{seq}\n" + noise + f"\nTAIL-OF-{seq}")
-            if seq in (50, 150)
-            else noise,
-        )
-        for seq in range(200)
-    ]
+    events = parse_events(
+        [
+            tool(
+                seq,
+                f"step {seq}\n" + noise,
+                exit_code=1 if seq in (50, 150) else 0,
+                stdout=noise,
+                stderr=(f"FAILURE-AT-{seq}\n" + noise + f"\nTAIL-OF-{seq}")
+                if seq in (50, 150)
+                else noise,
+            )
+            for seq in range(200)
+        ]
+    )
     digest = digest_trajectory(events)
     assert "200 tool calls, 2 failed" in digest
     for seq in (50, 150):

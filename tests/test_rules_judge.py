@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pytest_automedbench.events import parse_events
 from pytest_automedbench.scoring.models import ItemResult
 from pytest_automedbench.scoring.rubric import RubricError, load_rubric, parse_rubric
 from pytest_automedbench.scoring.rules import JudgeContext, judge_rules, rule_verdicts
@@ -43,11 +44,11 @@ def judge_s1(c: JudgeContext) -> list[ItemResult]:
 
 
 def judge_s2(c: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult]:
-    return [i for i in judge_rules(c, events) if i.stage == "S2"]
+    return [i for i in judge_rules(c, parse_events(events)) if i.stage == "S2"]
 
 
 def judge_s3(c: JudgeContext, events: list[dict[str, Any]]) -> list[ItemResult]:
-    return [i for i in judge_rules(c, events) if i.stage == "S3"]
+    return [i for i in judge_rules(c, parse_events(events)) if i.stage == "S3"]
 
 
 def write_plan(tmp_path: Path, text: str, diagram: bool = False) -> None:

@@ -37,7 +37,7 @@ or ``submit_results`` found the format invalid. A call's seconds are its own
 
 from __future__ import annotations
 
-from pytest_automedbench.events import StartEvent, ToolCall, kind_of, parse_event, tool_calls
+from pytest_automedbench.events import StartEvent, ToolCall, tool_calls
 from pytest_automedbench.scoring.models import Stage, StageActivity
 from pytest_automedbench.scoring.rules import (
     DIAGRAM_NAMES,
@@ -76,10 +76,8 @@ def plan_markers(ctx: JudgeContext, events: Events) -> tuple[str, ...]:
     (the ``start`` event's ``plan_dir``), and the plan's file names."""
     seen = {str(ctx.plan_dir)}
     for event in events:
-        if kind_of(event) == "start":
-            start = parse_event(event)
-            if isinstance(start, StartEvent) and start.plan_dir is not None:
-                seen.add(start.plan_dir)
+        if isinstance(event, StartEvent) and event.plan_dir is not None:
+            seen.add(event.plan_dir)
     return (*sorted(m.rstrip("/") + "/" for m in seen if m), *PLAN_FILE_NAMES)
 
 

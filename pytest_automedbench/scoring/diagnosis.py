@@ -88,7 +88,6 @@ from pytest_automedbench.events import (
     LimitEvent,
     ToolCall,
     last_event,
-    parse_events,
     tool_calls,
 )
 from pytest_automedbench.scoring.attribution import touches
@@ -508,13 +507,12 @@ def diagnose(
     (code, rule), sorted by code."""
     if termination in INFRA_TERMINATIONS:
         return []
-    typed = parse_events(events)
-    calls = tool_calls(typed)
+    calls = tool_calls(events)
     last_submit = next((c for c in reversed(calls) if c.tool == "submit_results"), None)
     codes = _Codes()
     _diagnose_e1(ctx, calls, report, last_submit, codes)
     _diagnose_e2(ctx, calls, report, codes)
-    _diagnose_e3(ctx, typed, calls, report, stages, termination, codes)
-    _diagnose_e4(typed, calls, report, termination, codes)
-    _diagnose_e5(typed, calls, report, termination, submitted, last_submit, codes)
+    _diagnose_e3(ctx, events, calls, report, stages, termination, codes)
+    _diagnose_e4(events, calls, report, termination, codes)
+    _diagnose_e5(events, calls, report, termination, submitted, last_submit, codes)
     return codes.sorted()

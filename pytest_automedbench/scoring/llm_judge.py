@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from pytest_automedbench import llm
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.events import Outcome, ToolCall, parse_events, tool_calls
+from pytest_automedbench.events import Outcome, ToolCall, tool_calls
 from pytest_automedbench.redact import redact, secret_values
 from pytest_automedbench.scoring.models import ERROR_CODES, ErrorCode, ErrorCodeId, ItemResult
 from pytest_automedbench.scoring.rubric import Rubric, RubricItem, load_rubric
@@ -495,7 +495,7 @@ def combine_votes(
                 rationale=rationale,
             )
         )
-    turns = {event.seq: event.turn for event in parse_events(events) if event.seq is not None}
+    turns = {event.seq: event.turn for event in events if event.seq is not None}
     codes: list[ErrorCode] = []
     seen: list[str] = []
     for vote in votes:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pytest_automedbench.events import Event, ToolCall, parse_events, tool_calls
+from pytest_automedbench.events import Event, ToolCall, tool_calls
 from pytest_automedbench.scoring.models import ItemResult
 from pytest_automedbench.scoring.rubric import Rubric, load_rubric
 from pytest_automedbench.terms import OUTPUTS_DIRNAME
@@ -27,8 +27,9 @@ from pytest_automedbench.terms import OUTPUTS_DIRNAME
 if TYPE_CHECKING:
     from pytest_automedbench.tasks import TaskSpec
 
-#: A trajectory as the judges take it: its dicts, or typed events.
-Events = Sequence[Mapping[str, Any] | Event]
+#: A trajectory as the judges take it: typed events, read once
+#: (``TrajectoryWriter.typed``, :func:`pytest_automedbench.events.read_events`).
+Events = Sequence[Event]
 
 DIAGRAM_NAMES = ("plan.png", "plan.svg", "plan.mmd")
 MAX_SETUP_FAILURES = 5
@@ -87,7 +88,7 @@ class JudgeContext:
         )
 
 
-def executed_calls(events: Iterable[Mapping[str, Any] | Event]) -> list[ToolCall]:
+def executed_calls(events: Iterable[Event]) -> list[ToolCall]:
     """The ``execute`` calls whose code ran, in order: the calls the rules read (from
     :func:`pytest_automedbench.events.tool_calls`, so "failed" means what it means
     everywhere). A call's number in the evidence (``call #3``) is its position here."""
@@ -284,8 +285,7 @@ def check_s3(ctx: JudgeContext, events: Events) -> dict[str, Verdict]:
 
 def rule_verdicts(ctx: JudgeContext, events: Events) -> dict[str, Verdict]:
     """Every item's rule verdict, tier rules aside."""
-    typed = parse_events(events)
-    return {**check_s1(ctx), **check_s2(ctx, typed), **check_s3(ctx, typed)}
+    return {**check_s1(ctx), **check_s2(ctx, events), **check_s3(ctx, events)}
 
 
 def judge_rules(
