@@ -62,5 +62,5 @@ class CellPlan:
             return self.provenance
         backend = self.backend if self.backend is not None else self.config.sandbox
         digest = task_format.task_hash(self.task, self.key.tier)
-        staged = self.staged.data_hash
-        return cell_provenance(self.config, self.key, self.task, staged, backend, {}, digest)
+        limits, staged = self.limits(), self.staged.data_hash
+        return cell_provenance(self.config, self.agent, limits, staged, backend, {}, digest)

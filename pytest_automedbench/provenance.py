@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from pytest_automedbench.version import harness_version
 
 if TYPE_CHECKING:
+    from pytest_automedbench.agents.base import Limits
+    from pytest_automedbench.agents.registry import AgentEntry
     from pytest_automedbench.config import RunConfig
-    from pytest_automedbench.formats.task import Task
-    from pytest_automedbench.results import CellKey
 
 __all__ = ["Provenance", "cell_provenance", "content_sha", "harness_version", "judge_identity"]
 
@@ -79,22 +79,19 @@ def judge_identity(config: RunConfig) -> dict[str, Any]:
     }
 
 
-def cell_limits(config: RunConfig, agent: str, task: Task) -> dict[str, Any]:
-    """The agent's limits in this cell (:meth:`RunConfig.limits_for`), as recorded."""
-    return config.limits_for(config.agent(agent), task).as_record()
-
-
 def cell_provenance(
     config: RunConfig,
-    key: CellKey,
-    task: Task,
+    agent: AgentEntry,
+    limits: Limits,
     data_hash: str | None,
     backend: str,
     images: dict[str, str],
     task_hash: str,
 ) -> Provenance:
-    """Everything but the agent that goes into one cell's record; ``task_hash`` is the
-    task's content as the cell sees it (its format's
+    """Everything but the agent's doing that goes into one cell's record: the cell's
+    ``agent`` as resolved and its ``limits`` in the cell
+    (:meth:`~pytest_automedbench.config.RunConfig.limits_for`); ``task_hash`` is the task's
+    content as the cell sees it (its format's
     :meth:`~pytest_automedbench.formats.TaskFormat.task_hash`)."""
     return Provenance(
         backend=backend,
@@ -102,16 +99,15 @@ def cell_provenance(
         task_hash=task_hash,
         data_hash=data_hash,
         judge=judge_identity(config),
-        limits=cell_limits(config, key.agent, task),
+        limits=limits.as_record(),
         harness=harness_version(),
-        agent_system=_agent_system(config, key.agent),
+        agent_system=_agent_system(agent),
     )
 
 
-def _agent_system(config: RunConfig, agent: str) -> str:
+def _agent_system(entry: AgentEntry) -> str:
     """The agent system of a cell with its version, for agent systems only (so the
     hashes of every other agent's records stay what they were)."""
-    entry = config.agent(agent)
     if entry.kind != "system":
         return ""
     return f"{entry.harness} {entry.harness_version or ''}".strip()

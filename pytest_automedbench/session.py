@@ -76,7 +76,10 @@ class AutoMedBenchSession:
         """What will produce this cell's record (and so its configuration hash)."""
         backend = self.config.sandbox if self.executor.backend_on_node else self.backend
         digest = format_of(task).task_hash(task, cell_key.tier)
-        return cell_provenance(self.config, cell_key, task, data_hash, backend, self.images, digest)
+        agent = self.config.agent(cell_key.agent)
+        limits = self.config.limits_for(agent, task)
+        images = self.images
+        return cell_provenance(self.config, agent, limits, data_hash, backend, images, digest)
 
     def reusable_record(self, key: CellKey, provenance: Provenance) -> CellResult | None:
         """``--amb-resume``: the record of this cell that an earlier run finished under

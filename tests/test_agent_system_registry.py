@@ -21,7 +21,6 @@ from pytest_automedbench.agents.registry import (
 from pytest_automedbench.agents.systems import SYSTEMS, cli_model_name
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.provenance import cell_provenance
-from pytest_automedbench.results import CellKey
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
@@ -107,8 +106,9 @@ def test_records_and_hashes_name_the_system_and_its_version(tmp_path: Path) -> N
     config = RunConfig(amb_out=tmp_path)
 
     def provenance(agent: str):  # type: ignore[no-untyped-def]
-        key = CellKey(agent=agent, task=task.id, tier="lite", run=0)
-        return cell_provenance(config, key, task, "d" * 64, "docker", {}, "t" * 16)
+        entry = config.agent(agent)
+        limits = config.limits_for(entry, task)
+        return cell_provenance(config, entry, limits, "d" * 64, "docker", {}, "t" * 16)
 
     claude, codex, model = (provenance(a) for a in ("claude-code:opus46", "codex:opus46", "opus46"))
     assert claude.agent_system == f"claude-code {SYSTEMS['claude-code'].version}"
