@@ -14,6 +14,7 @@ from pytest_automedbench.agents.scripted import ScriptedPolicy, Step
 from pytest_automedbench.agents.tools import Toolbox, truncate_middle
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
 from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.events import MessageEvent, StartEvent
 from pytest_automedbench.sandbox import LocalSandbox, SandboxSpec
 
 
@@ -145,8 +146,8 @@ def test_truncation_keeps_head_and_tail_and_says_so() -> None:
 def test_torn_last_line_is_tolerated(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     writer = TrajectoryWriter(path)
-    writer.emit("start")
-    writer.emit("message", message={"role": "user", "content": "x"})
+    writer.write(StartEvent.of())
+    writer.write(MessageEvent.of(message={"role": "user", "content": "x"}))
     writer.close()
     with path.open("a") as handle:
         handle.write('{"v": 1, "seq": 2, "ki')

@@ -16,6 +16,7 @@ from pytest_automedbench.agents.registry import (
     resolve_agent,
 )
 from pytest_automedbench.config import RunConfig, build_config, read_pyproject_agents
+from pytest_automedbench.events import ProviderErrorEvent
 from pytest_automedbench.redact import MASK, redact, secret_values
 
 
@@ -165,7 +166,7 @@ def test_trajectory_and_conversation_never_hold_a_key(
 
     monkeypatch.setenv("PROVIDER_API_KEY", "sk-test-abcdef123456")
     writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
-    writer.emit("provider_error", error="401: bad key sk-test-abcdef123456")
+    writer.write(ProviderErrorEvent.of(error="401: bad key sk-test-abcdef123456"))
     writer.close()
     write_conversation(
         tmp_path / "conversation.json",

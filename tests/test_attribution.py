@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.agents.trajectory import TrajectoryWriter
-from pytest_automedbench.events import Event, parse_events, read_events
+from pytest_automedbench.events import (
+    EndEvent,
+    Event,
+    MessageEvent,
+    StartEvent,
+    ToolResultEvent,
+    parse_events,
+    read_events,
+)
 from pytest_automedbench.scoring.attribution import (
     STAGES,
     attribute_calls,
@@ -282,39 +290,43 @@ REFERENCE_CALLS: list[dict[str, Any]] = [
 
 def write_reference_trajectory(path: Path) -> None:
     writer = TrajectoryWriter(path)
-    writer.emit(
-        "start", cases=N, public_dir=PUBLIC, outputs_dir=OUTPUTS, plan_dir="/workspace/plan"
+    writer.write(
+        StartEvent.of(cases=N, public_dir=PUBLIC, outputs_dir=OUTPUTS, plan_dir="/workspace/plan")
     )
     for turn, call in enumerate(REFERENCE_CALLS, start=1):
-        writer.emit("message", turn=turn, message={"role": "assistant", "content": "..."})
-        writer.emit(
-            "tool_result",
-            turn=turn,
-            tool="execute",
-            call_id=f"call_{turn:03d}",
-            index=0,
-            language="bash",
-            code=call["code"],
-            exit_code=0,
-            timed_out=False,
-            duration_s=call["duration_s"],
-            stdout=call.get("stdout", ""),
-            stderr="",
-            observed={"output_files": call["outputs"], "outputs_in_place": call["outputs"]},
+        writer.write(MessageEvent.of(turn=turn, message={"role": "assistant", "content": "..."}))
+        writer.write(
+            ToolResultEvent.of(
+                turn=turn,
+                tool="execute",
+                call_id=f"call_{turn:03d}",
+                index=0,
+                language="bash",
+                code=call["code"],
+                exit_code=0,
+                timed_out=False,
+                duration_s=call["duration_s"],
+                stdout=call.get("stdout", ""),
+                stderr="",
+                observed={"output_files": call["outputs"], "outputs_in_place": call["outputs"]},
+            )
         )
     turn = len(REFERENCE_CALLS) + 1
-    writer.emit("message", turn=turn, message={"role": "assistant", "content": "S5: submit."})
-    writer.emit(
-        "tool_result",
-        turn=turn,
-        tool="submit_results",
-        attempt=1,
-        format_valid=True,
-        problems=[],
-        observed={"output_files": N, "outputs_in_place": N},
-        accepted=True,
+    writer.write(
+        MessageEvent.of(turn=turn, message={"role": "assistant", "content": "S5: submit."})
     )
-    writer.emit("end", termination="submitted", turns=turn)
+    writer.write(
+        ToolResultEvent.of(
+            turn=turn,
+            tool="submit_results",
+            attempt=1,
+            format_valid=True,
+            problems=[],
+            observed={"output_files": N, "outputs_in_place": N},
+            accepted=True,
+        )
+    )
+    writer.write(EndEvent.of(termination="submitted", turns=turn))
     writer.close()
 
 

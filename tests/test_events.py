@@ -28,6 +28,7 @@ from pytest_automedbench.events import (
     StartEvent,
     ToolResultEvent,
     call_outcome,
+    event_of,
     parse_event,
     parse_events,
     read_events,
@@ -161,9 +162,9 @@ def test_an_old_event_with_extra_fields_and_odd_values_stays_readable() -> None:
 def test_typed_events_and_dicts_read_the_same(tmp_path: Path) -> None:
     path = tmp_path / "trajectory.jsonl"
     writer = TrajectoryWriter(path)
-    writer.emit("start", cases=2, plan_dir="/workspace/plan")
-    writer.emit("tool_result", turn=1, tool="execute", code="ls", exit_code=0, observed={})
-    writer.emit("tool_result", turn=2, tool="execute", code="false", exit_code=1)
+    writer.write(StartEvent.of(cases=2, plan_dir="/workspace/plan"))
+    writer.write(ToolResultEvent.of(turn=1, tool="execute", code="ls", exit_code=0, observed={}))
+    writer.write(ToolResultEvent.of(turn=2, tool="execute", code="false", exit_code=1))
     writer.close()
     with path.open("a", encoding="utf-8") as handle:
         handle.write('{"v": 2, "seq": 3, "kind": "tool_res')  # torn by a kill
@@ -416,7 +417,7 @@ def test_tool_calls_of_a_trajectory_file_as_written(tmp_path: Path) -> None:
     writer = TrajectoryWriter(path)
     for event in four_kinds_of_failure():
         fields = {k: v for k, v in event.items() if k not in ("v", "seq", "t", "kind")}
-        writer.emit(str(event["kind"]), **fields)
+        writer.write(event_of(str(event["kind"]), **fields))
     writer.close()
     on_disk = read_trajectory(path)
     assert json.loads(path.read_text().splitlines()[0])["v"] == SCHEMA_VERSION

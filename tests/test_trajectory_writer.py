@@ -4,7 +4,6 @@ subscribers."""
 from __future__ import annotations
 
 import json
-import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,10 @@ import pytest
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, conversation_from_events
 from pytest_automedbench.events import (
     EVENT_TYPES,
+    CrashEvent,
     Event,
     LimitEvent,
+    MessageEvent,
     PhaseEvent,
     ToolResultEvent,
     VerifierEvent,
@@ -92,27 +93,17 @@ def test_write_returns_the_stamped_model_of_its_kind(tmp_path: Path) -> None:
     assert [e.raw for e in read_events(writer.path)] == [e.raw for e in writer.typed]
 
 
-def test_emit_is_write_by_the_kinds_name(tmp_path: Path) -> None:
+def test_an_event_named_by_its_kind_is_the_model_of_that_kind(tmp_path: Path) -> None:
     writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
-    record = writer.emit("phase", name="verifier", duration_s=1.5, ok=True)
+    written = writer.write(event_of("phase", name="verifier", duration_s=1.5, ok=True))
     writer.close()
-    assert record == writer.typed[0].raw
-    assert isinstance(writer.typed[0], PhaseEvent) and writer.typed[0].name == "verifier"
+    assert isinstance(written, PhaseEvent) and written.name == "verifier" and written.ok is True
+    assert writer.typed == [written]
     assert _lines(writer.path) == [
-        _legacy_line(0, record["t"], "phase", {"name": "verifier", "duration_s": 1.5, "ok": True})
+        _legacy_line(
+            0, written.raw["t"], "phase", {"name": "verifier", "duration_s": 1.5, "ok": True}
+        )
     ]
-
-
-def test_every_kind_written_by_name_is_declared() -> None:
-    """A writer that still names its kind (``emit("kind", ...)``) names a declared one:
-    its event is typed like a model's."""
-    package = Path(__file__).parents[1] / "pytest_automedbench"
-    named = {
-        kind
-        for source in package.rglob("*.py")
-        for kind in re.findall(r'\.emit\(\s*"(\w+)"', source.read_text(encoding="utf-8"))
-    }
-    assert named <= set(EVENT_TYPES), named - set(EVENT_TYPES)
 
 
 def test_every_harbor_kind_is_declared() -> None:
@@ -145,7 +136,7 @@ def test_subscribers_get_each_stamped_event_after_its_line_is_on_disk(tmp_path: 
 
     writer = TrajectoryWriter(path, [on_disk])
     writer.write(LimitEvent.of(limit="time_limit", turns=1))
-    writer.emit("crash", error="boom")
+    writer.write(CrashEvent.of(error="boom"))
     writer.close()
     assert [(e.kind, e.seq, lines) for e, lines in seen] == [("limit", 0, 1), ("crash", 1, 2)]
     assert [e for e, _ in seen] == writer.typed
@@ -192,9 +183,9 @@ def test_writers_on_two_threads_keep_seq_without_gaps(tmp_path: Path) -> None:
 
 def test_the_conversation_reads_the_same_from_typed_events_and_dicts(tmp_path: Path) -> None:
     writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
-    writer.emit("message", message={"role": "user", "content": "brief"})
+    writer.write(MessageEvent.of(message={"role": "user", "content": "brief"}))
     writer.write(LimitEvent.of(limit="no_action", turns=1))
-    writer.emit("message", turn=1, message={"role": "assistant", "content": "ok"})
+    writer.write(MessageEvent.of(turn=1, message={"role": "assistant", "content": "ok"}))
     writer.close()
     said = [{"role": "user", "content": "brief"}, {"role": "assistant", "content": "ok"}]
     dicts = [e.record() for e in writer.typed]

@@ -37,7 +37,6 @@ from pytest_automedbench.events import (
     EndEvent,
     Event,
     Subscriber,
-    event_of,
     records,
 )
 from pytest_automedbench.metering import Termination, Usage
@@ -86,12 +85,6 @@ class TrajectoryWriter:
         for subscriber in tuple(self._subscribers):
             subscriber(stamped)
         return stamped
-
-    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
-        """Compatibility for writers that still name the kind and pass the fields: the
-        event of ``kind`` (:func:`~pytest_automedbench.events.event_of`), written, as the
-        dict its line holds. New code builds the model and calls :meth:`write`."""
-        return self.write(event_of(kind, **fields)).record()
 
     def close(self) -> None:
         if not self._file.closed:

@@ -43,6 +43,7 @@ from pytest_automedbench.egress import (
     EgressProxy,
     _server,
 )
+from pytest_automedbench.events import EgressEvent
 from tests.test_egress_proxy import (
     HOSTS,
     INTERNET,
@@ -533,7 +534,7 @@ def test_a_flood_of_connections_stays_within_its_threads_and_a_small_log(
     def to_trajectory(record: ConnectionRecord) -> None:  # as the runner does
         fields = record.as_dict()
         fields.pop("cell_id")
-        trajectory.emit("egress", **fields)
+        trajectory.write(EgressEvent.of(**fields))
 
     before = threading.active_count()
     sampler = threading.Thread(target=sample, daemon=True)

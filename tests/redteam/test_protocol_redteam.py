@@ -25,6 +25,7 @@ from typing import Any, Literal
 import pytest
 
 from pytest_automedbench.agents.trajectory import TrajectoryWriter, read_trajectory
+from pytest_automedbench.events import ToolResultEvent
 from pytest_automedbench.protocol import TrainingFinding, find_training, training_in_code
 from pytest_automedbench.runner import open_probe
 from pytest_automedbench.sandbox import SandboxSpec, create_sandbox
@@ -217,14 +218,15 @@ def run_cell_steps(
                 done = box.exec(language, code, 120)
                 assert done.exit_code == 0, done.stderr
                 outputs.append(done.stdout + done.stderr)
-                trajectory.emit(
-                    "tool_result",
-                    tool="execute",
-                    language=language,
-                    code=code,
-                    stdout=done.stdout,
-                    stderr=done.stderr,
-                    exit_code=done.exit_code,
+                trajectory.write(
+                    ToolResultEvent.of(
+                        tool="execute",
+                        language=language,
+                        code=code,
+                        stdout=done.stdout,
+                        stderr=done.stderr,
+                        exit_code=done.exit_code,
+                    )
                 )
     trajectory.close()
     return read_trajectory(tmp_path / "trajectory.jsonl"), outputs, spec
