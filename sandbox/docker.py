@@ -381,25 +381,22 @@ class DockerSandbox(MountedFiles):
             egress=self.spec.network,
             probe=self.spec.probe_dir is not None,
         )
-        try:
-            exec_id = api.exec_create(
-                self.container_id,
-                relayed(self.spec, argv),
-                user=user or f"{self.uid}:{self.uid}",
-                workdir=workdir or WORKSPACE,
-                environment={**environment, **(env or {})},
-            )["Id"]
-            stream = api.exec_start(exec_id, stream=True, demux=True)
-        except Exception as exc:
-            raise SandboxError(f"{self.name} exec failed: {exc}") from exc
-        streams = ExecStreams(stream)
+        exec_id, streams = ExecStreams.start(
+            api,
+            self.container_id,
+            relayed(self.spec, argv),
+            user=user or f"{self.uid}:{self.uid}",
+            workdir=workdir or WORKSPACE,
+            environment={**environment, **(env or {})},
+            engine=self.name,
+        )
         timed_out = False
         try:
             timed_out = not streams.wait(timeout_s)
         finally:
             self.kill_all()  # nothing outlives a call, even when the caller is interrupted
         streams.wait(STOP_TIMEOUT_S)
-        exit_code = 124 if timed_out else self._exit_code(api, exec_id)
+        exit_code = 124 if timed_out else exec_exit_code(api, exec_id)
         return streams.result(exit_code, time.monotonic() - start, timed_out)
 
     @classmethod
@@ -416,15 +413,6 @@ class DockerSandbox(MountedFiles):
         return evaluator_in_container(
             cls, args, mounts, out_dir, timeout_s, run_id=run_id, docker_base=docker_base
         )
-
-    @staticmethod
-    def _exit_code(api: Any, exec_id: str) -> int:
-        for _ in range(200):
-            info = api.exec_inspect(exec_id)
-            if not info["Running"] and info["ExitCode"] is not None:
-                return int(info["ExitCode"])
-            time.sleep(0.01)
-        raise SandboxError(f"docker exec {exec_id[:12]} did not report an exit code")
 
     def kill_all(self) -> None:
         """SIGKILL every process of the sandbox uid until none is left (pid 1 runs as
@@ -454,9 +442,20 @@ class DockerSandbox(MountedFiles):
                 self.container_id, ["/bin/bash", "-c", sweep], user=f"{self.uid}:{self.uid}"
             )["Id"]
             api.exec_start(exec_id)
-            if self._exit_code(api, exec_id) == 1:  # pgrep: no process matched
+            if exec_exit_code(api, exec_id) == 1:  # pgrep: no process matched
                 return
         raise SandboxError(f"processes of sandbox uid {self.uid} survive kill -9 -1")
+
+
+def exec_exit_code(api: Any, exec_id: str, attempts: int = 500) -> int:
+    """The exit code of an ended exec, asked until the engine reports it (it may lag
+    behind the end of the exec's streams by a moment)."""
+    for _ in range(attempts):
+        info = api.exec_inspect(exec_id)
+        if not info["Running"] and info["ExitCode"] is not None:
+            return int(info["ExitCode"])
+        time.sleep(0.01)
+    raise SandboxError(f"exec {exec_id[:12]} did not report an exit code")
 
 
 def cgroup_pids(procs_files: list[Path]) -> set[int]:
@@ -530,6 +529,35 @@ class ExecStreams:
     thread, each kept up to :data:`MAX_STREAM_BYTES` (a flood of output costs no memory).
     The stream ends when the exec's processes are gone: a caller that stops waiting kills
     them, then waits a little more for the last bytes."""
+
+    @classmethod
+    def start(
+        cls,
+        api: Any,
+        container_id: str,
+        argv: list[str],
+        *,
+        user: str,
+        workdir: str | None,
+        environment: Mapping[str, str],
+        engine: str,
+    ) -> tuple[str, ExecStreams]:
+        """Start ``argv`` in the container (an exec with ``user``, ``workdir`` and exactly
+        ``environment`` added to the image's): its id and its streams, read from now on."""
+        try:
+            exec_id = str(
+                api.exec_create(
+                    container_id,
+                    argv,
+                    user=user,
+                    workdir=workdir,
+                    environment=dict(environment),
+                )["Id"]
+            )
+            stream = api.exec_start(exec_id, stream=True, demux=True)
+        except Exception as exc:
+            raise SandboxError(f"{engine} exec failed: {exc}") from exc
+        return exec_id, cls(stream)
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream

@@ -67,6 +67,7 @@ from pytest_automedbench.sandbox.docker import (
     cgroup_pids,
     cgroup_procs,
     docker_client,
+    exec_exit_code,
     owner_label,
     sigkill_until_gone,
     sweep_stale_once,
@@ -893,7 +894,7 @@ class HarborContainer(Sandbox):
                 raise SandboxError(f"the egress relay of the Harbor container ended: {logs}")
             exec_id = api.exec_create(self.relay_id, check)["Id"]
             api.exec_start(exec_id)
-            if _exit_code(api, exec_id) == 0:
+            if exec_exit_code(api, exec_id) == 0:
                 return
             time.sleep(0.05)
         raise SandboxError("the egress relay of the Harbor container did not start listening")
@@ -961,23 +962,22 @@ class HarborContainer(Sandbox):
         are left for the caller's kill)."""
         api = self.engine.client().api
         start = time.monotonic()
-        try:
-            exec_id = api.exec_create(
-                self.container_id,
-                argv,
-                user=user or "",
-                workdir=workdir,
-                environment=dict(env or {}),
-            )["Id"]
-            stream = api.exec_start(exec_id, stream=True, demux=True)
-        except Exception as exc:
-            raise SandboxError(f"docker exec failed: {exc}") from exc
-        streams = ExecStreams(stream)
+        if self.container_id is None:
+            raise SandboxError("exec() before start()")
+        exec_id, streams = ExecStreams.start(
+            api,
+            self.container_id,
+            argv,
+            user=user or "",
+            workdir=workdir,
+            environment=env or {},
+            engine=self.engine.name,
+        )
         timed_out = not streams.wait(timeout_s)
         if timed_out:
             self.kill_all()
         streams.wait(STOP_TIMEOUT_S)
-        exit_code = 124 if timed_out else _exit_code(api, exec_id)
+        exit_code = 124 if timed_out else exec_exit_code(api, exec_id)
         return streams.result(exit_code, time.monotonic() - start, timed_out)
 
     # ------------------------------------------------------------------ leftovers
@@ -1224,12 +1224,3 @@ class HarborContainer(Sandbox):
                     skipped.append(rel or member.name)
                 entries += 1
         return skipped
-
-
-def _exit_code(api: Any, exec_id: str) -> int:
-    for _ in range(500):
-        info = api.exec_inspect(exec_id)
-        if not info["Running"] and info["ExitCode"] is not None:
-            return int(info["ExitCode"])
-        time.sleep(0.01)
-    raise SandboxError(f"docker exec {exec_id[:12]} did not report an exit code")
