@@ -240,7 +240,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _fail_under_syntax(cls, value: str | None) -> str | None:
         if value is not None:
-            from pytest_automedbench.gates import parse_fail_under
+            from pytest_automedbench.thresholds import parse_fail_under
 
             parse_fail_under(value)  # raises GateError (a ValueError) naming the part
         return value

@@ -57,8 +57,9 @@ Definitions used throughout:
   hashes were scored on different tasks or data. ``compare`` does not pair such cells
   (``Comparison.dropped_task`` / ``dropped_data``); ``differing_versions`` lists them
   for the leaderboard, which marks the rows they touch.
-* **Harbor trials** (``tier == "harbor"``, HealthAgentBench): every attempt is a trial
-  (a cell of the native ``healthagentbench`` track: every case of it),
+* **Trials** (records of a format whose ``attempts_are_trials``, e.g. Harbor's
+  HealthAgentBench tasks): every attempt is a trial (a cell of the native
+  ``healthagentbench`` track: every case of it),
   an infrastructure error (a verifier that left no reward included) counted as a failed
   one, because HealthAgentBench's pooled success is successes / all attempts and a
   leaderboard that dropped errors would reward a system whose runs break. So, unlike the
@@ -85,6 +86,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.terms import ERROR_CODE_IDS, STAGES
 
@@ -361,6 +363,12 @@ def _supersedes(new: CellResult, held: CellResult) -> bool:
     return _instant(new.finished_at) >= _instant(held.finished_at)
 
 
+def attempt_is_trial(record: CellResult) -> bool:
+    """Whether the record's format counts each attempt as a trial of its own, an
+    infrastructure error a failed one (``TaskFormat.attempts_are_trials``)."""
+    return format_of_record(record).attempts_are_trials
+
+
 def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
     """One record per cell and session: what every leaderboard and summary counts.
 
@@ -556,13 +564,14 @@ class GroupStats:
     trials) whose cost is unknown: ``cost_usd`` is their mean cost, so it is known as a
     cost per trial (``trial_cost_known``) when none is, whatever the infra errors spent.
 
-    Harbor trials (see the module docstring; shown only when ``is_harbor``): every
+    Trials (see the module docstring; shown only when ``attempts_are_trials``): every
     record is a trial, so ``n_trials`` = ``n_runs`` + ``n_infra``, an infra error
     counting as a failed attempt. A cell of the healthagentbench track adds one trial per
     case (``CellResult.pooled_trials``), so ``n_trials`` there is cases x attempts.
     ``n_passed`` counts the trials passed (``passed is True``; a case by its rule),
-    ``n_verifier_errors`` the records with termination "verifier_error", ``n_harbor``
-    those of tier "harbor". ``trial_k`` is the fewest attempts any cell group (agent,
+    ``n_verifier_errors`` the records with termination "verifier_error",
+    ``n_attempt_trials`` those whose format counts each attempt as a trial
+    (:func:`attempt_is_trial`). ``trial_k`` is the fewest attempts any cell group (agent,
     task, tier) has and ``trial_pass_at[j]`` / ``trial_pass_hat[j]`` (j in 1..k) average
     the unbiased estimators over the cell groups with every attempt counted (errors
     failed), whereas ``pass_at`` / ``pass_hat`` above leave errors out. ``trial_turns``
@@ -596,13 +605,13 @@ class GroupStats:
     cost_overall_r: float | None
     n_cost_unknown: int = 0
     n_trial_cost_unknown: int = 0
-    # Harbor (HealthAgentBench) figures: every record is a trial, errors included.
+    # Trial figures (HealthAgentBench's): every record is a trial, errors included.
     n_trials: int = 0
     n_passed: int = 0
     n_verifier_errors: int = 0
-    n_harbor: int = 0
-    #: Records that count in the pooled success: Harbor attempts and the cells of the
-    #: healthagentbench track (whose trials are their cases).
+    n_attempt_trials: int = 0
+    #: Records that count in the pooled success: attempts of a format whose attempts are
+    #: trials and the cells of the healthagentbench track (whose trials are their cases).
     n_pooled: int = 0
     trial_k: int = 0
     trial_pass_at: dict[int, float] = dataclasses.field(default_factory=dict)
@@ -612,16 +621,17 @@ class GroupStats:
     phase_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
-    def is_harbor(self) -> bool:
-        """Whether every record of the group is a Harbor trial (tier "harbor"): only then
-        do reports show the trial figures, which would mislead on the catalogue's tasks
-        (where an infra error is no trial)."""
-        return self.n_harbor > 0 and self.n_harbor == self.n_runs + self.n_infra
+    def attempts_are_trials(self) -> bool:
+        """Whether every record of the group is an attempt that is a trial of its own
+        (:func:`attempt_is_trial`: a Harbor attempt): only then do reports show the trial
+        figures, which would mislead on the catalogue's tasks (where an infra error is no
+        trial)."""
+        return self.n_attempt_trials > 0 and self.n_attempt_trials == self.n_runs + self.n_infra
 
     @property
     def has_pooled_success(self) -> bool:
-        """Whether every record of the group is a HealthAgentBench trial (a Harbor attempt
-        or a cell of the healthagentbench track): only then is ``pooled_success`` shown,
+        """Whether every record of the group is a HealthAgentBench trial (an attempt that
+        is a trial, or a cell of the healthagentbench track): only then is ``pooled_success`` shown,
         since on the catalogue's other tasks nothing passes or fails."""
         return self.n_pooled > 0 and self.n_pooled == self.n_runs + self.n_infra
 
@@ -692,14 +702,14 @@ class _Group:
         self.tokens_out = 0
         self.n_cost_unknown = 0
         self.n_trial_cost_unknown = 0
-        # Harbor trials: every record, errors included.
+        # Trials: every record, errors included.
         self.trial_cell = array("q")  # index into trial_cell_ids, per record
         self.trial_cell_ids: dict[tuple[str, str, str], int] = {}
         self.trial_passed = array("b")
         self.n_verifier_errors = 0
-        self.n_harbor = 0
-        # HealthAgentBench's pooled success: a Harbor attempt is a trial, a native
-        # category's cell one trial per case (CellResult.pooled_trials).
+        self.n_attempt_trials = 0
+        # HealthAgentBench's pooled success: an attempt of a format whose attempts are
+        # trials is one, a native category's cell one per case (CellResult.pooled_trials).
         self.pool_trials = 0
         self.pool_passed = 0
         self.n_pooled = 0
@@ -715,11 +725,12 @@ class _Group:
         self.trial_cell.append(self.trial_cell_ids.setdefault(trial_key, len(self.trial_cell_ids)))
         self.trial_passed.append(record.passed is True)
         self.n_verifier_errors += record.termination == "verifier_error"
-        self.n_harbor += record.tier == "harbor"
+        attempt_trial = attempt_is_trial(record)
+        self.n_attempt_trials += attempt_trial
         trials, passes = record.pooled_trials()
         self.pool_trials += trials
         self.pool_passed += passes
-        self.n_pooled += record.tier == "harbor" or record.cases_total is not None
+        self.n_pooled += attempt_trial or record.cases_total is not None
         self.trial_turns += record.turns
         self.trial_wall.append(record.wall_s)
         if record.phase_s:
@@ -873,7 +884,7 @@ def _stats(
         n_trials=g.pool_trials,
         n_passed=g.pool_passed,
         n_verifier_errors=g.n_verifier_errors,
-        n_harbor=g.n_harbor,
+        n_attempt_trials=g.n_attempt_trials,
         n_pooled=g.n_pooled,
         trial_k=trial_k,
         trial_pass_at={j + 1: float(v) for j, v in enumerate(trial_at)},

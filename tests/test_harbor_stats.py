@@ -104,7 +104,7 @@ def test_every_attempt_is_a_trial_and_an_error_a_failed_one() -> None:
     assert alpha.pooled_success == 4 / 9
     assert (beta.n_trials, beta.n_passed, beta.pooled_success) == (9, 4, 4 / 9)
     assert (gamma.n_trials, gamma.pooled_success) == (3, 1.0)
-    assert all(g.is_harbor for g in (alpha, beta, gamma))
+    assert all(g.attempts_are_trials for g in (alpha, beta, gamma))
 
 
 def test_pass_at_k_over_the_attempts_matches_the_unbiased_formulas() -> None:
@@ -139,9 +139,9 @@ def test_an_empty_or_mixed_group_is_not_harbor() -> None:
         cell_record(agent="alpha", task="t", track=CT, tier="lite", task_score=0.5),
     ]
     (group,) = summarise(mixed, by=("agent",))
-    assert not group.is_harbor and group.n_harbor == 3 and group.n_trials == 4
+    assert not group.attempts_are_trials and group.n_attempt_trials == 3 and group.n_trials == 4
     (plain,) = summarise([cell_record(task_score=0.5)], by=("agent",))
-    assert not plain.is_harbor
+    assert not plain.attempts_are_trials
     assert math.isnan(replace(plain, n_trials=0, n_passed=0).pooled_success)
 
 

@@ -55,7 +55,7 @@ def test_other_tracks_show_no_pooled_success() -> None:
     (group,) = summarise(mixed, by=("agent",))
     assert not group.has_pooled_success
     (vqa,) = summarise([cell_record()], by=("agent",))
-    assert not vqa.has_pooled_success and not vqa.is_harbor
+    assert not vqa.has_pooled_success and not vqa.attempts_are_trials
 
 
 def test_terminal_line_puts_pooled_success_beside_overall() -> None:

@@ -131,6 +131,10 @@ class TaskFormat(Protocol):
     """One task format (see the module's docstring)."""
 
     name: ClassVar[str]
+    #: Every attempt of a cell is a trial of its own and an infrastructure error a failed
+    #: one (pooled success = passed / attempts): the statistics and reports count this
+    #: format's records as trials (Harbor's rule), not as the catalogue's scored runs.
+    attempts_are_trials: ClassVar[bool]
 
     def tiers(self, task: Task, session_tiers: Sequence[str]) -> tuple[str, ...]:
         """The tiers ``task`` is run at."""

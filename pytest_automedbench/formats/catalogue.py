@@ -136,6 +136,7 @@ class CatalogueFormat:
     """The catalogue's ``task.yaml`` tasks (see the module's docstring)."""
 
     name: ClassVar[str] = "catalogue"
+    attempts_are_trials: ClassVar[bool] = False
 
     def tiers(self, task: Task, session_tiers: Sequence[str]) -> tuple[str, ...]:
         return tuple(session_tiers)

@@ -51,6 +51,7 @@ class HarborFormat:
     """Harbor-format task folders (see the module's docstring)."""
 
     name: ClassVar[str] = "harbor"
+    attempts_are_trials: ClassVar[bool] = True  # HealthAgentBench's pooled success
 
     def tiers(self, task: Task, session_tiers: Sequence[str]) -> tuple[str, ...]:
         return (HARBOR_TIER,)

@@ -5,13 +5,14 @@ AGENTIC, 0-100); the second adds what a reader needs to trust them (``stats.py``
 95% bootstrap interval of OVERALL, the stage profile, pass@k over repeats, the error codes
 and the cost per run ("cost unknown" when a run's model has no price: never $0 for it).
 
-A Harbor group (``GroupStats.is_harbor``: every record of the agent x track, here a
-HealthAgentBench category, has tier "harbor") gets Harbor lines instead, because its
-numbers are HealthAgentBench's, not the catalogue's: trials (every attempt, an infra
-error counted as a failed one), passed, the pooled success, pass@k and pass^k over the
-attempts, the verifier and other infra errors, OVERALL and AGENTIC, the cost per trial and
-the mean seconds per phase. After an agent's groups comes its pooled line over all its
-Harbor categories: HealthAgentBench's headline. Other groups print as before; the
+A group of trials (``GroupStats.attempts_are_trials``: every record of the agent x track
+is an attempt of a format that counts attempts as trials, e.g. a HealthAgentBench category
+of Harbor tasks) gets trial lines instead, named by the format, because its numbers are
+HealthAgentBench's, not the catalogue's: trials (every attempt, an infra error counted as
+a failed one), passed, the pooled success, pass@k and pass^k over the attempts, the
+verifier and other infra errors, OVERALL and AGENTIC, the cost per trial and the mean
+seconds per phase. After an agent's groups comes its pooled line over all its trial
+categories: HealthAgentBench's headline. Other groups print as before; the
 native healthagentbench track's first line adds the pooled success over its cases and
 attempts (``GroupStats.has_pooled_success``), beside OVERALL.
 
@@ -28,8 +29,9 @@ from collections.abc import Sequence
 from statistics import mean
 
 from pytest_automedbench.adaptive import RunDecision
+from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.stats import GroupStats, latest_per_cell, summarise
+from pytest_automedbench.stats import GroupStats, attempt_is_trial, latest_per_cell, summarise
 
 
 def _detail_line(group: GroupStats) -> str:
@@ -46,7 +48,7 @@ def _detail_line(group: GroupStats) -> str:
     )
 
 
-#: Harbor's phases in the order a trial goes through them (others follow, by name).
+#: The phases in the order a trial goes through them (others follow, by name).
 _PHASES = ("environment", "agent", "verifier")
 
 
@@ -73,13 +75,14 @@ def _percent(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:.0f}%"
 
 
-def _harbor_lines(agent: str, track: str, group: GroupStats, cells: list[CellResult]) -> list[str]:
-    """The lines of one Harbor group: trials, passed, pooled success, pass@k / pass^k at
-    the attempts' k, errors and means; then, when phases were timed, their mean seconds."""
+def _trial_lines(agent: str, track: str, group: GroupStats, cells: list[CellResult]) -> list[str]:
+    """The lines of one group of trials: trials, passed, pooled success, pass@k / pass^k
+    at the attempts' k, errors and means; then, when phases were timed, their mean
+    seconds. The format of its records names it."""
     scored = [c for c in cells if c.status == "scored"]
-    k = group.trial_k
+    k, label = group.trial_k, format_of_record(cells[0]).name
     lines = [
-        f"{agent} | {track} (harbor): {group.n_trials} trials, {group.n_passed} passed, "
+        f"{agent} | {track} ({label}): {group.n_trials} trials, {group.n_passed} passed, "
         f"pooled {_pooled(group)} | pass@{k} {_percent(group.trial_pass_at_k)} | "
         f"pass^{k} {_percent(group.trial_pass_hat_k)} | "
         f"{group.n_infra} infra errors ({group.n_verifier_errors} verifier) | "
@@ -93,9 +96,10 @@ def _harbor_lines(agent: str, track: str, group: GroupStats, cells: list[CellRes
     return lines
 
 
-def _harbor_pooled_line(agent: str, group: GroupStats) -> str:
-    """HealthAgentBench's headline for one agent: every attempt of every Harbor task."""
-    return f"{agent} | harbor (all categories): pooled {_pooled(group)} | {_trial_cost(group)}"
+def _pooled_line(agent: str, group: GroupStats, label: str) -> str:
+    """HealthAgentBench's headline for one agent: every attempt of every task of the
+    format ``label`` whose attempts are trials."""
+    return f"{agent} | {label} (all categories): pooled {_pooled(group)} | {_trial_cost(group)}"
 
 
 def _runs_auto_line(decision: RunDecision) -> str:
@@ -125,20 +129,21 @@ def summary_lines(results: list[CellResult], runs_auto: Sequence[RunDecision] = 
     for result in results:
         groups[(result.agent, result.track)].append(result)
     stats_by_key = {g.key: g for g in summarise(results, by=("agent", "track"))}
-    harbor = [r for r in results if r.tier == "harbor"]
-    pooled = {g.key[0]: g for g in summarise(harbor, by=("agent",))} if harbor else {}
+    trials = [r for r in results if attempt_is_trial(r)]
+    pooled = {g.key[0]: g for g in summarise(trials, by=("agent",))} if trials else {}
+    label = {r.agent: format_of_record(r).name for r in trials}
     lines: list[str] = []
     ordered = sorted(groups.items())
     for index, ((agent, track), cells) in enumerate(ordered):
         group = stats_by_key.get((agent, track))
-        if group is not None and group.is_harbor:
-            lines += _harbor_lines(agent, track, group, cells)
+        if group is not None and group.attempts_are_trials:
+            lines += _trial_lines(agent, track, group, cells)
         else:
             lines += _lines(agent, track, group, cells)
         lines += [_runs_auto_line(d) for d in auto.get((agent, track), [])]
         last_of_agent = index + 1 == len(ordered) or ordered[index + 1][0][0] != agent
         if last_of_agent and agent in pooled:
-            lines.append(_harbor_pooled_line(agent, pooled[agent]))
+            lines.append(_pooled_line(agent, pooled[agent], label[agent]))
     return lines
 
 
