@@ -344,13 +344,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     system over all tracks; each cell counted once (the latest record of a cell within a
     session). ``--per-system`` prints the per-system table alone."""
     from pytest_automedbench.report.leaderboard import (
-        harbor_board,
         per_agent,
         per_system,
         render,
-        render_harbor,
         render_systems,
+        render_trials,
         rows,
+        trial_board,
     )
     from pytest_automedbench.stats import latest_per_cell
 
@@ -365,16 +365,16 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         f"{len(read)} ledger records from {', '.join(map(str, args.ledgers))}; "
         f"{len(records)} cells counted (the latest record of each cell within a session)."
     )
-    board = harbor_board(records)
+    board = trial_board(records)
     if args.per_system and args.format != "html":
         text = render_systems(systems, args.format)
     elif args.format in ("csv", "json") and board.ranked + board.partial:
-        # One CSV or JSON document holds one table: Harbor trials are HealthAgentBench's
-        # table alone when there is nothing else, else after the catalogue's.
-        harbor = render_harbor(board, args.format)
-        text = harbor if not table else render(table, args.format, agents, note=note) + harbor
+        # One CSV or JSON document holds one table: the trial table alone when there is
+        # nothing else, else after the catalogue's.
+        trials = render_trials(board, args.format)
+        text = trials if not table else render(table, args.format, agents, note=note) + trials
     else:
-        text = render(table, args.format, agents, note=note, systems=systems, harbor=board)
+        text = render(table, args.format, agents, note=note, systems=systems, trials=board)
     if args.out is None:
         print(text, end="")
     else:
@@ -384,7 +384,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         page = (
             text
             if args.format == "html"
-            else render(table, "html", agents, note=note, systems=systems, harbor=board)
+            else render(table, "html", agents, note=note, systems=systems, trials=board)
         )
         html_out.write_text(page, encoding="utf-8")
         print(f"wrote {html_out}")

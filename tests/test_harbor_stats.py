@@ -14,13 +14,13 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_automedbench.report.leaderboard import (
-    harbor_board,
     per_agent,
     per_system,
     render,
-    render_harbor,
     render_systems,
+    render_trials,
     rows,
+    trial_board,
 )
 from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellResult
@@ -185,8 +185,8 @@ def test_terminal_keeps_the_catalogue_lines_beside_harbor_ones() -> None:
 # --------------------------------------------------------------------------- leaderboard
 
 
-def test_harbor_board_ranks_by_pooled_then_known_cost_and_splits_partial_coverage() -> None:
-    board = harbor_board(ledger())
+def test_trial_board_ranks_by_pooled_then_known_cost_and_splits_partial_coverage() -> None:
+    board = trial_board(ledger())
     assert [r["agent"] for r in board.ranked] == ["alpha", "beta"]  # tie: unknown cost last
     assert [r["agent"] for r in board.partial] == ["gamma"]  # 100% but one task only
     alpha, beta = board.ranked
@@ -202,12 +202,12 @@ def test_harbor_board_ranks_by_pooled_then_known_cost_and_splits_partial_coverag
 def test_a_better_rate_outranks_a_lower_cost() -> None:
     cheap = [r for r in ledger() if r.agent != "gamma"]
     cheap += [harbor("delta", task, run, True, cost_usd=0.5) for task in TASKS for run in range(3)]
-    assert [r["agent"] for r in harbor_board(cheap).ranked] == ["delta", "alpha", "beta"]
+    assert [r["agent"] for r in trial_board(cheap).ranked] == ["delta", "alpha", "beta"]
 
 
 def test_harbor_table_in_markdown_csv_json_and_html() -> None:
-    board = harbor_board(ledger())
-    text = render_harbor(board, "markdown")
+    board = trial_board(ledger())
+    text = render_trials(board, "markdown")
     lines = text.splitlines()
     header = next(ln for ln in lines if ln.startswith("| agent"))
     assert header == (
@@ -223,13 +223,13 @@ def test_harbor_table_in_markdown_csv_json_and_html() -> None:
     partial = lines.index(next(ln for ln in lines if ln.startswith("Harbor, partial coverage")))
     assert lines[partial:][-1].startswith("| gamma | model-gamma | partial | 3 | 3 | 3/3 (100.0%)")
     assert lines[partial:][-1].endswith("| 3/3 | - |")  # gamma never ran ehrshot
-    table = list(csv.DictReader(io.StringIO(render_harbor(board, "csv"))))
+    table = list(csv.DictReader(io.StringIO(render_trials(board, "csv"))))
     assert [r["agent"] for r in table] == ["alpha", "beta", "gamma"]
     assert table[1]["cost per trial"] == "unknown" and table[0]["ct_abnormality c/n"] == "2/6"
-    assert [r["agent"] for r in json.loads(render_harbor(board, "json"))["partial"]] == ["gamma"]
-    page = render([], "html", harbor=board)
+    assert [r["agent"] for r in json.loads(render_trials(board, "json"))["partial"]] == ["gamma"]
+    page = render([], "html", trials=board)
     assert "<h2>Harbor</h2>" in page and page.index("Harbor, partial") < page.index("</body>")
-    assert render([], "markdown", harbor=board).endswith(text)
+    assert render([], "markdown", trials=board).endswith(text)
 
 
 def test_harbor_records_stay_out_of_the_catalogue_tables() -> None:
@@ -242,10 +242,10 @@ def test_harbor_records_stay_out_of_the_catalogue_tables() -> None:
     assert rows(mixed) == rows(plain)
     assert per_system(mixed) == per_system(plain)
     assert per_agent(mixed) == per_agent(plain)
-    assert render(rows(mixed), "markdown", harbor=harbor_board(plain)) == render(
+    assert render(rows(mixed), "markdown", trials=trial_board(plain)) == render(
         rows(plain), "markdown"
     )
-    assert harbor_board(plain).agents == []
+    assert trial_board(plain).agents == []
 
 
 # --------------------------------------------------------------------------- unchanged

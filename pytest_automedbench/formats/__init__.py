@@ -135,6 +135,10 @@ class TaskFormat(Protocol):
     #: one (pooled success = passed / attempts): the statistics and reports count this
     #: format's records as trials (Harbor's rule), not as the catalogue's scored runs.
     attempts_are_trials: ClassVar[bool]
+    #: The title and the caption of the leaderboard's table of this format's trials
+    #: (where ``attempts_are_trials``).
+    trials_title: ClassVar[str]
+    trials_note: ClassVar[str]
 
     def tiers(self, task: Task, session_tiers: Sequence[str]) -> tuple[str, ...]:
         """The tiers ``task`` is run at."""

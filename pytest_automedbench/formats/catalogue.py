@@ -137,6 +137,8 @@ class CatalogueFormat:
 
     name: ClassVar[str] = "catalogue"
     attempts_are_trials: ClassVar[bool] = False
+    trials_title: ClassVar[str] = ""
+    trials_note: ClassVar[str] = ""
 
     def tiers(self, task: Task, session_tiers: Sequence[str]) -> tuple[str, ...]:
         return tuple(session_tiers)

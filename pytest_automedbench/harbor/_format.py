@@ -52,6 +52,13 @@ class HarborFormat:
 
     name: ClassVar[str] = "harbor"
     attempts_are_trials: ClassVar[bool] = True  # HealthAgentBench's pooled success
+    trials_title: ClassVar[str] = "Harbor"
+    trials_note: ClassVar[str] = (
+        "Harbor tasks (HealthAgentBench): every attempt is a trial, an infrastructure or "
+        "verifier error counted as a failure; pooled success = passed / trials over all "
+        "attempts of all tasks; ranked by pooled success, then lower cost per trial (unknown "
+        "last)."
+    )
 
     def tiers(self, task: Task, session_tiers: Sequence[str]) -> tuple[str, ...]:
         return (HARBOR_TIER,)

@@ -41,20 +41,22 @@ OVERALL: Markdown and HTML show it under the leaderboard when given it, and
 ``automedbench leaderboard --per-system`` prints it alone (the JSON of the leaderboard
 stays a list of rows).
 
-Harbor (HealthAgentBench) records, tier "harbor", are ranked in a table of their own
-(``harbor_board``, ``render_harbor``; ``render(..., harbor=...)`` appends it), not in the
-rows above: HealthAgentBench counts every attempt as a trial, an infrastructure error (a
-verifier without a reward included) as a failed one, so its pooled success differs
-from the ``pooled_success`` above, and one table showing both would give an agent two
-rates. ``rows``, ``per_system`` and ``per_agent`` therefore leave Harbor records out (a
-ledger without them gives exactly what it gave before). The Harbor table has one row per
-agent: model, trials, passed, pooled success (passed / trials), pass@k and pass^k at the
-attempts' k (unbiased, errors failed), cost per trial (None, "unknown", when any
-record's cost is unknown), mean turns and wall seconds per trial, and per category
-passed / trials. It is ranked by pooled success, then the lower cost per trial (an
-unknown cost after every known one), then the agent. As HealthAgentBench does, an agent
-that lacks some (task, attempt) another agent has is listed apart (``partial``): its rate
-is over other trials, so ranking it with the rest would compare different things.
+Records of a format whose attempts are trials (``TaskFormat.attempts_are_trials``:
+Harbor's HealthAgentBench tasks) are ranked in a table of their own (``trial_board``,
+``render_trials``; ``render(..., trials=...)`` appends it), titled and captioned by their
+format, not in the rows above: such a format counts every attempt as a trial, an
+infrastructure error (a verifier without a reward included) as a failed one, so its
+pooled success differs from the ``pooled_success`` above, and one table showing both
+would give an agent two rates. ``rows``, ``per_system`` and ``per_agent`` therefore leave
+those records out (a ledger without them gives exactly what it gave before). The trial
+table has one row per agent: model, trials, passed, pooled success (passed / trials),
+pass@k and pass^k at the attempts' k (unbiased, errors failed), cost per trial (None,
+"unknown", when any record's cost is unknown), mean turns and wall seconds per trial, and
+per category passed / trials. It is ranked by pooled success, then the lower cost per
+trial (an unknown cost after every known one), then the agent. As HealthAgentBench does,
+an agent that lacks some (task, attempt) another agent has is listed apart (``partial``):
+its rate is over other trials, so ranking it with the rest would compare different
+things.
 """
 
 from __future__ import annotations
@@ -67,12 +69,14 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any, Literal
 
+from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.report import html_page
 from pytest_automedbench.report.html_page import pooled_text, trial_cost_text
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import (
     GroupStats,
     Versions,
+    attempt_is_trial,
     differing_versions,
     harness_of,
     has_hashes,
@@ -86,14 +90,13 @@ Format = Literal["markdown", "csv", "json", "html"]
 MARK = "\u2020"
 #: How many characters of a hash a footnote shows.
 HASH_CHARS = 12
-#: The tier of Harbor-format (HealthAgentBench) records.
-HARBOR_TIER = "harbor"
 
 
 def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
     """Leaderboard rows (agent x track), best OVERALL first, each cell counted once;
-    Harbor records are left out (they have ``harbor_board``: see the module docstring)."""
-    cells = _not_harbor(latest_per_cell(records))
+    records whose attempts are trials are left out (they have ``trial_board``: see the
+    module docstring)."""
+    cells = _not_trials(latest_per_cell(records))
     groups = [g for g in summarise(cells, by=("agent", "track"), seed=seed) if g.n_runs]
     versions = differing_versions(cells)
     unhashed: dict[tuple[str, str], int] = {}
@@ -113,12 +116,14 @@ def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
     ]
 
 
-def _not_harbor(cells: list[CellResult]) -> list[CellResult]:
+def _not_trials(cells: list[CellResult]) -> list[CellResult]:
     """The records of the catalogue's tasks: all of them (the same list) when the ledger
-    holds no Harbor record, so such a ledger's tables stay exactly as they were."""
-    if not any(cell.tier == HARBOR_TIER for cell in cells):
+    holds no record whose attempts are trials, so such a ledger's tables stay exactly as
+    they were."""
+    trials = [attempt_is_trial(cell) for cell in cells]
+    if not any(trials):
         return cells
-    return [cell for cell in cells if cell.tier != HARBOR_TIER]
+    return [cell for cell, trial in zip(cells, trials, strict=True) if not trial]
 
 
 def _joined(values: Iterable[str | None]) -> str | None:
@@ -189,8 +194,8 @@ def _versions_of(agent: str, track: str, versions: Versions) -> dict[str, dict[s
 
 def per_agent(records: Iterable[CellResult], seed: int = 0) -> list[GroupStats]:
     """One ``GroupStats`` per agent over all its tracks (the HTML page's plots), each
-    cell counted once, sorted by agent; Harbor records left out, as in ``rows``."""
-    return summarise(_not_harbor(latest_per_cell(records)), by=("agent",), seed=seed)
+    cell counted once, sorted by agent; trial records left out, as in ``rows``."""
+    return summarise(_not_trials(latest_per_cell(records)), by=("agent",), seed=seed)
 
 
 def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
@@ -199,9 +204,9 @@ def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, A
     ``rows``): ``harness``, ``harness_version``, ``model``, the tracks, ``trials``,
     ``successes``, ``infra_errors``, ``pooled_success`` (successes / trials, pooled over
     every task, tier and repeat; infra errors are no trials), ``cost_per_trial`` (None:
-    cost unknown) and the mean OVERALL (0-100) with its 95% interval. Harbor records are
-    left out, as in ``rows``."""
-    cells = _not_harbor(latest_per_cell(records))
+    cost unknown) and the mean OVERALL (0-100) with its 95% interval. Records whose
+    attempts are trials are left out, as in ``rows``."""
+    cells = _not_trials(latest_per_cell(records))
     groups = [g for g in summarise(cells, by=("agent",), seed=seed) if g.n_runs]
     systems = _systems(cells, lambda cell: (cell.agent,))
     tracks: dict[str, set[str]] = {}
@@ -307,18 +312,18 @@ def render(
     *,
     note: str = "",
     systems: Sequence[Mapping[str, Any]] = (),
-    harbor: HarborBoard | None = None,
+    trials: TrialBoard | None = None,
 ) -> str:
     """``table`` (``rows``) as text. The HTML page also plots ``agents`` (``per_agent``
     over the same records; without them the plots say there is no scored run) and shows
     ``note`` (plain text: what was counted). Markdown and HTML show ``systems``
     (``per_system`` over the same records) in a table after the leaderboard; JSON and CSV
     are the rows alone (``render_systems`` gives the systems in those). Markdown and HTML
-    end with the Harbor table when ``harbor`` (``harbor_board``) has a row; in JSON and
-    CSV it is ``render_harbor``'s (one CSV or JSON document holds one table)."""
-    if fmt in ("markdown", "html") and harbor is not None and harbor.agents:
+    end with the trial table when ``trials`` (``trial_board``) has a row; in JSON and CSV
+    it is ``render_trials``'s (one CSV or JSON document holds one table)."""
+    if fmt in ("markdown", "html") and trials is not None and trials.agents:
         text = render(table, fmt, agents, note=note, systems=systems)
-        extra = render_harbor(harbor, fmt)
+        extra = render_trials(trials, fmt)
         if fmt == "markdown":
             return text + "\n" + extra
         end = text.rfind("</body>")
@@ -429,18 +434,21 @@ def _markdown_systems(systems: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --------------------------------------------------------------------------- Harbor
+# --------------------------------------------------------------------------- Trials
 
 
 @dataclass(frozen=True)
-class HarborBoard:
-    """The Harbor table (see the module docstring): ``ranked`` rows (agents covering
+class TrialBoard:
+    """The trial table (see the module docstring): ``ranked`` rows (agents covering
     every (task, attempt) any agent has), ``partial`` rows (the others, ranked the same
-    way, listed apart) and every ``categories`` name, sorted."""
+    way, listed apart), every ``categories`` name, sorted, and the ``title`` and ``note``
+    the records' format gives the table."""
 
     ranked: list[dict[str, Any]]
     partial: list[dict[str, Any]]
     categories: list[str]
+    title: str = ""
+    note: str = ""
 
     @property
     def agents(self) -> list[dict[str, Any]]:
@@ -453,7 +461,7 @@ def _round(value: float, digits: int) -> float | None:
     return None if value != value else round(value, digits)
 
 
-def _harbor_row(
+def _trial_row(
     group: GroupStats, model: str | None, categories: dict[str, list[int]]
 ) -> dict[str, Any]:
     cost = group.cost_per_trial
@@ -475,7 +483,7 @@ def _harbor_row(
     }
 
 
-def _harbor_rank(row: Mapping[str, Any]) -> tuple[float, bool, float, str]:
+def _trial_rank(row: Mapping[str, Any]) -> tuple[float, bool, float, str]:
     """Higher pooled success first, then lower cost per trial, an unknown cost after
     every known one (an unpriced system is not free), then the agent's name."""
     cost = row["cost_per_trial"]
@@ -488,15 +496,17 @@ def _harbor_rank(row: Mapping[str, Any]) -> tuple[float, bool, float, str]:
     )
 
 
-def harbor_board(records: Iterable[CellResult], seed: int = 0) -> HarborBoard:
-    """The Harbor table of the records' Harbor trials (tier "harbor"), each cell counted
-    once (``latest_per_cell``); empty when there is none. Every attempt is a trial, an
-    infra error a failed one (``GroupStats.pooled_success``); a category is the record's
+def trial_board(records: Iterable[CellResult], seed: int = 0) -> TrialBoard:
+    """The trial table of the records whose attempts are trials
+    (:func:`~pytest_automedbench.stats.attempt_is_trial`), each cell counted once
+    (``latest_per_cell``); empty when there is none. Every attempt is a trial, an infra
+    error a failed one (``GroupStats.pooled_success``); a category is the record's
     ``category``, else its ``track``. An agent is ``partial`` when some (task, attempt)
     that any agent has is missing from its trials."""
-    cells = [cell for cell in latest_per_cell(records) if cell.tier == HARBOR_TIER]
+    cells = [cell for cell in latest_per_cell(records) if attempt_is_trial(cell)]
     if not cells:
-        return HarborBoard([], [], [])
+        return TrialBoard([], [], [])
+    own = format_of_record(cells[0])
     by_category: dict[str, dict[str, list[CellResult]]] = {}
     covered: dict[str, set[tuple[str, int]]] = {}
     for cell in cells:
@@ -514,12 +524,16 @@ def harbor_board(records: Iterable[CellResult], seed: int = 0) -> HarborBoard:
         for category, held in sorted(by_category[agent].items()):
             passed = sum(cell.passed is True for cell in held)
             per_category[category] = [passed, len(held)]
-        row = _harbor_row(group, systems[group.key]["model"], per_category)
+        row = _trial_row(group, systems[group.key]["model"], per_category)
         full = covered[agent] >= every
         row["coverage"] = "full" if full else "partial"
         (ranked if full else partial).append(row)
-    return HarborBoard(
-        sorted(ranked, key=_harbor_rank), sorted(partial, key=_harbor_rank), categories
+    return TrialBoard(
+        sorted(ranked, key=_trial_rank),
+        sorted(partial, key=_trial_rank),
+        categories,
+        own.trials_title,
+        own.trials_note,
     )
 
 
@@ -527,8 +541,8 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def _harbor_texts(board: HarborBoard, row: Mapping[str, Any]) -> list[str]:
-    """A Harbor row as text, in the order of ``_harbor_columns``."""
+def _trial_texts(board: TrialBoard, row: Mapping[str, Any]) -> list[str]:
+    """A trial row as text, in the order of ``_trial_columns``."""
     pooled = row["pooled_success"]
     cost = row["cost_per_trial"]
     texts = [
@@ -552,7 +566,7 @@ def _harbor_texts(board: HarborBoard, row: Mapping[str, Any]) -> list[str]:
     return texts
 
 
-def _harbor_columns(board: HarborBoard, rows_: Sequence[Mapping[str, Any]]) -> list[str]:
+def _trial_columns(board: TrialBoard, rows_: Sequence[Mapping[str, Any]]) -> list[str]:
     """The column names; pass@k's carry the rows' k when they agree (else "k": each
     row's own k, the fewest attempts of any of its tasks, is in the JSON)."""
     ks = {row["k"] for row in rows_}
@@ -575,13 +589,6 @@ def _harbor_columns(board: HarborBoard, rows_: Sequence[Mapping[str, Any]]) -> l
     ]
 
 
-#: What the Harbor table counts, said above it.
-HARBOR_NOTE = (
-    "Harbor tasks (HealthAgentBench): every attempt is a trial, an infrastructure or "
-    "verifier error counted as a failure; pooled success = passed / trials over all "
-    "attempts of all tasks; ranked by pooled success, then lower cost per trial (unknown "
-    "last)."
-)
 #: What the partial-coverage table is, said above it.
 PARTIAL_NOTE = (
     "Agents without every (task, attempt) the others have, listed apart "
@@ -589,8 +596,8 @@ PARTIAL_NOTE = (
 )
 
 
-def render_harbor(board: HarborBoard, fmt: Format) -> str:
-    """The Harbor table (``harbor_board``): Markdown (ranked, then partial coverage under
+def render_trials(board: TrialBoard, fmt: Format) -> str:
+    """The trial table (``trial_board``): Markdown (ranked, then partial coverage under
     its own heading), CSV (one row per agent, ``coverage`` telling the two apart; per
     category ``<category> c/n``), JSON (``{"ranked": [...], "partial": [...]}``) or an
     HTML fragment (two tables)."""
@@ -599,20 +606,20 @@ def render_harbor(board: HarborBoard, fmt: Format) -> str:
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        columns = _harbor_columns(board, board.agents)
+        columns = _trial_columns(board, board.agents)
         writer.writerow(columns)
         for row in board.agents:
-            writer.writerow(_harbor_texts(board, row))
+            writer.writerow(_trial_texts(board, row))
         return buffer.getvalue()
     parts = []
     for title, note, held in (
-        ("Harbor", HARBOR_NOTE, board.ranked),
-        ("Harbor, partial coverage", PARTIAL_NOTE, board.partial),
+        (board.title, board.note, board.ranked),
+        (f"{board.title}, partial coverage", PARTIAL_NOTE, board.partial),
     ):
         if not held:
             continue
-        columns = _harbor_columns(board, held)
-        body = [_harbor_texts(board, row) for row in held]
+        columns = _trial_columns(board, held)
+        body = [_trial_texts(board, row) for row in held]
         if fmt == "html":
             parts.append(
                 f"<h2>{escape(title)}</h2><table><caption>{escape(note)}</caption><thead><tr>"
