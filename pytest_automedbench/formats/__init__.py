@@ -206,6 +206,16 @@ class TaskFormat(Protocol):
         (``automedbench rejudge``), or None: it is."""
         ...
 
+    def plan_folder(self, cell_dir: Path) -> Path:
+        """Where a cell's folder keeps the agent's plan (``plan.md`` and its diagram)."""
+        ...
+
+    def verifier_files(self, cell_dir: Path) -> list[tuple[Path, str, str]] | None:
+        """The files of a cell's folder that say what its verifier decided, as (path,
+        name, ``text`` or ``json``) for a report to attach; None: the evaluator's
+        verdict, shown with the cell's pictures."""
+        ...
+
     def cell(self, plan: CellPlan, trajectory: TrajectoryWriter) -> FormatCell:
         """The steps of one cell of this format."""
         ...

@@ -219,6 +219,12 @@ class CatalogueFormat:
     def not_rejudged(self, record: CellResult) -> str | None:
         return None
 
+    def plan_folder(self, cell_dir: Path) -> Path:
+        return cell_dir / "workspace" / "plan"
+
+    def verifier_files(self, cell_dir: Path) -> list[tuple[Path, str, str]] | None:
+        return None
+
     def cell(self, plan: CellPlan, trajectory: TrajectoryWriter) -> FormatCell:
         return CatalogueCell(plan, _spec(plan.task), trajectory)
 

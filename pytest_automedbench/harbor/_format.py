@@ -138,6 +138,19 @@ class HarborFormat:
     def not_rejudged(self, record: CellResult) -> str | None:
         return "a Harbor-format cell: its verifier's reward is its score, no S1-S3 rubric"
 
+    def plan_folder(self, cell_dir: Path) -> Path:
+        """An attempt's plan is in its container's /logs/agent, copied out beside it."""
+        return cell_dir / "agent-logs" / "plan"
+
+    def verifier_files(self, cell_dir: Path) -> list[tuple[Path, str, str]] | None:
+        """What the task's verifier said, and its reward file."""
+        verifier = cell_dir / "verifier"
+        return [
+            (verifier / "test-stdout.txt", "verifier output", "text"),
+            (verifier / "reward.txt", "reward.txt", "text"),
+            (verifier / "reward.json", "reward.json", "json"),
+        ]
+
     def cell(self, plan: CellPlan, trajectory: TrajectoryWriter) -> FormatCell:
         from pytest_automedbench.harbor._runner import HarborCell
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from pluggy import HookimplMarker
 
+from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.outcome import describe_result
 from pytest_automedbench.printable import printable, printable_bytes
 from pytest_automedbench.report.pictures import cell_pictures
@@ -174,9 +175,8 @@ def _attachments(
 ) -> None:
     kinds = allure.attachment_type
     cell = Path(result.cell_dir)
-    harbor = result.reward is not None or result.category is not None
-    # A Harbor attempt's plan is in its container's /logs/agent, copied out beside it.
-    plan = cell / ("agent-logs" if harbor else "workspace") / "plan"
+    own = format_of_record(result)
+    plan = own.plan_folder(cell)
     _attach_file(allure, plan / "plan.md", "plan.md", kinds.TEXT)
     _attach_file(allure, plan / "plan.png", "plan diagram", kinds.PNG)
     _attach_file(allure, plan / "plan.svg", "plan diagram", kinds.SVG)
@@ -199,11 +199,10 @@ def _attachments(
         allure.attach(
             json.dumps(verdict, indent=1), name="judge verdict", attachment_type=kinds.JSON
         )
-    if harbor:  # what the task's verifier said, and its reward file
-        verifier = cell / "verifier"
-        _attach_file(allure, verifier / "test-stdout.txt", "verifier output", kinds.TEXT)
-        _attach_file(allure, verifier / "reward.txt", "reward.txt", kinds.TEXT)
-        _attach_file(allure, verifier / "reward.json", "reward.json", kinds.JSON)
+    verifier = own.verifier_files(cell)
+    if verifier is not None:  # what the task's verifier said
+        for path, name, kind in verifier:
+            _attach_file(allure, path, name, kinds.JSON if kind == "json" else kinds.TEXT)
         return
     for picture in cell_pictures(task, cell, public_dir, private_dir):
         if picture.kind == "png":
