@@ -528,7 +528,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_export_harbor(args: argparse.Namespace) -> int:
     """Write one catalogue task (one tier) as a Harbor task folder ``--out/<task>-<tier>/``."""
-    from pytest_automedbench.harbor._export import DEFAULT_EXPORT_BASE, export_harbor_task
+    from pytest_automedbench.harbor import DEFAULT_EXPORT_BASE, export_harbor_task
 
     task = _find(_load(args.suites), args.task)
     folder = export_harbor_task(
@@ -707,7 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("--seed", type=int, default=0)
     comp.set_defaults(func=cmd_compare)
-    # export-harbor (pytest_automedbench.harbor._export, imported when the command runs)
+    # export-harbor (pytest_automedbench.harbor's export, imported when the command runs)
     from pytest_automedbench.config import DEFAULT_OUT
     from pytest_automedbench.terms import TIERS
 

@@ -8,6 +8,7 @@ Harbor trial folder beside it. ``automedbench export-harbor`` writes the catalog
 tasks in the same format.
 """
 
+from pytest_automedbench.harbor._export import DEFAULT_EXPORT_BASE, export_harbor_task
 from pytest_automedbench.harbor._task import (
     DEFAULT_ATTEMPTS,
     HARBOR_TIER,
@@ -27,11 +28,13 @@ from pytest_automedbench.harbor.env_names import secret_env_problem
 
 __all__ = [
     "DEFAULT_ATTEMPTS",
+    "DEFAULT_EXPORT_BASE",
     "HARBOR_TIER",
     "HarborTask",
     "HarborTaskError",
     "TaskConfig",
     "discover_harbor_tasks",
+    "export_harbor_task",
     "harbor_env_names",
     "harbor_root_of",
     "load_harbor_task",
