@@ -31,6 +31,7 @@ podman's own image store. What differs is here:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
@@ -50,6 +51,8 @@ SOCKET = "/run/podman/podman.sock"
 SERVICE_LOG = Path("/tmp/automedbench-podman.log")
 #: How long a service this backend starts may take to answer.
 SERVICE_START_S = 20.0
+#: How long a running service may take to answer before another is started.
+SERVICE_PING_S = 15
 #: Seconds a whole ``docker save | podman load`` of the three images may take.
 LOAD_TIMEOUT_S = 1800
 #: What podman asks for when a limit is not given (``define.RLimitDefaultValue``).
@@ -79,12 +82,12 @@ def podman_client(timeout: int = API_TIMEOUT_S) -> Any:
     return _clients[timeout]
 
 
-def _answers(path: str) -> str | None:
+def _answers(path: str, timeout: int = 3) -> str | None:
     """Why the service at ``path`` does not answer (None: it does)."""
     import docker
 
     try:
-        docker.DockerClient(base_url=f"unix://{path}", timeout=3).ping()
+        docker.DockerClient(base_url=f"unix://{path}", timeout=timeout).ping()
     except Exception as exc:
         return f"no podman service answers at {path} ({type(exc).__name__}: {str(exc)[:200]})"
     return None
@@ -152,26 +155,41 @@ _written: list[Path] = []
 
 
 def start_service(path: str) -> None:
-    """``podman system service --time=0 unix://PATH``, detached (its own session), with
-    :func:`service_config` and its output in :data:`SERVICE_LOG`; returns once it answers
-    or the wait is over."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    config = Path(path).with_name("automedbench-containers.conf")
-    config.write_text(service_config())
-    environment = {k: v for k, v in os.environ.items() if k != "CONTAINER_HOST"}
-    with SERVICE_LOG.open("ab") as log:
-        subprocess.Popen(
-            ["podman", "system", "service", "--time=0", f"unix://{path}"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            # CONTAINER_HOST would make this podman a client of that host, not its service.
-            env={**environment, "CONTAINERS_CONF": str(config)},
-        )
-    deadline = time.monotonic() + SERVICE_START_S
-    while _answers(path) is not None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    """``podman system service --time=0 unix://PATH``, detached (its own session, working
+    in ``/``), with :func:`service_config` and its output in :data:`SERVICE_LOG`; returns
+    once it answers or the wait is over.
+
+    One starter at a time, across processes (a lock beside the socket): a process that
+    waited for the lock finds the service another one started and starts none, so a slow
+    answer under load never puts a second service on the same socket. The service works in
+    ``/``: started from a caller's folder that is later removed (a test's temporary
+    folder), its container monitors fail ("Failed to get working directory") and every
+    container start after that fails with "write child: broken pipe".
+    """
+    folder = Path(path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "automedbench-service.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _answers(path, timeout=SERVICE_PING_S) is None:
+            return
+        config = folder / "automedbench-containers.conf"
+        config.write_text(service_config())
+        environment = {k: v for k, v in os.environ.items() if k != "CONTAINER_HOST"}
+        with SERVICE_LOG.open("ab") as log:
+            subprocess.Popen(
+                ["podman", "system", "service", "--time=0", f"unix://{path}"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd="/",
+                start_new_session=True,
+                # CONTAINER_HOST would make this podman a client of that host, not its
+                # service.
+                env={**environment, "CONTAINERS_CONF": str(config)},
+            )
+        deadline = time.monotonic() + SERVICE_START_S
+        while _answers(path) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 def podman_problem() -> str | None:

@@ -12,6 +12,7 @@ import signal
 import socket
 import struct
 import tarfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -35,18 +36,23 @@ def _server_pid(path: str) -> int:
 
 
 @needs_podman
-def test_a_service_is_started_where_none_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_service_is_started_where_none_answers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Nothing at the socket: the availability check starts ``podman system service`` on
-    it, with a ``containers.conf`` of its own, and reports the backend usable."""
+    it, with a ``containers.conf`` of its own, working in ``/`` (not in the caller's
+    folder, which may be removed under it), and reports the backend usable."""
     folder = Path(f"/run/amb-podman-test-{uuid.uuid4().hex[:8]}")
     path = folder / "podman.sock"
     monkeypatch.setenv("CONTAINER_HOST", f"unix://{path}")
+    monkeypatch.chdir(tmp_path)
     assert pm.socket_path() == str(path)
     assert not path.exists()
     pid = None
     try:
         assert pm.podman_problem() is None
         pid = _server_pid(str(path))
+        assert os.readlink(f"/proc/{pid}/cwd") == "/"
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         config = folder / "automedbench-containers.conf"
         assert f"CONTAINERS_CONF={config}".encode() in environ
@@ -148,3 +154,48 @@ def test_images_are_copied_from_docker_with_their_ids(tmp_path: Path) -> None:
         with contextlib.suppress(Exception):
             podman.images.remove(tag, force=True)
         docker.images.remove(tag, force=True)
+
+
+def _services_on(path: Path) -> list[int]:
+    """The pids of ``podman system service`` processes serving ``path``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"system" in argv and f"unix://{path}".encode() in argv:
+            found.append(int(proc.name))
+    return found
+
+
+@needs_podman
+def test_checks_at_once_start_one_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several availability checks at once where nothing answers (cells starting together
+    on a loaded machine): one service is started, and every check finds it."""
+    folder = Path(f"/run/amb-podman-test-{uuid.uuid4().hex[:8]}")
+    path = folder / "podman.sock"
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{path}")
+    problems: list[str | None] = []
+    threads = [
+        threading.Thread(target=lambda: problems.append(pm.podman_problem())) for _ in range(4)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert problems == [None] * 4
+        assert len(_services_on(path)) == 1
+    finally:
+        for pid in _services_on(path):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while _services_on(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for leftover in folder.glob("*"):
+            leftover.unlink()
+        if folder.exists():
+            folder.rmdir()
