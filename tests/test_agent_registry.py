@@ -230,3 +230,20 @@ def test_a_formats_agents_resolve_by_name_and_no_definition_takes_their_names(
     assert oracle.model_label == "harbor:oracle"
     with pytest.raises(UnknownAgentError, match="'nop' is a built-in scripted agent"):
         parse_definitions({"nop": {"model": "openai/x"}}, "agents file")
+
+
+def test_an_agent_reads_the_catalogue_declaration_only_of_a_catalogue_task() -> None:
+    """``AgentContext.task`` is any format's task; ``spec`` is the catalogue's declaration,
+    refused (TypeError naming the format) for another format's task."""
+    from pytest_automedbench.agents.base import AgentContext
+    from pytest_automedbench.harbor import load_harbor_task
+    from pytest_automedbench.tasks import load_task
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "harbor-tasks"
+    spec = load_task(Path(__file__).resolve().parent.parent / "suites" / "vqa" / "vqa-rad")
+    paths = {"public_dir": "/p", "workspace": "/w", "outputs_dir": "/o", "plan_dir": "/w/plan"}
+    assert AgentContext(task=spec, tier="lite", **paths).spec is spec
+    folder = examples / "basics" / "hello-pytest"
+    harbor = AgentContext(task=load_harbor_task(folder, examples), tier="harbor", **paths)
+    with pytest.raises(TypeError, match="is a harbor task, not a catalogue task"):
+        _ = harbor.spec

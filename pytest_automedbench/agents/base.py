@@ -21,6 +21,7 @@ from pytest_automedbench.metering import Usage as Usage
 if TYPE_CHECKING:
     from pytest_automedbench.agents.tools import Toolbox
     from pytest_automedbench.agents.trajectory import TrajectoryWriter
+    from pytest_automedbench.formats.task import Task
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.sandbox import Sandbox
     from pytest_automedbench.tasks import TaskSpec
@@ -58,9 +59,11 @@ def rejected_request(status: int | None, served: int) -> bool:
 class AgentContext:
     """What an agent is told about its cell: the task, the tier and its paths as seen
     inside the sandbox, and the staged case ids (which scripted archetypes use to do
-    part of the work; model agents discover the cases themselves)."""
+    part of the work; model agents discover the cases themselves). The task is any
+    format's (:class:`~pytest_automedbench.formats.task.Task`); agents that follow the
+    catalogue's task layout read it as declared (:attr:`spec`)."""
 
-    task: TaskSpec
+    task: Task
     tier: str
     public_dir: str
     workspace: str
@@ -70,6 +73,19 @@ class AgentContext:
     #: The cell's repeat (0-based; ``run`` of its key): the ``noisy`` archetype draws
     #: its cases from it. Model agents are not told it.
     run: int = 0
+
+    @property
+    def spec(self) -> TaskSpec:
+        """The task as the catalogue's ``task.yaml`` declares it (its layout, data,
+        outputs, reference), for the agents that follow the catalogue's tasks (the
+        scripted archetypes); TypeError for another format's task."""
+        from pytest_automedbench.tasks import TaskSpec
+
+        if not isinstance(self.task, TaskSpec):
+            raise TypeError(
+                f"{self.task.id} is a {self.task.format_name} task, not a catalogue task"
+            )
+        return self.task
 
 
 @dataclass(frozen=True)

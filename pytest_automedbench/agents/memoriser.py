@@ -137,7 +137,7 @@ def memory_files(memory: dict[str, Any]) -> list[str]:
 
 def memoriser_agent(ctx: AgentContext) -> ScriptedPolicy:
     """Writes its memory and recall program into the workspace, recalls, submits."""
-    memory = build_memory(ctx.task, memory_split(ctx.task))
+    memory = build_memory(ctx.spec, memory_split(ctx.spec))
     files = [f"{ctx.workspace}/memory-{i}.json" for i in range(len(memory_files(memory)))]
     steps = [
         Step("I remember this dataset; write down what I remember.", "write_file",
@@ -149,7 +149,7 @@ def memoriser_agent(ctx: AgentContext) -> ScriptedPolicy:
         Step("A program that recalls answers by their inputs.", "write_file",
              {"path": f"{ctx.workspace}/recall.py", "content": program}, "S2")
     )  # fmt: skip
-    pattern = ctx.task.output_pattern.replace("'", "")
+    pattern = ctx.spec.output_pattern.replace("'", "")
     steps.append(
         bash_step(
             "S4: answer every case from memory.",

@@ -454,25 +454,25 @@ def _checker(ctx: AgentContext) -> str:
         "detection": CHECK_DETECTION,
         "healthagentbench": CHECK_HEALTHAGENT,
     }
-    return scripts[ctx.task.track]
+    return scripts[ctx.spec.track]
 
 
 def _inspect(ctx: AgentContext) -> str:
     """The track's S2 input inspection."""
-    layout = ctx.task.case_layout
-    if ctx.task.track == "healthagentbench":
-        return INSPECT_FILES.format(public=ctx.public_dir, inputs=list(ctx.task.data.inputs))
+    layout = ctx.spec.case_layout
+    if ctx.spec.track == "healthagentbench":
+        return INSPECT_FILES.format(public=ctx.public_dir, inputs=list(ctx.spec.data.inputs))
     if layout == "questions":
         return INSPECT_QUESTIONS.format(public=ctx.public_dir)
     if layout == "coco":
         return INSPECT_COCO.format(public=ctx.public_dir)
     if layout == "reports":
         return INSPECT_CASE_IMAGES.format(public=ctx.public_dir)
-    return INSPECT_INPUTS.format(public=ctx.public_dir, inputs=list(ctx.task.data.inputs))
+    return INSPECT_INPUTS.format(public=ctx.public_dir, inputs=list(ctx.spec.data.inputs))
 
 
 def _check_command(ctx: AgentContext, cases: str) -> str:
-    task = ctx.task
+    task = ctx.spec
     command = (
         f"python {ctx.workspace}/check.py --inputs {ctx.public_dir} --outputs {ctx.outputs_dir} "
         f"--pattern '{task.output_pattern}'"
@@ -485,7 +485,7 @@ def _check_command(ctx: AgentContext, cases: str) -> str:
 
 def reference_steps(ctx: AgentContext) -> list[dict[str, Any]]:
     """The competent pipeline: plan, set up, pilot and check, batch, check, submit."""
-    task = ctx.task
+    task = ctx.spec
     ref = task.reference_dir
     solve = (ref / "solve.py").read_text(encoding="utf-8")
     plan = heredoc(f"{ctx.plan_dir}/plan.md", (ref / "plan.md").read_text(encoding="utf-8"))

@@ -122,7 +122,7 @@ def malformed_agent(ctx: AgentContext) -> ScriptedPolicy:
     """Does the reference work, then "converts" the deliverables into a wrong format for
     the track and submits three times without fixing anything, so the last attempt is
     accepted with its format problems."""
-    task = ctx.task
+    task = ctx.spec
     breaker = BREAK_OUTPUTS[task.track].format(
         outputs=ctx.outputs_dir, glob=task.output_pattern.replace("{case}", "*")
     )
@@ -188,7 +188,7 @@ def partial_agent(ctx: AgentContext) -> ScriptedPolicy:
     if ctx.case_ids:
         prefix, cases = "", " ".join(shlex.quote(c) for c in first_half(ctx.case_ids))
     else:
-        program = FIRST_HALF.format(public=ctx.public_dir, layout=ctx.task.case_layout)
+        program = FIRST_HALF.format(public=ctx.public_dir, layout=ctx.spec.case_layout)
         prefix, cases = f"HALF=$(python -c {shlex.quote(program)})\n", "$HALF"
     steps = _on_some_cases(
         ctx,
@@ -221,7 +221,7 @@ def noisy_agent(ctx: AgentContext) -> ScriptedPolicy:
     cases (:func:`noisy_cases`, seeded by task, tier and run), then submits: TASK and
     OVERALL vary between repeats, reproducibly (for ``--runs auto``). Without case ids
     in the context it runs every case, as the reference does."""
-    cases = noisy_cases(ctx.case_ids, ctx.task.id, ctx.tier, ctx.run)
+    cases = noisy_cases(ctx.case_ids, ctx.spec.id, ctx.tier, ctx.run)
     if not cases or len(cases) == len(ctx.case_ids):
         return ScriptedPolicy("noisy", _reference(ctx))
     chosen = " ".join(shlex.quote(c) for c in cases)

@@ -23,7 +23,7 @@ SOLUTION_DIR = "/solution"
 def harbor_policy(name: str, ctx: AgentContext) -> Policy:
     """The policy of the Harbor agent ``name`` (``oracle`` or ``nop``)."""
     if name == "oracle":
-        limit = max(60.0, float(getattr(ctx.task, "time_limit_s", 600.0)))
+        limit = max(60.0, float(ctx.task.time_limit_s))
         run = Step(
             "Run the task's reference solution.",
             "execute",

@@ -545,7 +545,7 @@ def is_oracle(plan: CellPlan) -> bool:
 def agent_context(task: HarborTask, box: HarborContainer) -> AgentContext:
     workdir = box.workspace_path
     return AgentContext(
-        task=task,  # type: ignore[arg-type]  # the fields agents read are shared
+        task=task,
         tier=HARBOR_TIER,
         public_dir=workdir,
         workspace=workdir,
