@@ -148,6 +148,18 @@ def test_identical_but_for_run_ids_timestamps_and_durations(tmp_path: Path) -> N
     ]
 
 
+def test_harbor_phase_durations_are_measured_durations(tmp_path: Path) -> None:
+    """A Harbor attempt's ``phase_s`` (seconds per phase) is a measurement like
+    ``wall_s``; its reward is not."""
+    before, after = two_runs(tmp_path, phase_s={"agent": 0.3, "verifier": 1.8})
+    proc = compare(before, after)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    before, after = two_runs(tmp_path / "reward", reward=1.0)
+    proc = compare(before, after)
+    assert proc.returncode == 1
+    assert "reward: null -> 1.0" in proc.stdout
+
+
 def test_ledgers_copied_away_from_their_results_folders(tmp_path: Path) -> None:
     before, after = two_runs(tmp_path)
     copies = tmp_path / "copies"
