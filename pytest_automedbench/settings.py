@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_automedbench.agents.base import Limits
-from pytest_automedbench.sandbox.registry import choices as sandbox_choices
+from pytest_automedbench.backends import choices as sandbox_choices
 from pytest_automedbench.terms import ALL_TIERS, TIERS
 
 #: The built-in limits of an agent in one cell (the defaults of the limit settings).

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from pytest_automedbench.backends import ALIASES as ALIASES
+from pytest_automedbench.backends import AUTO, BACKEND_ORDER
+from pytest_automedbench.backends import backend_names as backend_names
+from pytest_automedbench.backends import choices as choices
 from pytest_automedbench.sandbox.base import Capabilities, Sandbox, SandboxError, SandboxSpec
 
 _BACKENDS: dict[str, type[Sandbox]] = {}
 #: ``auto``'s order: (preference, name), lowest first.
 _PREFERENCE: list[tuple[int, str]] = []
-#: Earlier names that are still accepted.
-ALIASES: dict[str, str] = {"local": "bubblewrap"}
-AUTO = "auto"
 _S = TypeVar("_S", bound=type[Sandbox])
 
 #: What ``auto`` says where no isolating backend can run: how to get one, or how to go
@@ -41,6 +42,11 @@ def register(name: str, *, preference: int | None = None) -> Callable[[_S], _S]:
             raise ValueError(f"sandbox backend {name!r} registered twice")
         if preference is not None and not cls.capabilities.isolating:
             raise ValueError(f"auto must never pick the unisolated backend {name!r}")
+        if name not in BACKEND_ORDER or BACKEND_ORDER[name] != preference:
+            raise ValueError(
+                f"sandbox backend {name!r} (auto order {preference}) is not declared in "
+                "pytest_automedbench/backends.py (BACKEND_ORDER), which the settings read"
+            )
         cls.name = name
         _BACKENDS[name] = cls
         if preference is not None:
@@ -49,17 +55,6 @@ def register(name: str, *, preference: int | None = None) -> Callable[[_S], _S]:
         return cls
 
     return add
-
-
-def backend_names() -> tuple[str, ...]:
-    """Every registered backend, ``auto``'s picks first in its order, then the others."""
-    preferred = [name for _, name in _PREFERENCE]
-    return (*preferred, *sorted(set(_BACKENDS) - set(preferred)))
-
-
-def choices() -> tuple[str, ...]:
-    """What ``--sandbox`` accepts: ``auto``, every backend and the aliases."""
-    return (AUTO, *backend_names(), *ALIASES)
 
 
 def backend_class(name: str) -> type[Sandbox]:

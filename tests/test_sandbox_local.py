@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_automedbench.sandbox import (
+    BubblewrapSandbox,
     LocalSandbox,
     Sandbox,
     SandboxError,
@@ -24,6 +25,7 @@ from pytest_automedbench.sandbox import (
 from pytest_automedbench.sandbox.docker import docker_problem
 from pytest_automedbench.sandbox.local import copy_tree_no_links
 from pytest_automedbench.sandbox.registry import register
+from pytest_automedbench.settings import BY_FIELD
 
 from .conftest import SUITES
 
@@ -191,6 +193,22 @@ def test_only_isolating_backends_may_be_preferred_by_auto() -> None:
     with pytest.raises(ValueError, match="never pick the unisolated"):
         register("unisolated-test", preference=1)(Unisolated)
     assert "unisolated-test" not in backend_names()
+
+
+def test_a_backend_must_be_declared_where_the_settings_read_it() -> None:
+    """The settings read the backends' names and auto's order from a leaf table without
+    importing any backend: a backend registering a name or an order that table does not
+    declare is refused, so ``--sandbox``'s choices cannot drift from the registry."""
+
+    class Undeclared(LocalSandbox):
+        pass
+
+    with pytest.raises(ValueError, match=r"not declared in pytest_automedbench/backends\.py"):
+        register("undeclared-test")(Undeclared)
+    with pytest.raises(ValueError, match="not declared"):
+        register("bubblewrap", preference=1)(BubblewrapSandbox)
+    assert "undeclared-test" not in backend_names()
+    assert BY_FIELD["sandbox"].choices == ("auto", *backend_names(), "local")
 
 
 def _no_isolation_here(monkeypatch: pytest.MonkeyPatch) -> None:
