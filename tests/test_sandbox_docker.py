@@ -46,6 +46,8 @@ from pytest_automedbench.sandbox import docker as dk
 from pytest_automedbench.sandbox.images import LABEL, ImageSet
 from pytest_automedbench.sandbox.owner import process_identity
 
+from .test_sandbox_contract import live_pids, wait_gone
+
 _NO_SDK = importlib.util.find_spec("docker") is None
 #: Unique per test session: lets a test find exactly its own containers on a shared daemon.
 RUN_ID = f"test-docker-{uuid.uuid4().hex[:12]}"
@@ -54,33 +56,6 @@ MakeBox = Callable[..., DockerSandbox]
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def live_pids(uid: int) -> list[int]:
-    """Host processes with ``uid`` as any of their uids that are not zombies.
-
-    Zombies are skipped: a killed command lingers as one until the container's reaper
-    collects it, and a zombie runs no code and holds no file.
-    """
-    pids = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(
-                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
-            )
-        except OSError:  # the process went meanwhile
-            continue
-        if str(uid) in fields.get("Uid", "").split() and fields["State"].split()[0] not in "ZX":
-            pids.append(int(status.parent.name))
-    return pids
-
-
-def wait_gone(uid: int, within_s: float = 2.0) -> list[int]:
-    """The live processes of ``uid`` still there after ``within_s`` (empty when all went)."""
-    deadline = time.monotonic() + within_s
-    while (left := live_pids(uid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
 
 
 def kill_leftovers(uid: int) -> None:
