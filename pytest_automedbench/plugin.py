@@ -53,7 +53,7 @@ STATE_KEY = pytest.StashKey[_State]()
 
 class PathCollection(Protocol):
     """How the plugin collects a format whose tasks come from paths the user gives (a
-    setting such as ``--harbor``) rather than from a suite's test files."""
+    path setting named in ``formats.known.FORMAT_PATHS``) rather than from a suite's test files."""
 
     def initial_args(self, given: list[str], file_or_dir: list[str]) -> list[str]:
         """The paths to put before pytest's arguments before any conftest loads."""
@@ -107,7 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
-    """A format collected from paths (``--harbor``) with no test path: its paths become
+    """A format collected from paths (its path setting given) with no test path: its paths become
     the session's paths before the first conftest loads, so a checkout's ``testpaths``
     (its tests' conftest) never reaches such a run."""
     namespace = early_config.known_args_namespace
@@ -135,7 +135,7 @@ def _path_collections(config: pytest.Config) -> Iterator[tuple[PathCollection, t
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    """A file of a format collected from paths (a Harbor task's ``task.toml``, say) is a
+    """A file of a format collected from paths (a task folder's own definition file, say) is a
     module of cells."""
     for collection, _ in _path_collections(parent.config):
         run_config = parent.config.stash[STATE_KEY].run_config
@@ -146,8 +146,8 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """What a format collected from paths keeps out (inside a Harbor task folder, all
-    but its ``task.toml``)."""
+    """What a format collected from paths keeps out (inside one of its task folders, all
+    but the file that defines the task)."""
     for collection, roots in _path_collections(config):
         if (ignored := collection.ignore_collect(collection_path, roots)) is not None:
             return ignored

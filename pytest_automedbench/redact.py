@@ -89,7 +89,7 @@ def redact_file(path: Path, secrets: Iterable[str]) -> bool:
 def redact_tree(folder: Path, secrets: Iterable[str]) -> list[Path]:
     """Mask every secret value in every regular file below ``folder`` (no link followed,
     no FIFO or device opened); the files that held one. What the harness copies out of a
-    container or writes for a Harbor trial passes through here before it stays on disk."""
+    container or writes for a trial folder passes through here before it stays on disk."""
     values = list(secrets)
     changed: list[Path] = []
     if not values or not folder.is_dir():

@@ -57,8 +57,8 @@ Definitions used throughout:
   hashes were scored on different tasks or data. ``compare`` does not pair such cells
   (``Comparison.dropped_task`` / ``dropped_data``); ``differing_versions`` lists them
   for the leaderboard, which marks the rows they touch.
-* **Trials** (records of a format whose ``attempts_are_trials``, e.g. Harbor's
-  HealthAgentBench tasks): every attempt is a trial (a cell of the native
+* **Trials** (records of a format whose ``attempts_are_trials``, e.g. the
+  HealthAgentBench tasks' folders): every attempt is a trial (a cell of the native
   ``healthagentbench`` track: every case of it),
   an infrastructure error (a verifier that left no reward included) counted as a failed
   one, because HealthAgentBench's pooled success is successes / all attempts and a
@@ -623,7 +623,7 @@ class GroupStats:
     @property
     def attempts_are_trials(self) -> bool:
         """Whether every record of the group is an attempt that is a trial of its own
-        (:func:`attempt_is_trial`: a Harbor attempt): only then do reports show the trial
+        (:func:`attempt_is_trial`): only then do reports show the trial
         figures, which would mislead on the catalogue's tasks (where an infra error is no
         trial)."""
         return self.n_attempt_trials > 0 and self.n_attempt_trials == self.n_runs + self.n_infra

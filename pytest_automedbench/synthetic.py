@@ -1,7 +1,7 @@
 """A catalogue task's synthetic split, staged once per machine.
 
 One function, kept low (it needs only the fixtures' registry and staging) so that the
-session, the Harbor export and the ``memoriser`` archetype (which remembers the split
+session, the task export (``cli``) and the ``memoriser`` archetype (which remembers the split
 the task declares) all stage a split the same way.
 """
 
@@ -21,7 +21,7 @@ __all__ = ["stage_synthetic_task"]
 
 def stage_synthetic_task(task: TaskSpec, cache_root: Path, data_size: str = "small") -> StagedData:
     """A task's synthetic split in ``cache_root``, staged once per machine (what a session
-    with ``--data-size data_size`` stages; ``export-harbor`` ships the same split)."""
+    with ``--data-size data_size`` stages; the task export ships the same split)."""
     source = task.data.synthetic
     generator = get_generator(source.generator)
     # A generator without a realistic variant already writes real sizes: same cache.

@@ -18,7 +18,8 @@ runs it (and registered in :data:`~.kinds.KINDS` by being defined):
   ``command`` and a ``model``: an agent system whose model is reached only through the
   cell's LLM gateway, metered, budgeted and read from the wire (:mod:`.external`);
 * :class:`~.kinds.FormatAgent` -- an agent a task format contributes for its own tasks
-  (:data:`~pytest_automedbench.formats.known.FORMAT_AGENTS`; e.g. Harbor's ``oracle``).
+  (:data:`~pytest_automedbench.formats.known.FORMAT_AGENTS`, such as an ``oracle`` that
+  runs a task's reference solution).
 
 This module sits above every kind and imports them; no kind imports it. Names resolve
 through :data:`SCRIPTED`, the formats' agents (:func:`format_agents`),

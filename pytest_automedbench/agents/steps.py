@@ -2,7 +2,8 @@
 thought) and :class:`ScriptedPolicy`, which plays a list of them through the host's tool
 loop; :func:`bash_step`, :func:`python_step` and :func:`submit_step` build the usual
 steps. The scripted archetypes (:mod:`.scripted`), the memoriser (:mod:`.memoriser`)
-and Harbor's oracle and nop are made of them.
+and the agents a task format contributes (``formats.known.FORMAT_AGENTS``) are
+made of them.
 """
 
 from __future__ import annotations

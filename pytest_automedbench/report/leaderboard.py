@@ -42,7 +42,7 @@ OVERALL: Markdown and HTML show it under the leaderboard when given it, and
 stays a list of rows).
 
 Records of a format whose attempts are trials (``TaskFormat.attempts_are_trials``:
-Harbor's HealthAgentBench tasks) are ranked in a table of their own (``trial_board``,
+HealthAgentBench's task folders) are ranked in a table of their own (``trial_board``,
 ``render_trials``; ``render(..., trials=...)`` appends it), titled and captioned by their
 format, not in the rows above: such a format counts every attempt as a trial, an
 infrastructure error (a verifier without a reward included) as a failed one, so its

@@ -7,7 +7,7 @@ and the cost per run ("cost unknown" when a run's model has no price: never $0 f
 
 A group of trials (``GroupStats.attempts_are_trials``: every record of the agent x track
 is an attempt of a format that counts attempts as trials, e.g. a HealthAgentBench category
-of Harbor tasks) gets trial lines instead, named by the format, because its numbers are
+of task folders) gets trial lines instead, named by the format, because its numbers are
 HealthAgentBench's, not the catalogue's: trials (every attempt, an infra error counted as
 a failed one), passed, the pooled success, pass@k and pass^k over the attempts, the
 verifier and other infra errors, OVERALL and AGENTIC, the cost per trial and the mean
