@@ -25,11 +25,10 @@ import time
 from pathlib import Path
 
 from pytest_automedbench.config import RunConfig
-from pytest_automedbench.harbor import load_harbor_task
+from pytest_automedbench.harbor import build_task_image, load_harbor_task
 from pytest_automedbench.results import CellKey
 from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.sandbox.docker import docker_client
-from pytest_automedbench.sandbox.harbor_env import build_task_image
 from pytest_automedbench.sandbox.images import ensure_images
 
 TASK = Path(__file__).resolve().parent.parent / "examples" / "harbor-tasks" / "basics" / "csv-stats"

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from pytest_automedbench.harbor import HarborTaskError, load_harbor_task
-from pytest_automedbench.sandbox import SandboxSpec, TaskImage
-from pytest_automedbench.sandbox.docker import docker_client, docker_problem
-from pytest_automedbench.sandbox.harbor_compose import load_compose, prepare_compose
-from pytest_automedbench.sandbox.harbor_env import (
+from pytest_automedbench.harbor._compose import load_compose, prepare_compose
+from pytest_automedbench.harbor._environment import (
     HarborContainer,
     HarborImageError,
     relay_image_for,
 )
+from pytest_automedbench.sandbox import SandboxSpec, TaskImage
+from pytest_automedbench.sandbox.docker import docker_client, docker_problem
 from pytest_automedbench.sandbox.images import LABEL
 
 RUN_ID = f"test-compose-{uuid.uuid4().hex[:12]}"
@@ -277,12 +277,12 @@ def test_attempt_copies_of_a_dead_harness_are_swept(tmp_path: Path) -> None:
     one of a live harness (this one) or without an owner is kept."""
     import subprocess
 
-    from pytest_automedbench.sandbox.docker import owner_label
-    from pytest_automedbench.sandbox.harbor_compose import (
+    from pytest_automedbench.harbor._compose import (
         BIND_PREFIX,
         OWNER_FILE,
         sweep_stale_binds,
     )
+    from pytest_automedbench.sandbox.docker import owner_label
 
     child = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
     host, namespace, _, _ = owner_label().rsplit(":", 3)

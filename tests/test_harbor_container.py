@@ -23,18 +23,8 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.egress import EgressPolicy, EgressProxy
-from pytest_automedbench.sandbox import (
-    SandboxError,
-    SandboxSpec,
-    TaskImage,
-    backend_class,
-    backend_names,
-    capabilities,
-)
-from pytest_automedbench.sandbox import harbor_env as he
-from pytest_automedbench.sandbox.docker import docker_client, docker_problem
-from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
-from pytest_automedbench.sandbox.harbor_env import (
+from pytest_automedbench.harbor import _environment as he
+from pytest_automedbench.harbor._environment import (
     HarborContainer,
     HarborImageError,
     build_task_image,
@@ -43,6 +33,16 @@ from pytest_automedbench.sandbox.harbor_env import (
     relay_image_for,
     rewrite_from_lines,
 )
+from pytest_automedbench.sandbox import (
+    SandboxError,
+    SandboxSpec,
+    TaskImage,
+    backend_class,
+    backend_names,
+    capabilities,
+)
+from pytest_automedbench.sandbox.docker import docker_client, docker_problem
+from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
 from pytest_automedbench.sandbox.images import LABEL
 
 RUN_ID = f"test-harbor-{uuid.uuid4().hex[:12]}"

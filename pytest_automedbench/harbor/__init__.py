@@ -8,6 +8,7 @@ Harbor trial folder beside it. ``automedbench export-harbor`` writes the catalog
 tasks in the same format.
 """
 
+from pytest_automedbench.harbor._environment import build_task_image
 from pytest_automedbench.harbor._export import DEFAULT_EXPORT_BASE, export_harbor_task
 from pytest_automedbench.harbor._task import (
     DEFAULT_ATTEMPTS,
@@ -33,6 +34,7 @@ __all__ = [
     "HarborTask",
     "HarborTaskError",
     "TaskConfig",
+    "build_task_image",
     "discover_harbor_tasks",
     "export_harbor_task",
     "harbor_env_names",

@@ -69,13 +69,13 @@ from pytest_automedbench.scoring.rules import JudgeContext
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentOutcome
     from pytest_automedbench.gateway import Gateway
+    from pytest_automedbench.harbor._compose import PreparedCompose
+    from pytest_automedbench.harbor._environment import HarborContainer
     from pytest_automedbench.harbor._reward import RewardReading
     from pytest_automedbench.harbor._tampering import Finding
     from pytest_automedbench.harbor._trial import TrialRecord
     from pytest_automedbench.plan import CellPlan
     from pytest_automedbench.sandbox import Sandbox
-    from pytest_automedbench.sandbox.harbor_compose import PreparedCompose
-    from pytest_automedbench.sandbox.harbor_env import HarborContainer
     from pytest_automedbench.violations import Policy as ViolationPolicy
 
 #: Where Harbor's container conventions put the verifier's and the agent's logs.
@@ -460,8 +460,8 @@ class TaskEnvironment:
 def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> TaskEnvironment:
     """The task's image (built once per content hash; the build's lines are events); for
     a docker-compose environment, its services built and its one-shot services run."""
-    from pytest_automedbench.sandbox.harbor_compose import load_compose, prepare_compose
-    from pytest_automedbench.sandbox.harbor_env import build_task_image, compose_file
+    from pytest_automedbench.harbor._compose import load_compose, prepare_compose
+    from pytest_automedbench.harbor._environment import build_task_image, compose_file
 
     environment = task.config.environment
     if environment.docker_image is None and compose_file(task.environment_dir) is not None:
@@ -500,7 +500,7 @@ def open_container(
 ) -> HarborContainer:
     """The attempt's container with the task's resources, user and environment."""
     from pytest_automedbench.agents.systems import ensure_agent_tools
-    from pytest_automedbench.sandbox.harbor_env import HarborContainer
+    from pytest_automedbench.harbor._environment import HarborContainer
 
     environment = task.config.environment
     socket = gateway.unix_socket if gateway is not None else None
@@ -623,13 +623,13 @@ def run_verifier(
 ) -> tuple[VerifierRun, ExecResult]:
     """``/tests/test.sh`` in ``box`` and its reward, read from a copy at ``logs``.
 
-    Everything the harness runs here is its own (``sandbox/harbor_harness.py``): busybox
+    Everything the harness runs here is its own (``harbor/_harness.py``): busybox
     replaces ``/tests`` and empties ``/logs/verifier`` (a link, a planted ``reward.json``
     or a folder named ``reward.txt`` is gone before the verifier starts), and the static
     bash runs ``test.sh`` with no start-up files, in the task's working directory, with
     :func:`verifier_environment`."""
+    from pytest_automedbench.harbor._harness import HARNESS_BASH, busybox
     from pytest_automedbench.harbor._reward import VerifierError, read_reward
-    from pytest_automedbench.sandbox.harbor_harness import HARNESS_BASH, busybox
 
     verifier = task.config.verifier
     user = None if verifier.user is None else str(verifier.user)

@@ -3,7 +3,7 @@
 A Harbor agent is root in its task image, so it can replace what the verifier runs
 (``/usr/local/bin/bash`` over ``/usr/bin/bash``, a patched ``pytest``, an
 ``/etc/ld.so.preload``). The verifier's own shell is the harness's (see
-``sandbox/harbor_harness.py``), but ``test.sh`` runs the image's programs: so once the
+``harbor/_harness.py``), but ``test.sh`` runs the image's programs: so once the
 agent has ended, the container layer's changes against the image (``docker diff``) are
 read and every change below counts as tampering, none of which honest work needs.
 

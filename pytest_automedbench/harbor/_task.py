@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.harbor._environment import COMPOSE_FILES, compose_file
 from pytest_automedbench.harbor.env_names import ENV_OPTION, secret_env_problem
 from pytest_automedbench.redact import secret_values
-from pytest_automedbench.sandbox.harbor_env import COMPOSE_FILES, compose_file
 from pytest_automedbench.tasks import NetworkDecl
 
 if TYPE_CHECKING:
@@ -380,8 +380,8 @@ class HarborTask:
     def _compose_variables_problem(self) -> str | None:
         """A docker-compose file's ``${VAR}`` that the task may not read (see
         :meth:`host_environ`); the file's other faults are reported when it is run."""
-        from pytest_automedbench.sandbox.harbor_compose import HarborVariableError, load_compose
-        from pytest_automedbench.sandbox.harbor_env import HarborImageError
+        from pytest_automedbench.harbor._compose import HarborVariableError, load_compose
+        from pytest_automedbench.harbor._environment import HarborImageError
 
         if self.config.environment.docker_image or compose_file(self.environment_dir) is None:
             return None

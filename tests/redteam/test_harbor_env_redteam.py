@@ -20,6 +20,17 @@ from typing import Any
 import pytest
 
 from pytest_automedbench.config import RunConfig
+from pytest_automedbench.harbor._compose import (
+    HarborVariableError,
+    load_compose,
+    prepare_compose,
+)
+from pytest_automedbench.harbor._environment import (
+    HarborContainer,
+    HarborImageError,
+    build_task_image,
+    relay_image_for,
+)
 from pytest_automedbench.harbor._task import (
     HarborTaskError,
     harbor_env_names,
@@ -29,17 +40,6 @@ from pytest_automedbench.harbor._task import (
 from pytest_automedbench.redact import MASK, redact_tree
 from pytest_automedbench.sandbox import SandboxSpec, TaskImage
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem
-from pytest_automedbench.sandbox.harbor_compose import (
-    HarborVariableError,
-    load_compose,
-    prepare_compose,
-)
-from pytest_automedbench.sandbox.harbor_env import (
-    HarborContainer,
-    HarborImageError,
-    build_task_image,
-    relay_image_for,
-)
 from pytest_automedbench.sandbox.images import LABEL
 
 pytestmark = pytest.mark.redteam

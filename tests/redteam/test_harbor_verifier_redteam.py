@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
+from pytest_automedbench.harbor._environment import relay_image_for
 from pytest_automedbench.harbor._tampering import Finding, find_tampering
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem
-from pytest_automedbench.sandbox.harbor_env import relay_image_for
 from tests.test_harbor_cells import _records, _session
 
 pytestmark = [pytest.mark.redteam]
@@ -404,7 +404,7 @@ def test_the_evidence_names_the_first_findings_and_counts_the_rest() -> None:
 
 
 def test_the_harness_programs_are_static() -> None:
-    from pytest_automedbench.sandbox.harbor_harness import (
+    from pytest_automedbench.harbor._harness import (
         HARNESS_SOURCES,
         harness_programs_dir,
         is_static_elf,

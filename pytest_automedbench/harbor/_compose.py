@@ -45,6 +45,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from pytest_automedbench.harbor._environment import (
+    COMPOSE_FILES,
+    HarborImageError,
+    build_task_image,
+    compose_file,
+    copy_tree,
+)
 from pytest_automedbench.redact import SECRET_NAME
 from pytest_automedbench.sandbox.base import SandboxSpec
 from pytest_automedbench.sandbox.docker import (
@@ -52,13 +59,6 @@ from pytest_automedbench.sandbox.docker import (
     docker_problem,
     owner_label,
     task_image_options,
-)
-from pytest_automedbench.sandbox.harbor_env import (
-    COMPOSE_FILES,
-    HarborImageError,
-    build_task_image,
-    compose_file,
-    copy_tree,
 )
 from pytest_automedbench.sandbox.images import LABEL
 from pytest_automedbench.sandbox.owner import is_gone

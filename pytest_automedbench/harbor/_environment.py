@@ -49,6 +49,15 @@ from typing import IO, Any, Literal
 
 from filelock import FileLock
 
+from pytest_automedbench.harbor._harness import (
+    CLASSIFY_SCRIPT,
+    HARNESS_BUSYBOX,
+    HARNESS_DIR,
+    HARNESS_ENV,
+    RESET_DIR_SCRIPT,
+    busybox,
+    harness_programs_dir,
+)
 from pytest_automedbench.sandbox.agent_systems import AGENT_TOOLS, AGENT_TOOLS_PATHS
 from pytest_automedbench.sandbox.base import (
     GATEWAY_SOCKET_NAME,
@@ -78,15 +87,6 @@ from pytest_automedbench.sandbox.egress import (
     PROXY_PORT,
     proxy_environment,
     with_relay,
-)
-from pytest_automedbench.sandbox.harbor_harness import (
-    CLASSIFY_SCRIPT,
-    HARNESS_BUSYBOX,
-    HARNESS_DIR,
-    HARNESS_ENV,
-    RESET_DIR_SCRIPT,
-    busybox,
-    harness_programs_dir,
 )
 from pytest_automedbench.sandbox.images import (
     DEBOOTSTRAP,
@@ -118,7 +118,7 @@ MAX_LINK_HOPS = 40
 _GO_DIR = 1 << 31
 _GO_SYMLINK = 1 << 27
 #: The file names of a docker-compose environment, in Compose's order of preference (the
-#: one list: task loading, image building and :mod:`harbor_compose` ask :func:`compose_file`).
+#: one list: task loading, image building and :mod:`._compose` ask :func:`compose_file`).
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 _FROM = re.compile(r"^(\s*FROM\s+)(.*)$", re.IGNORECASE)
 #: A build context is hashed and sent whole: at most this many entries and bytes (a
@@ -467,7 +467,7 @@ def build_task_image(
     rebuilds the task): built once per content, concurrent workers serialise on a file
     lock. Nothing is ever pulled. Raises :class:`HarborImageError`.
 
-    A docker-compose service's ``build`` (see :mod:`harbor_compose`) passes its own
+    A docker-compose service's ``build`` (see :mod:`._compose`) passes its own
     ``context`` (default ``environment_dir``), ``dockerfile`` (relative to the context,
     default ``Dockerfile``), ``build_args`` and ``exclude`` (context-relative paths left
     out of both the build context and the hash: a context above ``environment/`` would
@@ -490,7 +490,7 @@ def build_task_image(
     if compose is not None and context is None and dockerfile is None:
         raise HarborImageError(
             f"{compose}: a docker-compose environment is not one "
-            "Dockerfile: prepare it with sandbox.harbor_compose (load_compose, prepare_compose)"
+            "Dockerfile: prepare it with harbor._compose (load_compose, prepare_compose)"
         )
     context_dir = environment_dir if context is None else context
     dockerfile_rel = posixpath.normpath(dockerfile or "Dockerfile")
@@ -685,7 +685,7 @@ class HarborContainer(Sandbox):
     ``pquota``, which benchmark hosts rarely have, so a disk-filling task is bounded only
     by the host's disk. ``spec.workspace_dir`` is staging space on the host, never mounted.
     ``profile.mounts`` (``docker.types.Mount``) are added as given: a docker-compose task's
-    named volumes and binds for ``main`` (:class:`harbor_compose.PreparedCompose`).
+    named volumes and binds for ``main`` (:class:`._compose.PreparedCompose`).
     """
 
     def __init__(
@@ -762,7 +762,7 @@ class HarborContainer(Sandbox):
         # shared with the agent containers: once per process
         sweep_stale_once(client, engine=self.engine.name)
         self.spec.workspace_dir.mkdir(parents=True, exist_ok=True)
-        # The harness's static programs (see harbor_harness): what it runs once the agent
+        # The harness's static programs (see _harness): what it runs once the agent
         # has had the container, the verifier's shell among them.
         mounts = [bind(harness_programs_dir(), HARNESS_DIR, read_only=True)]
         if self.spec.agent_tools is not None:
@@ -1023,7 +1023,7 @@ class HarborContainer(Sandbox):
     # ------------------------------------------------------------------ the harness's own
 
     def harness_run(self, argv: list[str], timeout_s: float = 60) -> ExecResult:
-        """A command of the harness's static programs (``harbor_harness``) as root, in
+        """A command of the harness's static programs (``_harness``) as root, in
         ``/``, with nothing of the image's environment looked up; leftovers killed."""
         return self._call(argv, "0", timeout_s, HARNESS_ENV, "/")
 
