@@ -64,7 +64,7 @@ class SandboxSpec(BaseModel):
 
 
 class TaskImage(BaseModel):
-    """The profile of a sandbox made from a task's own image (a Harbor task's container),
+    """The profile of a sandbox made from a task's own image (a task format that ships one),
     given with a :class:`SandboxSpec` (its limits, binds and network) to a backend whose
     capabilities say ``task_images``: the image, the user its commands run as and their
     working folder (None: the image's ``USER`` / ``WORKDIR``), the environment added to the
@@ -120,7 +120,7 @@ class Capabilities:
     network_modes: frozenset[NetworkMode] = ALL_NETWORK_MODES
     #: The image roles it runs (made at session set-up: :meth:`Sandbox.session_setup`).
     images: tuple[str, ...] = ()
-    #: It can run a task's own image (Harbor tasks' containers).
+    #: It can run a task's own image (:class:`TaskImage`).
     task_images: bool = False
     #: Commands may run as another user than the sandbox's own (``run(user=...)``).
     other_users: bool = False

@@ -156,7 +156,7 @@ def _sweep_once(client: Any, *, tolerant: bool = False, engine: str = "docker") 
             sweep_stale_containers(client)
 
 
-#: The sweep, once per process, for the other container kinds (Harbor task containers).
+#: The sweep, once per process, for the other container kinds (task-image containers).
 sweep_stale_once = partial(_sweep_once, tolerant=True)
 
 
@@ -642,7 +642,7 @@ def container_options(spec: SandboxSpec) -> dict[str, Any]:
 
 
 def task_image_options(spec: SandboxSpec) -> dict[str, Any]:
-    """A task's own image (a Harbor task's container, :class:`~.base.TaskImage`): the
+    """A task's own image (a task-image container, :class:`~.base.TaskImage`): the
     image's user and a writable root, as the task expects, with Docker's init as pid 1,
     no new privileges, Docker's default capabilities less :data:`TASK_DROPPED_CAPS`, and
     the spec's limits."""

@@ -26,7 +26,7 @@ podman's own image store. What differs is here:
 * **/run and /var/tmp.** Podman gives a read-only container writable tmpfs there; they
   are bounded like /tmp (``tmp_mb``) and not executable.
 * **GPUs** are not passed (podman's compat API has no device requests; CDI is left for
-  later), and Harbor tasks' own images stay with the Docker backend.
+  later), and a task's own image (:class:`~.base.TaskImage`) stays with the Docker backend.
 """
 
 from __future__ import annotations
