@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,12 +108,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
-    """A format collected from paths (its path setting given) with no test path: its paths become
-    the session's paths before the first conftest loads, so a checkout's ``testpaths``
-    (its tests' conftest) never reaches such a run."""
+    """A format collected from paths (its path setting given on the command line or in the
+    pyproject file's settings table) with no test path: its paths become the session's
+    paths before the first conftest loads, so a checkout's ``testpaths`` (its tests'
+    conftest) never reaches such a run."""
     namespace = early_config.known_args_namespace
     for task_paths in FORMAT_PATHS.values():
         given = getattr(namespace, settings.BY_FIELD[task_paths.setting].dest, None)
+        if not given:
+            given = _paths_in_settings_table(early_config.rootpath, task_paths.setting)
         if not given:
             continue
         collection: PathCollection = load(task_paths.collection)
@@ -152,6 +156,23 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         if (ignored := collection.ignore_collect(collection_path, roots)) is not None:
             return ignored
     return None
+
+
+def _paths_in_settings_table(rootpath: Path, setting: str) -> list[str]:
+    """A path setting as ``[tool.automedbench]`` of the rootdir's pyproject file gives it,
+    each path relative to the file's folder (as the configuration reads it); [] when the
+    file does not set it or cannot be read (the configuration reports that, later)."""
+    try:
+        table = tomllib.loads((rootpath / "pyproject.toml").read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    tool = table.get("tool")
+    section = tool.get("automedbench") if isinstance(tool, dict) else None
+    value = section.get(setting) if isinstance(section, dict) else None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        return []
+    return [str(rootpath / Path(item).expanduser()) for item in items]
 
 
 def _has_settings_table(config: pytest.Config) -> bool:

@@ -10,6 +10,7 @@ reports, once collection is over, whether the switch is set and which conftests 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,6 +30,7 @@ BASICS_IDS = {
 
 PROBE = """
 import os
+import shutil
 
 import pytest
 
@@ -115,3 +117,39 @@ def test_the_project_s_own_test_runs_still_load_it(probe_pytest: RunProbe) -> No
     assert probe.returncode == 0, probe.output
     assert probe.static_only == "'1'", probe.output
     assert TESTS_CONFTEST in probe.conftests, probe.output
+
+
+def test_harbor_paths_in_pyproject_keep_the_projects_test_configuration_out(
+    tmp_path: Path,
+) -> None:
+    """``[tool.automedbench] harbor`` in a project's pyproject file (no ``--harbor``) is
+    read before the first conftest loads too: the project's ``testpaths`` conftest, which
+    would announce itself, never loads, and the Harbor tasks are collected."""
+    project = tmp_path / "project"
+    shutil.copytree(REPO / BASICS, project / "tasks")
+    (project / "tests").mkdir()
+    (project / "tests" / "conftest.py").write_text(
+        "import os\nos.environ['AMB_TEST_CONF'] = 'loaded'\n", "utf-8"
+    )
+    (project / "tests" / "test_nothing.py").write_text("def test_x():\n    pass\n", "utf-8")
+    (project / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n\n'
+        '[tool.automedbench]\nharbor = ["tasks"]\n',
+        "utf-8",
+    )
+    (tmp_path / "amb_probe.py").write_text(PROBE.replace("SWITCH", "'AMB_TEST_CONF'"), "utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "AMB_TEST_CONF"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "amb_probe"]
+    argv += ["-p", "no:cacheprovider"]
+    done = subprocess.run(
+        argv, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    probe = Probe(done)
+    assert probe.returncode == 0, probe.output
+    assert probe.static_only == "None", probe.output
+    assert project / "tests" / "conftest.py" not in probe.conftests, probe.output
+    assert probe.node_ids == {
+        f"tasks/{name}/task.toml::test_harbor[{name}-harbor-r0]"
+        for name in ("csv-stats", "hello-pytest")
+    }, probe.output
