@@ -113,10 +113,17 @@ def quiet_environment(systems: Iterable[AgentSystem]) -> dict[str, str]:
 
 
 def default_tools_dir() -> Path:
-    """``$AUTOMEDBENCH_AGENT_TOOLS``, else ``.agent-tools/`` in the checkout."""
+    """``$AUTOMEDBENCH_AGENT_TOOLS``; else ``.agent-tools/`` in a checkout (the folder with
+    ``pyproject.toml`` above this one); else, for an installed package, the user's cache
+    (``$XDG_CACHE_HOME/automedbench/agent-tools``, ``~/.cache/...`` by default), never a
+    folder inside site-packages, which an upgrade replaces and a user may not write to."""
     if configured := os.environ.get(TOOLS_DIR_VARIABLE):
         return Path(configured).resolve()
-    return Path(__file__).resolve().parent.parent / ".agent-tools"
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / ".agent-tools"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).resolve() / "automedbench" / "agent-tools"
 
 
 def stamp_text(systems: Iterable[AgentSystem]) -> str:

@@ -153,3 +153,24 @@ def test_a_new_module_is_a_new_system(tmp_path: Path, monkeypatch: pytest.Monkey
     (package / "broken.py").write_text("SYSTEM = 'not a system'\n")
     with pytest.raises(TypeError, match="broken defines no SYSTEM"):
         discover(importlib.import_module("amb_more_systems"))
+
+
+def test_agent_tools_go_beside_a_checkout_and_to_the_cache_when_installed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A checkout keeps its ``.agent-tools/``; an installed package (no ``pyproject.toml``
+    above it) uses the user's cache, never site-packages; the variable wins over both."""
+    from pytest_automedbench.sandbox import agent_systems
+
+    monkeypatch.delenv(agent_systems.TOOLS_DIR_VARIABLE, raising=False)
+    checkout = Path(agent_systems.__file__).resolve().parent.parent
+    assert agent_systems.default_tools_dir() == checkout / ".agent-tools"
+    site = tmp_path / "site-packages" / "pytest_automedbench" / "sandbox" / "agent_systems.py"
+    monkeypatch.setattr(agent_systems, "__file__", str(site))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert agent_systems.default_tools_dir() == tmp_path / "cache/automedbench/agent-tools"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert agent_systems.default_tools_dir() == tmp_path / "home/.cache/automedbench/agent-tools"
+    monkeypatch.setenv(agent_systems.TOOLS_DIR_VARIABLE, str(tmp_path / "mine"))
+    assert agent_systems.default_tools_dir() == tmp_path / "mine"
