@@ -64,11 +64,11 @@ Kinds and their fields (``turn`` on most of them):
     (``fields``: their names, ``protocol``, ``request_digest``): a violation.
 ``phase``, ``environment``, ``verifier``, ``verifier_control``, ``verifier_failure``,
 ``tampering``, ``harbor_trial_error``
-    a Harbor-format attempt: its phases and their seconds, the task's image, the
-    verifier's run and rewards (and the control run on a fresh container when it left
-    none), a verifier failure blamed on the agent, what the agent changed of the
-    programs the verifier runs (a violation), and a trial folder that could not be
-    written.
+    an attempt of a format whose verifier runs in the agent's container: its phases and
+    their seconds, the task's image, the verifier's run and rewards (and the control run
+    on a fresh container when it left none), a verifier failure blamed on the agent, what
+    the agent changed of the programs the verifier runs (a violation), and a trial folder
+    that could not be written.
 ``egress``, ``runtime``
     what the sandbox saw the agent do: a connection through the egress proxy, and what
     the runtime probe recorded in the agent's Python (``probe``: ``optimizer_step``,
@@ -537,7 +537,7 @@ class RuntimeEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PhaseEvent(Event):
-    """A Harbor attempt's phase ended (``environment``, ``agent``, ``verifier``, ...):
+    """A phase of an attempt ended (``environment``, ``agent``, ``verifier``, ...):
     its seconds and whether it ended without an exception."""
 
     KIND = "phase"
@@ -548,7 +548,7 @@ class PhaseEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvironmentEvent(Event):
-    """A Harbor task's environment: the image built or prepared (and its compose
+    """A task's own environment: the image built or prepared (and its compose
     volumes), or a line of what building it said (``message``: text, not a
     conversation message)."""
 
@@ -560,7 +560,7 @@ class EnvironmentEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VerifierEvent(Event):
-    """A Harbor task's verifier ran in the agent's container: how it ended and the
+    """A task's own verifier ran in the agent's container: how it ended and the
     rewards it left (``source``: the file they were read from), or why there are none."""
 
     KIND = "verifier"
@@ -596,7 +596,7 @@ class VerifierFailureEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TamperingEvent(Event):
-    """What the agent changed of the programs a Harbor verifier runs (``category``:
+    """What the agent changed of the programs a task's verifier runs (``category``:
     ``harness_tampering``): a violation the monitor reads."""
 
     KIND = "tampering"
@@ -607,7 +607,7 @@ class TamperingEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HarborTrialErrorEvent(Event):
-    """Writing a Harbor attempt's trial folder failed (the record stands)."""
+    """Writing an attempt's trial folder failed (the record stands)."""
 
     KIND = "harbor_trial_error"
     error: str | None = None

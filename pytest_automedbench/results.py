@@ -106,11 +106,11 @@ class CellResult(BaseModel):
     judge: dict[str, Any] = Field(default_factory=dict)
     limits: dict[str, Any] = Field(default_factory=dict)
     #: Format-specific fields: each is filled only by its task format, the rest leave it
-    #: None/empty. The Harbor format's (:class:`pytest_automedbench.harbor._runner.HarborFields`,
-    #: tier ``harbor``): the verifier's ``reward`` (every key of its reward file is in
-    #: ``task_metrics``), whether the attempt passed (``reward`` >= the task's threshold),
-    #: seconds per phase (``environment``, ``agent``, ``verifier``) and the task's
-    #: category (also its ``track``). A verifier that left no readable reward makes the
+    #: None/empty (the formats are listed in :mod:`pytest_automedbench.formats.known`).
+    #: A format whose verifier writes a reward: the verifier's ``reward`` (every key of its
+    #: reward file is in ``task_metrics``), whether the attempt passed (``reward`` >= the
+    #: task's threshold), seconds per phase (``environment``, ``agent``, ``verifier``) and
+    #: the task's category (also its ``track``). A verifier that left no readable reward makes the
     #: record an ``infra_error`` with ``termination="verifier_error"``: never a silent 0.
     reward: float | None = None
     passed: bool | None = None
@@ -127,7 +127,8 @@ class CellResult(BaseModel):
     def pooled_trials(self) -> tuple[int, int]:
         """(trials, passes) that this record adds to HealthAgentBench's pooled success: a
         HealthAgentBench-track cell is one trial per case, an unscored one failing them
-        all; any other record (a Harbor attempt) is one trial, passed when ``passed``."""
+        all; any other record (an attempt of a format whose attempts are trials) is one
+        trial, passed when ``passed``."""
         if self.cases_total is not None:
             return self.cases_total, self.cases_passed or 0
         return 1, int(self.passed is True)

@@ -671,7 +671,7 @@ def find_violations(events: Iterable[Mapping[str, Any] | Event], policy: Policy)
         if raw.get("kind") == "gateway_tampering":
             _gateway_evidence(scan, raw)
             continue
-        if raw.get("kind") == "tampering":  # the Harbor verifier's reading of docker diff
+        if raw.get("kind") == "tampering":  # a format's reading of what changed in the image
             scan.add("harness_tampering", str(raw.get("evidence", "")), {**raw, "tool": "image"})
             continue
         if raw.get("kind") != "tool_result":

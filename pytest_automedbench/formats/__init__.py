@@ -2,8 +2,8 @@
 
 A small protocol and one implementation per format, registered by name in the way the
 executors are (:mod:`pytest_automedbench.executors`). The catalogue's ``task.yaml``
-tasks (:mod:`.catalogue`) and Harbor-format task folders (:mod:`pytest_automedbench.harbor`)
-are its two implementations. A task names its format (``format_name``); everything
+tasks (:mod:`.catalogue`) is one implementation; the others are listed in
+:mod:`pytest_automedbench.formats.known`. A task names its format (``format_name``); everything
 outside a format's own module asks the format, never which format a task is:
 
 - collection: the tiers a task runs at, why its cells cannot run here, the markers of a
@@ -86,7 +86,7 @@ class Crash:
 class FormatCell(Protocol):
     """One cell's format-specific steps, in the order :func:`runner.run_cell` takes them.
 
-    ``prepared`` wraps the rest (the catalogue's workspace quota, a Harbor task's
+    ``prepared`` wraps the rest (the catalogue's workspace quota, another format's task
     image); the gateway, the egress route (when ``wants_egress``) and the runtime probe
     (when ``wants_probe``) are opened around ``sandbox``; ``brief`` and ``agent_phase``
     frame the agent's run; ``check`` runs in the sandbox after it, ``recheck`` once the
@@ -133,7 +133,7 @@ class TaskFormat(Protocol):
     name: ClassVar[str]
     #: Every attempt of a cell is a trial of its own and an infrastructure error a failed
     #: one (pooled success = passed / attempts): the statistics and reports count this
-    #: format's records as trials (Harbor's rule), not as the catalogue's scored runs.
+    #: format's records as trials, not as scored runs.
     attempts_are_trials: ClassVar[bool]
     #: The title and the caption of the leaderboard's table of this format's trials
     #: (where ``attempts_are_trials``).

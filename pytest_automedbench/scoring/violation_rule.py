@@ -4,8 +4,8 @@ An isolation violation (the agent reached the references or the run's records) o
 protocol violation (training where the task's inference-only protocol forbids it) makes
 the cell the agent's and worth nothing: S1-S5 = 0 (every item kept with its evidence,
 scored 0, and a ``violation`` item added to each stage), TASK excluded (None),
-OVERALL = 0, rating F, not resolved, and a format's own pass (a Harbor reward over its
-threshold) does not stand. Every path that records a cell (scoring a finished cell,
+OVERALL = 0, rating F, not resolved, and a format's own pass (its verifier's verdict in
+the agent's favour) does not stand. Every path that records a cell (scoring a finished cell,
 recording one the harness could not finish, judging a stored one again) goes through
 :func:`apply_violation_rule`.
 """
@@ -55,7 +55,7 @@ class RuledScores:
         )
 
     def stands(self, verdict: bool) -> bool:
-        """Whether a verdict in the agent's favour (resolved, a Harbor pass) stands: never
+        """Whether a verdict in the agent's favour (resolved, a format's own pass) stands: never
         under a violation."""
         return verdict and not self.violated
 
