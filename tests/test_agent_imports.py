@@ -1,10 +1,12 @@
-"""No import cycle anywhere in the package (its mapped folders included), counting every
-import: at the top, inside functions (a deferred import still ties two modules) and for
-type checking only."""
+"""The package's seams, read from its source: no import cycle anywhere (its mapped folders
+included), counting every import: at the top, inside functions (a deferred import still
+ties two modules) and for type checking only; and no module outside a task format's own
+package names that format, but the few that must."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,3 +111,57 @@ def test_no_import_cycle_anywhere_in_the_package() -> None:
     found = cycles(graph)
     if found:
         pytest.fail("import cycles: " + "; ".join(" <-> ".join(c) for c in found))
+
+
+#: The modules outside a format's own package that may name it: the format registry, the
+#: settings table with its configuration model, the command line (the task export) and the
+#: trajectory's schema (event kinds on disk keep their names).
+MAY_NAME_A_FORMAT = frozenset(
+    f"{PACKAGE}.{m}" for m in ("formats.known", "settings", "config", "cli", "events")
+)
+
+
+def format_packages() -> dict[str, str]:
+    """Each task format other than the project's own catalogue -> the package that
+    implements it (read from the registry, so a new format is checked too)."""
+    from pytest_automedbench.formats.known import FORMATS
+
+    found: dict[str, str] = {}
+    for name, reference in FORMATS.items():
+        module = reference.partition(":")[0]
+        if not module.startswith(f"{PACKAGE}.formats."):
+            found[name] = module.rpartition(".")[0]
+    return found
+
+
+def naming(word: str, package: str, known: dict[str, Path]) -> set[str]:
+    """The modules outside ``package`` whose text names ``word`` (any case)."""
+    pattern = re.compile(re.escape(word), re.IGNORECASE)
+    return {
+        name
+        for name, path in known.items()
+        if not (name == package or name.startswith(f"{package}."))
+        and pattern.search(path.read_text(encoding="utf-8"))
+    }
+
+
+def test_the_naming_check_sees_a_docstring_outside_the_package(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text('"""Reads a Harbor task."""\n')
+    (tmp_path / "b.py").write_text("X = 1\n")
+    (tmp_path / "c.py").write_text("HARBOR = 1\n")
+    known = {"p.a": tmp_path / "a.py", "p.b": tmp_path / "b.py", "p.fmt.c": tmp_path / "c.py"}
+    assert naming("harbor", "p.fmt", known) == {"p.a"}
+
+
+def test_no_module_outside_a_format_package_names_the_format() -> None:
+    """Outside a format's own package only the registry, the settings, the configuration,
+    the CLI and the trajectory's schema may name it (five files at most)."""
+    known = modules()
+    packages = format_packages()
+    assert packages.get("harbor") == f"{PACKAGE}.harbor"
+    for name, package in packages.items():
+        found = naming(name, package, known)
+        assert found <= MAY_NAME_A_FORMAT, (
+            f"{sorted(found - MAY_NAME_A_FORMAT)} name the {name} format outside {package}"
+        )
+        assert len(found) <= 5
