@@ -11,7 +11,6 @@ is isolated is the failure mode this backend exists to prevent.
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import json
 import os
@@ -20,7 +19,6 @@ import signal
 import stat
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -34,59 +32,23 @@ from pytest_automedbench.sandbox import bubblewrap as bw
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
 from pytest_automedbench.sandbox.owner import process_identity
 
+from .test_sandbox_contract import (
+    kill_uid,
+    live_pids,
+    run_json,
+    run_ok,
+    wait_gone,
+    write_task_dirs,
+)
+
 _PROBLEM = bubblewrap_problem()
 pytestmark = pytest.mark.skipif(
     _PROBLEM is not None, reason=f"bubblewrap backend cannot run here: {_PROBLEM}"
 )
 
-#: Process states that are still running code (everything but zombie/dead).
-_LIVE_STATES = "D,R,S,T,t"
-
 
 class MakeBox(Protocol):
     def __call__(self, name: str = "ws", *, memory_mb: int = 8192) -> BubblewrapSandbox: ...
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def live_pids(uid: int) -> list[int]:
-    """Processes of this real uid that are not zombies (``pgrep -U``).
-
-    Zombies are excluded on purpose: bubblewrap's pid-1 init is reparented to the host's
-    init when its monitor exits first, and lingers as a zombie until that init reaps it.
-    A zombie runs no code and holds no file, so it is not an escape.
-    """
-    proc = subprocess.run(
-        ["pgrep", "-U", str(uid), "-r", _LIVE_STATES], capture_output=True, text=True
-    )
-    return [int(pid) for pid in proc.stdout.split()]
-
-
-def wait_gone(uid: int, within_s: float = 2.0) -> list[int]:
-    """The live processes of ``uid`` still there after ``within_s`` (empty when all went)."""
-    deadline = time.monotonic() + within_s
-    while (left := live_pids(uid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
-
-
-def kill_leftovers(uid: int) -> None:
-    """Only for cleanup after a failed assertion: SIGKILL this test's sandbox processes."""
-    for pid in live_pids(uid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def run_ok(box: BubblewrapSandbox, code: str, language: str = "python") -> str:
-    result = box.exec("python" if language == "python" else "bash", code, timeout_s=60)
-    assert result.exit_code == 0, result
-    out: str = result.stdout
-    return out
-
-
-def run_json(box: BubblewrapSandbox, code: str) -> Any:
-    return json.loads(run_ok(box, textwrap.dedent(code)).strip().splitlines()[-1])
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -94,18 +56,7 @@ def run_json(box: BubblewrapSandbox, code: str) -> Any:
 
 @pytest.fixture
 def public(tmp_path: Path) -> Path:
-    public = tmp_path / "public"
-    (public / "cases").mkdir(parents=True)
-    (public / "input.txt").write_text("hello")
-    (public / "cases" / "case_0001.txt").write_text("case one")
-    root_only = public / "root_only.txt"
-    root_only.write_text("only root reads this")
-    root_only.chmod(0o600)
-    # World-writable on the host: only the read-only mount can stop a write to it.
-    writable = public / "open.txt"
-    writable.write_text("anyone may write")
-    writable.chmod(0o666)
-    return public
+    return write_task_dirs(tmp_path) / "public"
 
 
 @pytest.fixture
@@ -122,7 +73,7 @@ def make_box(tmp_path: Path, public: Path) -> Iterator[MakeBox]:
     yield make
     for box in boxes:
         box.stop()
-        kill_leftovers(box.uid)
+        kill_uid(box.uid)
 
 
 @pytest.fixture
@@ -304,31 +255,6 @@ def test_limits_match_the_backend_constants(make_box: MakeBox) -> None:
     assert limits["tmp_entries"] == []
 
 
-def test_fork_bomb_is_contained_and_the_host_can_still_spawn(
-    make_box: MakeBox, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A small cap keeps a real fork bomb cheap on a shared machine while exercising the
-    # same RLIMIT_NPROC as the default.
-    box = make_box(max_processes=48)
-    results: list[Any] = []
-    bomb = threading.Thread(
-        target=lambda: results.append(box.exec("bash", "b(){ b | b & }; b; sleep 10", 3))
-    )
-    bomb.start()
-    peak = 0
-    while bomb.is_alive():
-        peak = max(peak, len(live_pids(box.uid)))
-        time.sleep(0.02)
-    bomb.join()
-    (result,) = results
-    assert result.exit_code != 0
-    assert "Resource temporarily unavailable" in result.stderr
-    assert 10 < peak <= 48, f"peak of {peak} processes for the sandbox uid"
-    assert wait_gone(box.uid) == []
-    assert subprocess.run(["true"]).returncode == 0
-    assert run_ok(box, "echo alive", "bash").strip() == "alive"
-
-
 def test_processes_together_stay_under_the_memory_limit(make_box: MakeBox) -> None:
     """Four workers of 100 MiB each do not fit in 256 MiB (a per-process limit would let
     them); skipped where the host gives no memory cgroup."""
@@ -397,7 +323,7 @@ def test_sandbox_dies_with_the_harness(public: Path, tmp_path: Path) -> None:
     finally:
         harness.kill()
         harness.wait()
-        kill_leftovers(uid)
+        kill_uid(uid)
         # A SIGKILLed harness cannot run stop(): its staging folder is left behind.
         stage = Path(info["stage"])
         if stage.name.startswith("amb-bwrap-"):

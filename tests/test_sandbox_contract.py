@@ -18,7 +18,9 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -76,12 +78,17 @@ def wait_gone(uid: int, within_s: float = 2.0) -> list[int]:
     return left
 
 
+def kill_uid(uid: int) -> None:
+    """Only for cleanup after a failed assertion: SIGKILL the live processes of ``uid``."""
+    for pid in live_pids(uid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def kill_leftovers(box: Sandbox) -> None:
     """Only for cleanup after a failed assertion: SIGKILL this sandbox's processes."""
     if isinstance(box, MountedFiles):
-        for pid in live_pids(box.uid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_uid(box.uid)
 
 
 def run_ok(box: Sandbox, code: str, language: str = "python") -> str:
@@ -100,14 +107,9 @@ def uid_of(box: Sandbox) -> int:
     return box.uid
 
 
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def host_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``public/`` (the task's inputs) and ``private/`` (references the agent must never
-    see) side by side, as the harness stages them."""
-    root = tmp_path_factory.mktemp("contract")
+def write_task_dirs(root: Path) -> Path:
+    """``root/public`` (the task's inputs) and ``root/private`` (references the agent must
+    never see) side by side, as the harness stages them; returns ``root``."""
     public = root / "public"
     (public / "cases").mkdir(parents=True)
     (public / "input.txt").write_text("hello")
@@ -125,17 +127,32 @@ def host_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _spec(public: Path, workspace: Path, **overrides: Any) -> SandboxSpec:
+def task_spec(run_id: str, public: Path, workspace: Path, **overrides: Any) -> SandboxSpec:
+    """The spec of a test sandbox: small limits, labelled with the test module's ``run_id``."""
     fields: dict[str, Any] = {
         "public_dir": public,
         "workspace_dir": workspace,
         "memory_mb": 1024,
         "max_processes": 128,
         "tmp_mb": 32,
-        "run_id": RUN_ID,
+        "run_id": run_id,
     }
     fields.update(overrides)
     return SandboxSpec(**fields)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def host_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``public/`` (the task's inputs) and ``private/`` (references the agent must never
+    see) side by side, as the harness stages them."""
+    return write_task_dirs(tmp_path_factory.mktemp("contract"))
+
+
+def _spec(public: Path, workspace: Path, **overrides: Any) -> SandboxSpec:
+    return task_spec(RUN_ID, public, workspace, **overrides)
 
 
 def _available(name: str) -> str:
@@ -599,6 +616,29 @@ def test_process_limit_stops_a_flood(make_box: MakeBox) -> None:
     assert spawned["error"] == "EAGAIN", spawned
     assert 10 < spawned["spawned"] < 64, spawned
     assert wait_gone(uid_of(box), within_s=1) == []
+    assert run_ok(box, "echo alive", "bash") == "alive\n"
+
+
+def test_fork_bomb_is_contained_and_cleaned_up(make_box: MakeBox) -> None:
+    # A small cap keeps a real fork bomb cheap on a shared machine while exercising the
+    # same process limit as the default.
+    box = make_box(max_processes=48)
+    results: list[Any] = []
+    bomb = threading.Thread(
+        target=lambda: results.append(box.exec("bash", "b(){ b | b & }; b; sleep 10", 3))
+    )
+    bomb.start()
+    peak = 0
+    while bomb.is_alive():
+        peak = max(peak, len(live_pids(uid_of(box))))
+        time.sleep(0.02)
+    bomb.join()
+    (result,) = results
+    assert result.exit_code != 0
+    assert "Resource temporarily unavailable" in result.stderr
+    assert 10 < peak <= 48, f"peak of {peak} processes for the sandbox uid"
+    assert wait_gone(uid_of(box), within_s=1) == [], "the fork bomb outlived its call"
+    assert subprocess.run(["true"]).returncode == 0  # the host can still spawn
     assert run_ok(box, "echo alive", "bash") == "alive\n"
 
 
