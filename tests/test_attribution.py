@@ -26,7 +26,7 @@ from pytest_automedbench.scoring.attribution import (
     tool_calls,
 )
 from pytest_automedbench.scoring.models import StageActivity
-from pytest_automedbench.scoring.rules import JudgeContext
+from pytest_automedbench.scoring.rules import JudgeContext, read_by_rules
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES, cell_judge_context, run_lite_cell, stage_task
@@ -219,7 +219,8 @@ def test_activity_counts_calls_failures_and_seconds_per_stage(tmp_path: Path) ->
     events.run(BATCH, 12.0, outputs=N).run(FINAL, seconds=2.0).submit(valid=False)
     events.call("read_file", path="/etc/shadow", error="file_error", think=3.0)
     events.submit()
-    activity = stage_activity(ctx_for(tmp_path), events.typed())
+    ctx, typed = ctx_for(tmp_path), events.typed()
+    activity = stage_activity(ctx, typed, read_by_rules(ctx, typed))
     assert [a.stage for a in activity] == list(STAGES) == ["S1", "S2", "S3", "S4", "S5"]
     assert activity == [
         StageActivity(stage="S1", calls=1, errors=0, seconds=2.0),
@@ -233,7 +234,8 @@ def test_activity_counts_calls_failures_and_seconds_per_stage(tmp_path: Path) ->
 
 
 def test_every_stage_is_listed_even_when_idle(tmp_path: Path) -> None:
-    activity = stage_activity(ctx_for(tmp_path), Events().submit(valid=False).typed())
+    ctx, typed = ctx_for(tmp_path), Events().submit(valid=False).typed()
+    activity = stage_activity(ctx, typed, read_by_rules(ctx, typed))
     assert [(a.stage, a.calls) for a in activity] == [
         ("S1", 0),
         ("S2", 0),
@@ -338,7 +340,7 @@ def test_a_reference_trajectory_read_back_from_its_file(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
     stages = [stage for _, stage in attribute_calls(ctx, events)]
     assert stages == ["S1", "S2", "S2", "S2", "S3", "S3", "S4", "S5", "S5"]
-    activity = {a.stage: a for a in stage_activity(ctx, events)}
+    activity = {a.stage: a for a in stage_activity(ctx, events, read_by_rules(ctx, events))}
     assert {s: a.calls for s, a in activity.items()} == {
         "S1": 1,
         "S2": 3,
@@ -372,7 +374,8 @@ def test_a_real_reference_cell(tmp_path: Path) -> None:
         if e["kind"] == "message" and e["message"].get("role") == "assistant"
     ]
     assert labels == ["S1", "S2", "S2", "S3", "S3", "S3", "S4", "S5", "S5"]
-    activity = stage_activity(ctx, parse_events(events))
+    typed = parse_events(events)
+    activity = stage_activity(ctx, typed, read_by_rules(ctx, typed))
     assert sum(a.calls for a in activity) == len(stages) and not any(a.errors for a in activity)
     durations = [e.get("duration_s", 0.0) for e in events if e["kind"] == "tool_result"]
     assert sum(a.seconds for a in activity) >= sum(durations) - 1e-6

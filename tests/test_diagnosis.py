@@ -22,7 +22,7 @@ from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.deterministic import score_s4, score_s5
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.models import ErrorCode, StageScores
-from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
+from pytest_automedbench.scoring.rules import JudgeContext, judge_rules, read_by_rules
 from pytest_automedbench.tasks import TaskSpec, load_task
 
 from .conftest import SUITES, cell_judge_context, run_lite_cell, stage_task
@@ -166,7 +166,8 @@ def codes_of(
     fmt = fmt or report()
     submitted = termination == "submitted" if submitted is None else submitted
     stages = score_stages(ctx, events, fmt, submitted)
-    return diagnose(ctx, parse_events(events), fmt, stages, termination, submitted)
+    typed = parse_events(events)
+    return diagnose(ctx, typed, fmt, stages, termination, submitted, read_by_rules(ctx, typed))
 
 
 def pairs(codes: list[ErrorCode]) -> list[tuple[str, str]]:
@@ -399,7 +400,9 @@ def test_zeroed_items_fall_back_to_the_rules(tmp_path: Path) -> None:
     ctx = ctx_for(tmp_path)
     events = good().submit(True).end("submitted")
     stages = zero_stages(score_stages(ctx, events, report(), True), "isolation violation: x")
-    assert diagnose(ctx, parse_events(events), report(), stages, "submitted", True) == []
+    typed = parse_events(events)
+    rules = read_by_rules(ctx, typed)
+    assert diagnose(ctx, typed, report(), stages, "submitted", True, rules) == []
 
 
 def test_auto_passed_items_are_not_failures(tmp_path: Path) -> None:
@@ -412,7 +415,9 @@ def test_auto_passed_items_are_not_failures(tmp_path: Path) -> None:
         for i in stages.items
     ]
     stages = stages.model_copy(update={"items": items})
-    assert diagnose(ctx, parse_events(events), report(), stages, "submitted", True) == []
+    typed = parse_events(events)
+    rules = read_by_rules(ctx, typed)
+    assert diagnose(ctx, typed, report(), stages, "submitted", True, rules) == []
 
 
 # --------------------------------------------------------------------------- golden
@@ -432,13 +437,15 @@ class Cell:
     def diagnose(self) -> list[ErrorCode]:
         stages = self.result.stages
         assert stages is not None
+        typed = parse_events(self.events)
         return diagnose(
             self.ctx,
-            parse_events(self.events),
+            typed,
             self.report,
             stages,
             self.result.termination,
             self.result.termination == "submitted",
+            read_by_rules(self.ctx, typed),
         )
 
 

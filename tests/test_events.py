@@ -38,7 +38,12 @@ from pytest_automedbench.scoring.attribution import stage_activity
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.llm_judge import digest_trajectory
 from pytest_automedbench.scoring.models import StageScores
-from pytest_automedbench.scoring.rules import JudgeContext, executed_calls, rule_verdicts
+from pytest_automedbench.scoring.rules import (
+    JudgeContext,
+    executed_calls,
+    read_by_rules,
+    rule_verdicts,
+)
 
 OUTPUTS = "/workspace/outputs"
 
@@ -351,14 +356,15 @@ def test_rules_attribution_diagnosis_and_the_llm_digest_agree_on_the_failures(
     verdicts = rule_verdicts(ctx, events)
     assert verdicts["s2_few_failures"][1] == "2 failed calls before the first output"
     # The stage attribution counts the same calls as errors.
-    activity = stage_activity(ctx, events)
+    rules = read_by_rules(ctx, events)
+    activity = stage_activity(ctx, events, rules)
     assert sum(a.errors for a in activity) == len(FAILED_SEQS)
     assert sum(a.calls for a in activity) == len(calls)
     # The diagnosis reads the same calls: the run ended complete and valid, so every
     # failure counts as recovered, and the batch (seq 5) came without a pilot.
     report = FormatReport(valid=True, n_expected=4, n_present=4, n_valid=4, problems=[])
     stages = StageScores(s1=0, s2=0, s3=0, s4=1, s5=1)
-    codes = diagnose(ctx, events, report, stages, "submitted", True)
+    codes = diagnose(ctx, events, report, stages, "submitted", True, rules)
     assert [(c.code, c.rule, c.seq) for c in codes] == [("E3", "no_pilot", 5)]
 
 
@@ -381,7 +387,8 @@ def test_the_diagnosis_sees_a_timeout_and_a_missing_exit_code_as_failures(
         valid=False, n_expected=4, n_present=0, n_valid=0, problems=["case_0001: missing file"]
     )
     stages = StageScores(s1=0, s2=0, s3=0, s4=0, s5=0)
-    codes = diagnose(ctx_for(tmp_path), events, report, stages, "turn_limit", False)
+    ctx = ctx_for(tmp_path)
+    codes = diagnose(ctx, events, report, stages, "turn_limit", False, read_by_rules(ctx, events))
     rules = {(c.code, c.rule): c for c in codes}
     assert rules[("E4", "timeout")].seq == 1
     assert rules[("E3", "limit_after_failures")].seq == 4  # the limit event
@@ -406,7 +413,8 @@ def test_the_last_submission_is_one_that_ran(tmp_path: Path) -> None:
         valid=False, n_expected=4, n_present=1, n_valid=1, problems=["case_0002: missing file"]
     )
     stages = StageScores(s1=0, s2=0, s3=0, s4=0, s5=0)
-    codes = diagnose(ctx_for(tmp_path), events, report, stages, "submitted", True)
+    ctx = ctx_for(tmp_path)
+    codes = diagnose(ctx, events, report, stages, "submitted", True, read_by_rules(ctx, events))
     (incomplete,) = [c for c in codes if c.rule == "incomplete"]
     assert incomplete.seq == 2 and incomplete.turn == 2
 

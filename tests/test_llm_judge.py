@@ -27,14 +27,15 @@ from pytest_automedbench.scoring.llm_judge import (
     PLAN_FILE_CHARS,
     SYSTEM_PROMPT,
     LlmJudgeConfig,
+    LlmJudgement,
     UnusableAnswer,
     build_prompt,
     digest_trajectory,
-    judge_llm,
     parse_answer,
 )
+from pytest_automedbench.scoring.llm_judge import judge_llm as ask_llm_judge
 from pytest_automedbench.scoring.rubric import load_rubric
-from pytest_automedbench.scoring.rules import JudgeContext, judge_rules
+from pytest_automedbench.scoring.rules import Events, JudgeContext, judge_rules
 from tests.fake_openai import ErrorReply, FakeOpenAI, TextReply
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -52,6 +53,13 @@ PLAN = """# Plan
 REPORT = FormatReport(
     valid=False, n_expected=4, n_present=3, n_valid=2, problems=["case_0004: missing"]
 )
+
+
+def judge_llm(
+    ctx: JudgeContext, events: Events, report: FormatReport, cfg: LlmJudgeConfig
+) -> LlmJudgement:
+    """The LLM judge as the scoring asks it: the rule judge's items to fall back on."""
+    return ask_llm_judge(ctx, events, report, cfg, fallback=judge_rules(ctx, events))
 
 
 @pytest.fixture

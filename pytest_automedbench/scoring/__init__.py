@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.scoring.deterministic import score_s4, score_s5
-from pytest_automedbench.scoring.models import ErrorCode, ItemResult, StageScores
+from pytest_automedbench.scoring.models import ErrorCode, StageScores, verdicts_of
 from pytest_automedbench.scoring.rubric import apply_requirements, load_rubric
-from pytest_automedbench.scoring.rules import Events, JudgeContext, judge_rules
+from pytest_automedbench.scoring.rules import Events, JudgeContext, RuleReading, read_by_rules
 from pytest_automedbench.scoring.violation_rule import (
     VIOLATION_RATING,
     RuledScores,
     apply_violation_rule,
 )
+
+if TYPE_CHECKING:
+    from pytest_automedbench.scoring.llm_judge import LlmJudgeConfig
 
 __all__ = [
     "VIOLATION_RATING",
@@ -37,23 +41,41 @@ class JudgeSettings:
     api_base: str | None = None
     cache_dir: Path | None = None
 
+    @property
+    def scores_by_llm(self) -> bool:
+        """Whether an LLM judge (``llm:<model>``) scores S1-S3."""
+        return self.judge.startswith("llm:")
+
+    def llm_judges(self) -> list[tuple[str, LlmJudgeConfig]]:
+        """Every LLM judge to ask, in order (the scoring one first, then the audit
+        judges), with how to reach it."""
+        from pytest_automedbench.scoring.llm_judge import LlmJudgeConfig
+
+        names = [self.judge] if self.scores_by_llm else []
+        return [
+            (
+                name,
+                LlmJudgeConfig(
+                    model=name.removeprefix("llm:"),
+                    api_base=self.api_base,
+                    votes=self.votes,
+                    cache_dir=self.cache_dir,
+                ),
+            )
+            for name in [*names, *self.audit_judges]
+        ]
+
 
 @dataclass
 class Judged:
     stages: StageScores
+    #: What the rule judge read of the trajectory (the diagnosis and the stage
+    #: attribution agree with it).
+    rules: RuleReading
     #: judge name -> rubric item -> 0/1 (tier-passed items left out)
     verdicts: dict[str, dict[str, float]] = field(default_factory=dict)
     #: Error codes the scoring LLM judge proposed (kept apart from the rules' codes).
     llm_codes: list[ErrorCode] = field(default_factory=list)
-
-
-def _mean(items: list[ItemResult], stage: str) -> float:
-    scores = [i.score for i in items if i.stage == stage]
-    return round(sum(scores) / len(scores), 6) if scores else 0.0
-
-
-def verdicts_of(items: list[ItemResult]) -> dict[str, float]:
-    return {item.id: item.score for item in items if not item.auto}
 
 
 def score_stages(
@@ -66,39 +88,30 @@ def score_stages(
     """S1-S3 from the judge (each the mean of its rubric items), S4-S5 deterministic.
 
     The rules always judge too, so every cell records their verdicts next to any LLM
-    judge's; an LLM judge that fell back to the rules records no verdicts of its own."""
+    judge's; an LLM judge that fell back to the rules records no verdicts of its own.
+    Each stage's module is asked once, in order: the rules, the LLM judges (handed the
+    rules' answer to fall back on), the rubric's requirements, S4-S5, the scores."""
+    from pytest_automedbench.scoring.llm_judge import judge_llm
+
     settings = settings or JudgeSettings()
     rubric = load_rubric()
-    rule_items = apply_requirements(judge_rules(ctx, events, rubric), rubric)
-    judged = Judged(stages=StageScores(s1=0, s2=0, s3=0, s4=0, s5=0))
+    asked = settings.llm_judges()
+    rules = read_by_rules(ctx, events, rubric)
+    judgements = [
+        (name, judge_llm(ctx, events, report, config, rubric, fallback=rules.items))
+        for name, config in asked
+    ]
+    rule_items = apply_requirements(rules.items, rubric)
+    answered = [(name, j, apply_requirements(j.items, rubric)) for name, j in judgements]
+    s4, s5 = score_s4(report), score_s5(report, submitted)
+    judged = Judged(stages=StageScores(s1=0, s2=0, s3=0, s4=0, s5=0), rules=rules)
     judged.verdicts["rules"] = verdicts_of(rule_items)
     items, judge_name = rule_items, "rules"
-    llm_judges = [settings.judge] if settings.judge.startswith("llm:") else []
-    for name in [*llm_judges, *settings.audit_judges]:
-        from pytest_automedbench.scoring.llm_judge import LlmJudgeConfig, judge_llm
-
-        config = LlmJudgeConfig(
-            model=name.removeprefix("llm:"),
-            api_base=settings.api_base,
-            votes=settings.votes,
-            cache_dir=settings.cache_dir,
-        )
-        judgement = judge_llm(ctx, events, report, config, rubric)
-        llm_items = apply_requirements(judgement.items, rubric)
+    for name, judgement, llm_items in answered:
         if judgement.fallback_reason is None:
             judged.verdicts.setdefault(name, verdicts_of(llm_items))
-        if name == settings.judge and name in llm_judges:
+        if name == settings.judge and settings.scores_by_llm:
             items, judge_name = llm_items, judgement.judge
             judged.llm_codes = judgement.codes
-    s4, s4_items = score_s4(report)
-    s5, s5_items = score_s5(report, submitted)
-    judged.stages = StageScores(
-        s1=_mean(items, "S1"),
-        s2=_mean(items, "S2"),
-        s3=_mean(items, "S3"),
-        s4=s4,
-        s5=s5,
-        items=[*items, *s4_items, *s5_items],
-        judge=judge_name,
-    )
+    judged.stages = StageScores.of(items, s4, s5, judge_name)
     return judged

@@ -43,6 +43,7 @@ from pytest_automedbench.scoring.rules import (
     DIAGRAM_NAMES,
     Events,
     JudgeContext,
+    RuleReading,
     pilot_and_batch_calls,
 )
 from pytest_automedbench.terms import STAGES
@@ -97,7 +98,18 @@ def attribute_calls(ctx: JudgeContext, events: Events) -> list[tuple[int, Stage]
 def attributed_calls(ctx: JudgeContext, events: Events) -> list[tuple[ToolCall, Stage]]:
     """Every tool call that ran with its stage (the rules of the module docstring)."""
     calls = tool_calls(events)
-    pilot, batch = pilot_and_batch_calls(ctx, calls)
+    return calls_by_stage(ctx, events, calls, *pilot_and_batch_calls(ctx, calls))
+
+
+def calls_by_stage(
+    ctx: JudgeContext,
+    events: Events,
+    calls: list[ToolCall],
+    pilot: ToolCall | None,
+    batch: ToolCall | None,
+) -> list[tuple[ToolCall, Stage]]:
+    """:func:`attributed_calls` of the tool calls of ``events`` with the rule judge's
+    pilot and batch among them."""
     pilot_at = pilot.pos if pilot is not None else None
     batch_at = batch.pos if batch is not None else None
     plan = plan_markers(ctx, events)
@@ -134,10 +146,11 @@ def attributed_calls(ctx: JudgeContext, events: Events) -> list[tuple[ToolCall, 
     return [(call, stage(call)) for call in calls]
 
 
-def stage_activity(ctx: JudgeContext, events: Events) -> list[StageActivity]:
-    """Calls, failed calls and seconds per stage, for all five stages in order."""
+def stage_activity(ctx: JudgeContext, events: Events, rules: RuleReading) -> list[StageActivity]:
+    """Calls, failed calls and seconds per stage, for all five stages in order
+    (``rules``: the rule judge's reading of ``events``, its calls, pilot and batch)."""
     totals = {s: StageActivity(stage=s) for s in STAGES}
-    for call, stage in attributed_calls(ctx, events):
+    for call, stage in calls_by_stage(ctx, events, rules.calls, rules.pilot, rules.batch):
         entry = totals[stage]
         entry.calls += 1
         entry.errors += call.failed

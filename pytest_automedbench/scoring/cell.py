@@ -83,9 +83,15 @@ def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
     judged = score_stages(ctx, events, evidence.format, evidence.submitted, judges)
     stages = judged.stages
     error_codes = diagnose(
-        ctx, events, evidence.format, stages, evidence.termination, evidence.submitted
+        ctx,
+        events,
+        evidence.format,
+        stages,
+        evidence.termination,
+        evidence.submitted,
+        judged.rules,
     )
-    activity = stage_activity(ctx, events)
+    activity = stage_activity(ctx, events, judged.rules)
     violations = find_violations(events, evidence.violation_policy)
     ruled = apply_violation_rule(stages, evidence.task_score, violations)
     rating = ruled.rating(

@@ -29,7 +29,7 @@ from pytest_automedbench.events import Event, parse_events
 from pytest_automedbench.scoring import score_stages
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.models import ERROR_CODES, StageScores
-from pytest_automedbench.scoring.rules import Events, JudgeContext
+from pytest_automedbench.scoring.rules import Events, JudgeContext, read_by_rules
 from pytest_automedbench.terms import ERROR_CODE_IDS
 
 __all__ = [
@@ -146,8 +146,15 @@ def code_metrics(
 
 def diagnosed_codes(item: LabelledItem) -> tuple[frozenset[str], tuple[str, ...]]:
     """The codes the real ``diagnose`` gives ``item``, and the ``code:rule`` pairs."""
+    rules = read_by_rules(item.context, item.events)
     found = diagnose(
-        item.context, item.events, item.report, item.stages, item.termination, item.submitted
+        item.context,
+        item.events,
+        item.report,
+        item.stages,
+        item.termination,
+        item.submitted,
+        rules,
     )
     return frozenset(c.code for c in found), tuple(f"{c.code}:{c.rule}" for c in found)
 

@@ -82,22 +82,10 @@ from collections.abc import Sequence
 
 from pytest_automedbench.agents.base import INFRA_TERMINATIONS
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.events import (
-    EndEvent,
-    Event,
-    LimitEvent,
-    ToolCall,
-    last_event,
-    tool_calls,
-)
+from pytest_automedbench.events import EndEvent, Event, LimitEvent, ToolCall, last_event
 from pytest_automedbench.scoring.attribution import touches
 from pytest_automedbench.scoring.models import ErrorCode, ErrorCodeId, StageScores
-from pytest_automedbench.scoring.rules import (
-    Events,
-    JudgeContext,
-    check_s3,
-    pilot_and_batch_calls,
-)
+from pytest_automedbench.scoring.rules import Events, JudgeContext, RuleReading
 
 #: Same failing call this many times, unrecovered: the agent is stuck.
 REPEAT_THRESHOLD = 3
@@ -219,9 +207,7 @@ def _recovered(
     return False
 
 
-def _item_scores(
-    ctx: JudgeContext, events: Events, stages: StageScores
-) -> dict[str, tuple[float, str]]:
+def _item_scores(rules: RuleReading, stages: StageScores) -> dict[str, tuple[float, str]]:
     """S3 items as (score, evidence): the judge's answers, or the rules' own verdicts
     when the judge's are absent or were zeroed by an isolation violation."""
     zeroed = any(item.id.endswith("-violation") for item in stages.items)
@@ -232,7 +218,7 @@ def _item_scores(
     }
     wanted = ("s3_pilot", "s3_pilot_checked", "s3_fixed_before_batch")
     if zeroed or any(i not in found for i in wanted):
-        return {k: (float(ok), why) for k, (ok, why) in check_s3(ctx, events).items()}
+        return {k: (float(ok), why) for k, (ok, why) in rules.s3_verdicts.items()}
     return found
 
 
@@ -323,17 +309,16 @@ def _diagnose_e2(
 
 
 def _diagnose_e3(
-    ctx: JudgeContext,
+    rules: RuleReading,
     events: Sequence[Event],
-    calls: list[ToolCall],
     report: FormatReport,
     stages: StageScores,
     termination: str | None,
     codes: _Codes,
 ) -> None:
-    pilot_call, batch_call = pilot_and_batch_calls(ctx, calls)
+    calls, pilot_call, batch_call = rules.calls, rules.pilot, rules.batch
     if any(c.outputs_after > 0 for c in calls) or report.n_present > 0:
-        items = _item_scores(ctx, events, stages)
+        items = _item_scores(rules, stages)
         pilot, checked, fixed = (
             items["s3_pilot"],
             items["s3_pilot_checked"],
@@ -502,17 +487,19 @@ def diagnose(
     stages: StageScores,
     termination: str | None,
     submitted: bool,
+    rules: RuleReading,
 ) -> list[ErrorCode]:
     """The cell's error codes by the rules of the module docstring: at most one per
-    (code, rule), sorted by code."""
+    (code, rule), sorted by code. ``rules``: the rule judge's reading of ``events``
+    (:func:`.rules.read_by_rules`), whose calls, pilot, batch and S3 verdicts it reads."""
     if termination in INFRA_TERMINATIONS:
         return []
-    calls = tool_calls(events)
+    calls = rules.calls
     last_submit = next((c for c in reversed(calls) if c.tool == "submit_results"), None)
     codes = _Codes()
     _diagnose_e1(ctx, calls, report, last_submit, codes)
     _diagnose_e2(ctx, calls, report, codes)
-    _diagnose_e3(ctx, events, calls, report, stages, termination, codes)
+    _diagnose_e3(rules, events, report, stages, termination, codes)
     _diagnose_e4(events, calls, report, termination, codes)
     _diagnose_e5(events, calls, report, termination, submitted, last_submit, codes)
     return codes.sorted()

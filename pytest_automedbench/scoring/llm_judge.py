@@ -40,7 +40,7 @@ from pytest_automedbench.events import Outcome, ToolCall, tool_calls
 from pytest_automedbench.redact import redact, secret_values
 from pytest_automedbench.scoring.models import ERROR_CODES, ErrorCode, ErrorCodeId, ItemResult
 from pytest_automedbench.scoring.rubric import Rubric, RubricItem, load_rubric
-from pytest_automedbench.scoring.rules import Events, JudgeContext, judge_rules
+from pytest_automedbench.scoring.rules import Events, JudgeContext
 
 #: Characters shown of each text file in the plan folder (its beginning).
 PLAN_FILE_CHARS = 6000
@@ -672,10 +672,12 @@ def judge_llm(
     report: FormatReport,
     config: LlmJudgeConfig,
     rubric: Rubric | None = None,
+    *,
+    fallback: Sequence[ItemResult],
 ) -> LlmJudgement:
     """The rubric answered by ``config.model`` (majority of ``config.votes`` answers), or
-    by the rule judge when the model gives no usable answer; never raises for the
-    model's or the provider's problems."""
+    by the rule judge (``fallback``: its items, :func:`.rules.judge_rules`) when the model
+    gives no usable answer; never raises for the model's or the provider's problems."""
     rubric = rubric or load_rubric()
     messages = build_prompt(ctx, events, report, rubric)
     prompt_sha = _sha256(messages)
@@ -699,7 +701,7 @@ def judge_llm(
     except (UnusableAnswer, _ProviderFailure) as exc:
         reason = _short(str(exc))
         return LlmJudgement(
-            items=judge_rules(ctx, events, rubric),
+            items=list(fallback),
             codes=[],
             judge=f"rules (fallback from {config.judge_name}: {reason})",
             fallback_reason=reason,

@@ -15,6 +15,7 @@ __all__ = [
     "Stage",
     "StageActivity",
     "StageScores",
+    "verdicts_of",
 ]
 
 
@@ -69,5 +70,35 @@ class StageScores(BaseModel):
     items: list[ItemResult] = Field(default_factory=list)
     judge: str = "rules"
 
+    @classmethod
+    def of(
+        cls,
+        judged: list[ItemResult],
+        s4: tuple[float, list[ItemResult]],
+        s5: tuple[float, list[ItemResult]],
+        judge: str,
+    ) -> StageScores:
+        """S1-S3 from ``judge``'s answered items (each the mean of its stage's items), S4
+        and S5 as computed from the evaluator's verdict (score, items)."""
+        return cls(
+            s1=_mean(judged, "S1"),
+            s2=_mean(judged, "S2"),
+            s3=_mean(judged, "S3"),
+            s4=s4[0],
+            s5=s5[0],
+            items=[*judged, *s4[1], *s5[1]],
+            judge=judge,
+        )
+
     def by_stage(self) -> dict[str, float]:
         return {"S1": self.s1, "S2": self.s2, "S3": self.s3, "S4": self.s4, "S5": self.s5}
+
+
+def _mean(items: list[ItemResult], stage: str) -> float:
+    scores = [i.score for i in items if i.stage == stage]
+    return round(sum(scores) / len(scores), 6) if scores else 0.0
+
+
+def verdicts_of(items: list[ItemResult]) -> dict[str, float]:
+    """A judge's verdicts: rubric item -> score (items passed by tier rule left out)."""
+    return {item.id: item.score for item in items if not item.auto}

@@ -288,12 +288,45 @@ def rule_verdicts(ctx: JudgeContext, events: Events) -> dict[str, Verdict]:
     return {**check_s1(ctx), **check_s2(ctx, events), **check_s3(ctx, events)}
 
 
+@dataclass(frozen=True)
+class RuleReading:
+    """What the rule judge read of a trajectory: its answers, and the facts behind them
+    that the diagnosis and the stage attribution must agree with (read once, handed
+    over as data)."""
+
+    #: Every tool call of the trajectory (:func:`pytest_automedbench.events.tool_calls`).
+    calls: list[ToolCall]
+    #: The pilot and the batch among them (:func:`pilot_and_batch_calls`).
+    pilot: ToolCall | None
+    batch: ToolCall | None
+    #: Every item's rule verdict, tier rules aside (:func:`rule_verdicts`).
+    verdicts: dict[str, Verdict]
+    #: The rules' own S3 verdicts (:func:`check_s3`), among ``verdicts``.
+    s3_verdicts: dict[str, Verdict]
+    #: The rubric's items answered by the rules (:func:`judge_rules`).
+    items: list[ItemResult]
+
+
+def read_by_rules(ctx: JudgeContext, events: Events, rubric: Rubric | None = None) -> RuleReading:
+    """The trajectory as the rule judge reads it (see :class:`RuleReading`)."""
+    calls = tool_calls(events)
+    pilot, batch = pilot_and_batch_calls(ctx, calls)
+    verdicts = rule_verdicts(ctx, events)
+    s3 = {k: v for k, v in verdicts.items() if k.startswith("s3_")}
+    return RuleReading(calls, pilot, batch, verdicts, s3, _answered(ctx, verdicts, rubric))
+
+
 def judge_rules(
     ctx: JudgeContext, events: Events, rubric: Rubric | None = None
 ) -> list[ItemResult]:
     """The rubric's items answered by the rules (in the rubric's order)."""
+    return _answered(ctx, rule_verdicts(ctx, events), rubric)
+
+
+def _answered(
+    ctx: JudgeContext, verdicts: dict[str, Verdict], rubric: Rubric | None
+) -> list[ItemResult]:
     rubric = rubric or load_rubric()
-    verdicts = rule_verdicts(ctx, events)
     missing = [item.id for item in rubric.items if item.id not in verdicts]
     if missing:
         raise ValueError(f"the rule judge has no check for rubric items {missing}")
