@@ -1,5 +1,6 @@
 """What the data generators' tests check the same way: the bytes of a generated tree, a
-generator's small and realistic sizes, one realistic case's grid, and for the COCO detection
+generator's small and realistic sizes, one realistic case's grid, a written NIfTI case read
+back with SimpleITK and nibabel, and for the COCO detection
 data sets (bccd-det, dentex-det, kvasir-polyp-det) their declaration, in-process scoring
 with the real evaluator and the COCO split contract. The checks every such data set passes
 alike run once per data set in ``test_fixtures_coco_detection.py``."""
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nibabel as nib
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -27,6 +29,9 @@ from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
 
+Int16Array = npt.NDArray[np.int16]
+UInt8Array = npt.NDArray[np.uint8]
+BoolArray = npt.NDArray[np.bool_]
 #: A predicted box: image_id, category_id, bbox [x, y, w, h] and score.
 Prediction = dict[str, Any]
 #: generate(public_dir, private_dir, n_cases, seed) -> case ids
@@ -68,6 +73,40 @@ def realistic_case(
     pixels, values = sitk.GetArrayFromImage(image), sitk.GetArrayFromImage(label)
     assert values.shape == pixels.shape == shape[::-1]
     return pixels, values
+
+
+def read_back_nifti(
+    image_path: Path,
+    label_path: Path,
+    shape: tuple[int, int, int],
+    spacing: tuple[float, float, float],
+    affine_atol: float = 1e-8,
+) -> tuple[sitk.Image, sitk.Image, nib.Nifti1Image]:
+    """A written case read back with SimpleITK and nibabel alike: an int16 image and a
+    uint8 label (NIfTI types 4 and 2 on disk) on ``shape`` at ``spacing`` with one geometry
+    (affines equal within ``affine_atol``), nibabel's (x, y, z) voxels the SimpleITK (z, y,
+    x) arrays transposed. Returns both SimpleITK images and the image as nibabel reads it."""
+    image, label = sitk.ReadImage(str(image_path)), sitk.ReadImage(str(label_path))
+    assert image.GetPixelID() == sitk.sitkInt16
+    assert label.GetPixelID() == sitk.sitkUInt8
+    assert image.GetSize() == label.GetSize() == shape
+    assert image.GetSpacing() == pytest.approx(spacing)
+    assert label.GetSpacing() == pytest.approx(spacing)
+    assert label.GetOrigin() == pytest.approx(image.GetOrigin())
+    assert label.GetDirection() == pytest.approx(image.GetDirection())
+    nib_image, nib_label = nib.load(str(image_path)), nib.load(str(label_path))
+    assert isinstance(nib_image, nib.Nifti1Image) and isinstance(nib_label, nib.Nifti1Image)
+    assert int(nib_image.header["datatype"]) == 4  # NIFTI_TYPE_INT16
+    assert int(nib_label.header["datatype"]) == 2  # NIFTI_TYPE_UINT8
+    assert np.allclose(nib_image.affine, nib_label.affine, atol=affine_atol)
+    assert nib_image.header["pixdim"][1:4] == pytest.approx(spacing)
+    # Column norms of the affine are the spacing, whatever the axes' directions.
+    assert np.linalg.norm(nib_image.affine[:3, :3], axis=0) == pytest.approx(spacing)
+    for nifti, itk, dtype in ((nib_image, image, np.int16), (nib_label, label, np.uint8)):
+        voxels = np.asarray(nifti.dataobj)
+        assert voxels.dtype == dtype
+        assert np.array_equal(voxels.transpose(2, 1, 0), sitk.GetArrayFromImage(itk))
+    return image, label, nib_image
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
