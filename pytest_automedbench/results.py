@@ -49,6 +49,10 @@ class CellResult(BaseModel):
     #: written before the field existed.
     harness: str | None = None
     harness_version: str | None = None
+    #: Where an imported record came from (``automedbench import-atif``: the ATIF file
+    #: and its session id): the agent ran elsewhere, only its trajectory is here, so the
+    #: record has no task metric and is never resolved; None for a cell run here.
+    imported_from: str | None = None
     task: str
     track: str
     tier: str
