@@ -48,7 +48,6 @@ from .data_checks import (
     BoolArray,
     Int16Array,
     UInt8Array,
-    check_sizes,
     read_back_nifti,
     realistic_case,
 )
@@ -323,14 +322,6 @@ def test_merge_structures_gives_the_first_in_order_the_overlap() -> None:
     assert int((merged > 0).sum()) == 4 + 4 + 1  # spleen row, rest of the liver, aorta
     with pytest.raises(ValueError, match="merge order"):
         merge_structures(masks, ORGAN_LABELS, ORGAN_MERGE_ORDER[:-1])
-
-
-def test_small_size_is_the_default_generator() -> None:
-    for name, dataset in (
-        ("liver-tumor-ct", generate_liver_dataset),
-        ("totalseg-abdomen-ct", generate_abdomen_dataset),
-    ):
-        check_sizes(name, dataset, shape=REALISTIC_SHAPE, spacing=REALISTIC_SPACING)
 
 
 @pytest.mark.slow

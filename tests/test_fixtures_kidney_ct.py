@@ -245,13 +245,6 @@ def test_registry_exposes_the_generator() -> None:
     assert get_generator("kidney-ct").version == GENERATOR_VERSION
 
 
-def test_small_size_is_the_default_generator() -> None:
-    generator = get_generator("kidney-ct")
-    assert generator.for_size("small") is generator.generate
-    assert generator.realistic is not None
-    assert generator.for_size("realistic") is generator.realistic
-
-
 def test_adult_anatomy_needs_a_clinical_field_of_view() -> None:
     with pytest.raises(ValueError, match="field of view"):
         generate_case(0, anatomy="adult")  # the small 115 mm grid cannot hold an adult

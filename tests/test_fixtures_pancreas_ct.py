@@ -48,7 +48,7 @@ from pytest_automedbench.fixtures.staging import (
     stage_real,
 )
 
-from .data_checks import BoolArray, check_sizes, read_back_nifti, realistic_case
+from .data_checks import BoolArray, read_back_nifti, realistic_case
 
 SAMPLING_ZYX = (DEFAULT_SPACING[2], DEFAULT_SPACING[1], DEFAULT_SPACING[0])
 VOXEL_ML = DEFAULT_SPACING[0] * DEFAULT_SPACING[1] * DEFAULT_SPACING[2] / 1000.0
@@ -164,22 +164,15 @@ def test_dataset_files_read_back_with_sitk_and_nibabel(tmp_path: Path) -> None:
         assert np.abs(np.diag(nib_ct.affine)[:3]) == pytest.approx(DEFAULT_SPACING)
 
 
-def test_oar_dataset_is_byte_reproducible_and_seed_dependent(tmp_path: Path) -> None:
-    first = generate_oar_dataset(tmp_path / "a" / "pub", tmp_path / "a" / "priv", 2, seed=5)
-    second = generate_oar_dataset(tmp_path / "b" / "pub", tmp_path / "b" / "priv", 2, seed=5)
-    other = generate_oar_dataset(tmp_path / "c" / "pub", tmp_path / "c" / "priv", 1, seed=6)
-    assert first == second == ["case_0001", "case_0002"]
-    assert other == ["case_0001"]
-    for cid in first:
-        for rel in (f"pub/{cid}/ct.nii.gz", f"priv/{cid}/label.nii.gz"):
-            assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+def test_oar_dataset_labels_every_structure_in_every_case(tmp_path: Path) -> None:
+    ids = generate_oar_dataset(tmp_path / "pub", tmp_path / "priv", 2, seed=5)
+    for cid in ids:
         label = sitk.GetArrayFromImage(
-            sitk.ReadImage(str(tmp_path / "a/priv" / cid / "label.nii.gz"))
+            sitk.ReadImage(str(tmp_path / "priv" / cid / "label.nii.gz"))
         )
         assert set(np.unique(label).tolist()) == {0, 1, 2, 3, 4, 5}
-    a = (tmp_path / "a/pub/case_0001/ct.nii.gz").read_bytes()
-    assert a != (tmp_path / "a/pub/case_0002/ct.nii.gz").read_bytes()
-    assert a != (tmp_path / "c/pub/case_0001/ct.nii.gz").read_bytes()
+    first = (tmp_path / "pub/case_0001/ct.nii.gz").read_bytes()
+    assert first != (tmp_path / "pub/case_0002/ct.nii.gz").read_bytes()
 
 
 def test_generate_rejects_too_many_cases(tmp_path: Path) -> None:
@@ -362,14 +355,6 @@ def test_about_half_of_the_oar_cases_carry_a_lesion() -> None:
     assert 70 <= len(chosen) <= 130
     # A prefix of a dataset keeps its choices, so growing n_cases never reshuffles.
     assert oar_lesion_indices(20, 3) == {i for i in chosen if i < 20}
-
-
-def test_small_size_is_the_default_generator() -> None:
-    for name, dataset in (
-        ("pancreas-tumor-ct", generate_tumor_dataset),
-        ("pancreas-oar-ct", generate_oar_dataset),
-    ):
-        check_sizes(name, dataset, shape=REALISTIC_SHAPE, spacing=REALISTIC_SPACING)
 
 
 @pytest.mark.slow

@@ -1,9 +1,10 @@
 """What every synthetic CT / MRI volume generator promises alike, checked once per generator:
 the same seed gives the same case (voxels and geometry), another seed another case, the
-global random state is left alone, a default case is quick to make, and a dataset is
-written byte for byte the same for a seed, differently for another, and refuses a bad case
-count. What is particular to one generator (its anatomy, contrast, labels, stagers) stays
-in that generator's own test file."""
+global random state is left alone, a default case is quick to make, a dataset is written
+byte for byte the same for a seed, differently for another, and refuses a bad case count,
+and the registry's small size is the default with the realistic one on the real data's
+grid. What is particular to one generator (its anatomy, contrast, labels, stagers) stays in
+that generator's own test file."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ import SimpleITK as sitk
 
 from pytest_automedbench.fixtures import abdomen_ct, cardiac_mri, kidney_ct, pancreas_ct
 
-from .data_checks import DatasetGenerator
+from .data_checks import DatasetGenerator, check_sizes
 
 
 @dataclass(frozen=True)
@@ -31,33 +33,73 @@ class VolumeGenerator:
     image_name: str
     #: A default case is made within this many seconds (the best of three seeds).
     quick_s: float
+    #: The keywords that turn ``dataset`` into the realistic variant.
+    realistic: dict[str, Any]
+
+
+CT_GRID = {"shape": abdomen_ct.REALISTIC_SHAPE, "spacing": abdomen_ct.REALISTIC_SPACING}
+PANCREAS_GRID = {"shape": pancreas_ct.REALISTIC_SHAPE, "spacing": pancreas_ct.REALISTIC_SPACING}
 
 
 GENERATORS = {
     "kidney-ct": VolumeGenerator(
-        kidney_ct.generate_case, kidney_ct.generate_dataset, "ct.nii.gz", 1.0
+        kidney_ct.generate_case,
+        kidney_ct.generate_dataset,
+        "ct.nii.gz",
+        1.0,
+        {
+            "shape": kidney_ct.REALISTIC_SHAPE,
+            "spacing": kidney_ct.REALISTIC_SPACING,
+            "anatomy": "adult",
+        },
     ),
-    "cardiac-mri": VolumeGenerator(
+    # The realistic variant is the same dataset function on ACDC's whole-chest matrix.
+    "short-axis-cine-mri": VolumeGenerator(
         functools.partial(cardiac_mri.generate_case, phase="ES"),
         cardiac_mri.generate_dataset,
         "image.nii.gz",
         2.0,
+        {"shape": cardiac_mri.REALISTIC_SHAPE},
     ),
     "liver-tumor-ct": VolumeGenerator(
-        abdomen_ct.generate_liver_case, abdomen_ct.generate_liver_dataset, "ct.nii.gz", 2.0
+        abdomen_ct.generate_liver_case,
+        abdomen_ct.generate_liver_dataset,
+        "ct.nii.gz",
+        2.0,
+        CT_GRID,
     ),
     "totalseg-abdomen-ct": VolumeGenerator(
-        abdomen_ct.generate_abdomen_case, abdomen_ct.generate_abdomen_dataset, "ct.nii.gz", 2.0
+        abdomen_ct.generate_abdomen_case,
+        abdomen_ct.generate_abdomen_dataset,
+        "ct.nii.gz",
+        2.0,
+        CT_GRID,
     ),
     "pancreas-tumor-ct": VolumeGenerator(
-        pancreas_ct.generate_tumor_case, pancreas_ct.generate_tumor_dataset, "ct.nii.gz", 3.0
+        pancreas_ct.generate_tumor_case,
+        pancreas_ct.generate_tumor_dataset,
+        "ct.nii.gz",
+        3.0,
+        PANCREAS_GRID,
+    ),
+    "pancreas-oar-ct": VolumeGenerator(
+        pancreas_ct.generate_oar_case,
+        pancreas_ct.generate_oar_dataset,
+        "ct.nii.gz",
+        3.0,
+        PANCREAS_GRID,
     ),
 }
 
 
 @pytest.fixture(params=sorted(GENERATORS))
-def generator(request: pytest.FixtureRequest) -> VolumeGenerator:
-    return GENERATORS[str(request.param)]
+def name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def generator(name: str) -> VolumeGenerator:
+    return GENERATORS[name]
 
 
 def _geometry(image: sitk.Image) -> tuple[object, ...]:
@@ -116,3 +158,7 @@ def test_dataset_is_deterministic(generator: VolumeGenerator, tmp_path: Path) ->
 def test_dataset_rejects_bad_counts(generator: VolumeGenerator, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="n_cases"):
         generator.dataset(tmp_path / "p", tmp_path / "q", -1, 0)
+
+
+def test_small_size_is_the_default_generator(name: str, generator: VolumeGenerator) -> None:
+    check_sizes(name, generator.dataset, **generator.realistic)
