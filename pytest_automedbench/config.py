@@ -180,6 +180,7 @@ class RunConfig(BaseModel):
     harbor: tuple[Path, ...] = _setting("harbor")
     harbor_base: tuple[str, ...] = _setting("harbor_base")
     harbor_env: tuple[str, ...] = _setting("harbor_env")
+    harbor_mount: tuple[Path, ...] = _setting("harbor_mount")
     data_size: str = _setting("data_size")
     amb_out: Path = Field(default=DEFAULT_OUT, description=BY_FIELD["amb_out"].help)
     executor: str = _setting("executor")
@@ -511,12 +512,13 @@ def build_config(
         if merged.get(key) is not None:
             path = Path(merged[key]).expanduser()
             merged[key] = path if path.is_absolute() else base_dir / path
-    if merged.get("harbor"):
-        # On the command line a path is the user's, relative to where they are; in the
-        # pyproject file, relative to the file's folder as the other paths are.
-        anchor = base_dir if "harbor" in from_file else Path.cwd()
-        given = [Path(item).expanduser() for item in merged["harbor"]]
-        merged["harbor"] = tuple((p if p.is_absolute() else anchor / p).resolve() for p in given)
+    for key in ("harbor", "harbor_mount"):
+        if merged.get(key):
+            # On the command line a path is the user's, relative to where they are; in the
+            # pyproject file, relative to the file's folder as the other paths are.
+            anchor = base_dir if key in from_file else Path.cwd()
+            given = [Path(item).expanduser() for item in merged[key]]
+            merged[key] = tuple((p if p.is_absolute() else anchor / p).resolve() for p in given)
     merged.setdefault("amb_out", base_dir / DEFAULT_OUT)
     merged["agent_definitions"] = agent_definitions or {}
     if slurm:

@@ -26,14 +26,28 @@ MIN_SECRET_LENGTH = 8
 MASK = "***"
 
 
+#: Values this process holds as secrets whatever holds them (:func:`register_secrets`).
+_REGISTERED: set[str] = set()
+
+
+def register_secrets(values: Iterable[str]) -> None:
+    """Make ``values`` secrets of this process (those of :data:`MIN_SECRET_LENGTH` or
+    more): :func:`secret_values` of the process's environment lists them from now on, so
+    every redaction of the session masks them (a Harbor task's ``env_file`` values)."""
+    _REGISTERED.update(v for v in values if len(v) >= MIN_SECRET_LENGTH)
+
+
 def secret_values(
     environ: Mapping[str, str] | None = None, extra_names: Iterable[str] = ()
 ) -> list[str]:
     """The credential values in the environment, longest first (so a key that contains
-    another is masked whole)."""
+    another is masked whole); of this process's environment (``environ`` None), with the
+    values registered by :func:`register_secrets`."""
     env = os.environ if environ is None else environ
     names = {n for n in env if SECRET_NAME.search(n)} | {n for n in extra_names if n in env}
     values = {env[n] for n in names if len(env[n]) >= MIN_SECRET_LENGTH}
+    if environ is None:
+        values |= _REGISTERED
     return sorted(values, key=len, reverse=True)
 
 

@@ -411,6 +411,18 @@ SETTINGS: tuple[Setting, ...] = (
         scoring=True,
     ),
     Setting(
+        "harbor_mount",
+        "--harbor-mount",
+        "a host folder whose contents a Harbor task's docker-compose file may bind and read "
+        "env_file from (repeatable): a data cache or a token folder prepared outside the task "
+        "folder; binds are read-only unless the file says :rw, a path that resolves outside "
+        "the task folder and every named folder is refused (relative paths: to the working "
+        "directory on the command line, to the rootdir in pyproject.toml)",
+        default=(),
+        metavar="ROOT",
+        repeatable=True,
+    ),
+    Setting(
         "holdout",
         "--holdout",
         "which split of each dataset cells see: original (default) or perturbed (derived "

@@ -61,10 +61,15 @@ class HarborTaskFile(pytest.Module):
     def collect(self) -> Any:
         roots = self.run_config.harbor if self.run_config is not None else ()
         host_env = harbor_env_names(self.run_config) if self.run_config is not None else ()
+        mounts = self.run_config.harbor_mount if self.run_config is not None else ()
         try:
-            task = load_harbor_task(self.path.parent, harbor_root_of(self.path, roots), host_env)
+            task = load_harbor_task(
+                self.path.parent, harbor_root_of(self.path, roots), host_env, mounts
+            )
         except HarborTaskError as exc:
             raise self.CollectError(str(exc)) from None
+        if (problems := task.compose_problems()) is not None:
+            raise self.CollectError(problems)
         self.stash[MODULE_TASKS] = (task,)
         for marker in task.markers:
             register_marker(self.config, marker)

@@ -39,12 +39,20 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
+from pytest_automedbench.harbor._compose_host import (
+    HostPathError,
+    cpu_count,
+    host_bind_source,
+    lower,
+    memory_mb,
+    read_env_file,
+)
 from pytest_automedbench.harbor._environment import (
     COMPOSE_FILES,
     HarborImageError,
@@ -52,7 +60,8 @@ from pytest_automedbench.harbor._environment import (
     compose_file,
     copy_tree,
 )
-from pytest_automedbench.redact import SECRET_NAME
+from pytest_automedbench.harbor.env_names import ENV_OPTION
+from pytest_automedbench.redact import SECRET_NAME, redact
 from pytest_automedbench.sandbox.base import SandboxSpec
 from pytest_automedbench.sandbox.docker import (
     docker_client,
@@ -67,6 +76,19 @@ from pytest_automedbench.sandbox.owner import is_gone
 class HarborVariableError(HarborImageError):
     """A ``${VAR}`` of a compose file that the task may not read: a host variable not
     passed with ``--harbor-env`` (and without a default), or one passed but unset."""
+
+
+class ComposeProblems(HarborImageError):
+    """Every problem of one compose file at once, each naming the file, the service and
+    the key (:func:`load_compose` raises a lone problem as itself)."""
+
+    def __init__(self, file: Path, problems: Sequence[HarborImageError]) -> None:
+        self.problems = tuple(problems)
+        listing = "\n".join(f"  - {problem}" for problem in self.problems)
+        super().__init__(
+            f"{file}: {len(self.problems)} problems (this harness runs none of it as "
+            f"written):\n{listing}"
+        )
 
 
 #: The service that is the agent's container (Harbor's convention).
@@ -84,8 +106,14 @@ SERVICE_KEYS = frozenset(
         "working_dir",
         "user",
         "network_mode",
+        "env_file",
+        "deploy",
     }
 )
+#: Keys whose strings are host paths: ``${HOME}`` (and ``~``) is read there only.
+PATH_KEYS = frozenset({"volumes", "env_file"})
+#: ``deploy`` as far as it is carried out: resource limits (reservations are ignored).
+DEPLOY_LIMITS = ("cpus", "memory")
 #: Top-level keys understood (``version`` and ``name`` are informational in Compose).
 TOP_KEYS = frozenset({"services", "volumes", "version", "name"})
 #: Labels' role values: the stale sweeps find what a dead harness left by these.
@@ -120,11 +148,14 @@ _swept = False
 @dataclass(frozen=True)
 class VolumeUse:
     """One entry of a service's ``volumes``: a named volume of the file (``source`` is
-    its name there) or a bind of a path inside the task folder (``source`` is its
-    absolute path, with no link on the way). A bind is never of the task folder itself:
-    each attempt binds the same path in its own copy (:class:`AttemptBinds`)."""
+    its name there), a bind of a path inside the task folder (``bind``: ``source`` is its
+    absolute path, with no link on the way), or a bind of a host path inside a folder the
+    user named (``host``: ``source`` as written, made absolute; its links are followed
+    and checked again when the bind is made, :func:`host_bind_source`). A ``bind`` is
+    never of the task folder itself: each attempt binds the same path in its own copy
+    (:class:`AttemptBinds`)."""
 
-    kind: Literal["volume", "bind"]
+    kind: Literal["volume", "bind", "host"]
     source: str
     target: str
     read_only: bool
@@ -153,18 +184,25 @@ class ServiceSpec:
     depends_on: Mapping[str, Condition] = field(default_factory=dict)
     working_dir: str | None = None
     user: str | None = None
+    #: ``deploy.resources.limits``: never above the run's own (the lower one wins).
+    memory_mb: int | None = None
+    cpus: float | None = None
 
 
 @dataclass(frozen=True)
 class ComposePlan:
-    """A checked compose file: its services, its named volumes, and the one-shot
-    services in the order they must run before ``main``."""
+    """A checked compose file: its services, its named volumes, the one-shot services in
+    the order they must run before ``main``, the host folders its binds may reach
+    (``roots``, resolved) and the values its env files hold (``secrets``: masked in
+    whatever :func:`prepare_compose` says)."""
 
     file: Path
     environment_dir: Path
     services: Mapping[str, ServiceSpec]
     volumes: tuple[str, ...]
     one_shots: tuple[str, ...]
+    roots: tuple[Path, ...] = ()
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def main(self) -> ServiceSpec:
@@ -223,14 +261,26 @@ def _interpolate(
         if operator is not None and operator.endswith("-"):
             return word
         error = say_error(
-            f"${{{name}}} is not set"
+            f"{value!r}: ${{{name}}} is not set"
             + (f": {word}" if word else " and has no default")
-            + f" (host variables reach a task only by name: pass --harbor-env {name}; "
-            "a credential never does: agents reach models through the gateway)"
+            + _variable_hint(name)
         )
         raise HarborVariableError(str(error))
 
     return _VAR.sub(substitute, value)
+
+
+def _variable_hint(name: str) -> str:
+    """Which option lets ``${name}`` reach a task (said in every refusal of one)."""
+    if name == "HOME":
+        return (
+            " (${HOME} is read in bind sources and env_file paths only; elsewhere pass "
+            f"{ENV_OPTION} HOME)"
+        )
+    return (
+        f" (host variables reach a task only by name: pass {ENV_OPTION} {name}; "
+        "a credential never does: agents reach models through the gateway)"
+    )
 
 
 def _strings(value: Any, what: str, fail: Callable[[str], HarborImageError]) -> list[str] | str:
@@ -277,74 +327,115 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 class _Loader:
-    """One compose file's parse (see :func:`load_compose`)."""
+    """One compose file's parse (see :func:`load_compose`): every problem is noted in
+    :attr:`problems` and the parse goes on, so all of them are reported at once."""
 
-    def __init__(self, file: Path, environment_dir: Path, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        file: Path,
+        environment_dir: Path,
+        environ: Mapping[str, str],
+        roots: Sequence[Path] = (),
+        home: str = "",
+    ) -> None:
         self.file = file
         self.environment_dir = environment_dir
         self.task_dir = environment_dir.parent.resolve()
         self.environ = environ
+        #: What a host path may name: the variables given, and ``${HOME}``.
+        self.path_environ = {"HOME": home, **environ} if home else dict(environ)
+        self.home = home
+        self.roots = tuple(Path(os.path.realpath(root)) for root in roots)
         self.where = _Where(file)
         self.declared: set[str] = set()
+        self.problems: list[HarborImageError] = []
+        self.secrets: set[str] = set()
 
-    def service(self, name: str, raw: Any) -> ServiceSpec:
+    @contextlib.contextmanager
+    def noted(self) -> Iterator[None]:
+        """Note a problem raised inside and go on."""
+        try:
+            yield
+        except HarborImageError as exc:
+            self.problems.append(exc)
+
+    def service(self, name: str, raw: Any) -> ServiceSpec | None:
         where = self.where
         if not isinstance(raw, dict):
-            raise where.error(name, None, "a service must be a mapping")
-        for key in raw:
-            if str(key).startswith("x-"):
-                continue
+            self.problems.append(where.error(name, None, "a service must be a mapping"))
+            return None
+        keys = [str(k) for k in raw if not str(k).startswith("x-")]
+        for key in keys:
             if key not in SERVICE_KEYS:
-                raise where.unsupported(name, str(key))
+                self.problems.append(where.unsupported(name, key))
 
         def fail(key: str) -> Callable[[str], HarborImageError]:
             return lambda message: where.error(name, key, message)
 
-        data = {
-            k: _interpolate(v, self.environ, fail(str(k)))
-            for k, v in raw.items()
-            if not str(k).startswith("x-")
-        }
+        data: dict[str, Any] = {}
+        for key in keys:
+            if key in SERVICE_KEYS and key not in PATH_KEYS:
+                with self.noted():
+                    data[key] = _interpolate(raw[key], self.environ, fail(key))
         network = data.get("network_mode")
         if network is not None and network != "none":
-            raise where.unsupported(
-                name,
-                "network_mode",
-                f" ({network!r}: only 'none'; no container here has a network)",
+            self.problems.append(
+                where.unsupported(
+                    name,
+                    "network_mode",
+                    f" ({network!r}: only 'none'; no container here has a network)",
+                )
             )
-        build = self.build(name, data["build"]) if "build" in data else None
+        build: BuildSpec | None = None
+        if "build" in data:
+            with self.noted():
+                build = self.build(name, data["build"])
         image = data.get("image")
         if image is not None and not isinstance(image, str):
-            raise where.error(name, "image", "must be a string")
-        if build is None and image is None:
-            raise where.error(name, None, "has neither 'build' nor 'image'")
-        command = data.get("command")
-        entrypoint = data.get("entrypoint")
+            self.problems.append(where.error(name, "image", "must be a string"))
+            image = None
+        if "build" not in raw and "image" not in raw:
+            self.problems.append(where.error(name, None, "has neither 'build' nor 'image'"))
+        command = entrypoint = None
+        with self.noted():
+            if data.get("command") is not None:
+                command = _strings(data["command"], "command", fail("command"))
+        with self.noted():
+            if data.get("entrypoint") is not None:
+                entrypoint = _strings(data["entrypoint"], "entrypoint", fail("entrypoint"))
         for key in ("working_dir", "user"):
             if key in data and not isinstance(data[key], str | int):
-                raise where.error(name, key, "must be a string")
+                self.problems.append(where.error(name, key, "must be a string"))
+                del data[key]
         working_dir = data.get("working_dir")
         if working_dir is not None and not str(working_dir).startswith("/"):
-            raise where.error(name, "working_dir", "must be an absolute path")
+            self.problems.append(where.error(name, "working_dir", "must be an absolute path"))
+        environment = self.env_files(name, raw.get("env_file")) if "env_file" in raw else {}
+        with self.noted():
+            if "environment" in data:
+                environment.update(
+                    _environment(data["environment"], self.environ, fail("environment"))
+                )
+        depends: dict[str, Condition] = {}
+        with self.noted():
+            depends = self.depends_on(name, data.get("depends_on"))
+        limits: tuple[int | None, float | None] = (None, None)
+        with self.noted():
+            if data.get("deploy") is not None:
+                limits = self.deploy(name, data["deploy"])
         return ServiceSpec(
             name=name,
             build=build,
             image=image,
-            command=None if command is None else _strings(command, "command", fail("command")),
-            entrypoint=(
-                None
-                if entrypoint is None
-                else _strings(entrypoint, "entrypoint", fail("entrypoint"))
-            ),
-            environment=(
-                _environment(data["environment"], self.environ, fail("environment"))
-                if "environment" in data
-                else {}
-            ),
-            volumes=tuple(self.volume(name, v) for v in data.get("volumes") or []),
-            depends_on=self.depends_on(name, data.get("depends_on")),
+            command=command,
+            entrypoint=entrypoint,
+            environment=environment,
+            volumes=self.volumes(name, raw.get("volumes")),
+            depends_on=depends,
             working_dir=None if working_dir is None else str(working_dir),
             user=None if data.get("user") is None else str(data["user"]),
+            memory_mb=limits[0],
+            cpus=limits[1],
         )
 
     def build(self, name: str, value: Any) -> BuildSpec:
@@ -375,8 +466,9 @@ class _Loader:
 
     def host_path(self, name: str, key: str, text: str) -> Path:
         """A path relative to the environment folder, resolved (links followed), which
-        must lie inside the task folder: a task may share its own files with a
-        container, never the host's (``~/.ssh``, ``${HOME}`` tokens, other tasks)."""
+        must lie inside the task folder: a task shares its own files with a container
+        this way (build contexts, binds of its own paths); a host path outside it is a
+        bind of a named folder (:meth:`bind`), never a build context."""
         if posixpath.isabs(text) or text.startswith("~"):
             raise self.where.error(
                 name, key, f"{text!r}: only paths relative to {self.environment_dir} are allowed"
@@ -396,8 +488,32 @@ class _Loader:
             )
         return path
 
+    def absolute(self, name: str, key: str, text: str) -> str:
+        """A host path as written (``~`` is ``${HOME}``), absolute: relative ones are to
+        the environment folder (links are not followed here)."""
+        if text == "~" or text.startswith("~/"):
+            if not self.home:
+                raise self.where.error(name, key, f"{text!r}: no home folder is known")
+            text = self.home + text[1:]
+        elif text.startswith("~"):
+            raise self.where.error(name, key, f"{text!r}: only '~' (the home folder) is read")
+        return text if posixpath.isabs(text) else os.path.join(self.environment_dir, text)
+
+    def volumes(self, name: str, value: Any) -> tuple[VolumeUse, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            self.problems.append(self.where.error(name, "volumes", "must be a list"))
+            return ()
+        uses: list[VolumeUse] = []
+        for item in value:
+            with self.noted():
+                uses.append(self.volume(name, item))
+        return tuple(uses)
+
     def volume(self, name: str, value: Any) -> VolumeUse:
         where = self.where
+        value = _interpolate(value, self.path_environ, lambda m: where.error(name, "volumes", m))
         if isinstance(value, dict):
             kind = value.get("type", "volume")
             extra = set(value) - {"type", "source", "target", "read_only"}
@@ -405,6 +521,7 @@ class _Loader:
                 raise where.unsupported(name, f"volumes.{sorted(extra)[0]}")
             source, target = value.get("source"), value.get("target")
             read_only = bool(value.get("read_only", False))
+            writable = value.get("read_only", True) is False
         elif isinstance(value, str):
             parts = value.split(":")
             if len(parts) == 1:
@@ -417,6 +534,7 @@ class _Loader:
             if bad:
                 raise where.unsupported(name, "volumes", f" (mode {bad[0]!r} of {value!r})")
             read_only = "ro" in modes
+            writable = "rw" in modes
             is_path = source.startswith((".", "/", "~")) or "/" in source
             kind = "bind" if is_path else "volume"
         else:
@@ -426,8 +544,7 @@ class _Loader:
         if not posixpath.isabs(target):
             raise where.error(name, "volumes", f"target {target!r} must be an absolute path")
         if kind == "bind":
-            path = self.host_path(name, "volumes", source)
-            return VolumeUse("bind", str(path), target, read_only)
+            return self.bind(name, source, target, read_only=read_only, writable=writable)
         if kind != "volume":
             raise where.unsupported(name, "volumes", f" (type {kind!r})")
         if source not in self.declared:
@@ -435,6 +552,92 @@ class _Loader:
                 name, "volumes", f"named volume {source!r} is not declared under top-level volumes"
             )
         return VolumeUse("volume", source, target, read_only)
+
+    def bind(
+        self, name: str, source: str, target: str, *, read_only: bool, writable: bool
+    ) -> VolumeUse:
+        """A relative path inside the task folder binds (a copy of) the task's own path;
+        any other path must resolve inside a ``--harbor-mount`` folder, and is read-only
+        unless the file says ``rw``."""
+        relative = not posixpath.isabs(source) and not source.startswith("~")
+        lexical = Path(posixpath.normpath(self.environment_dir.resolve() / source))
+        if relative and _inside(lexical, self.task_dir):
+            path = self.host_path(name, "volumes", source)
+            return VolumeUse("bind", str(path), target, read_only)
+        absolute = self.absolute(name, "volumes", source)
+        try:
+            host_bind_source(absolute, self.task_dir, self.roots)
+        except HostPathError as exc:
+            raise self.where.error(name, "volumes", f"bind source {source!r} {exc}") from None
+        return VolumeUse("host", absolute, target, not writable)
+
+    def env_files(self, name: str, value: Any) -> dict[str, str]:
+        """The variables of the service's env files, in order (a later file wins, and
+        ``environment`` wins over them all, as in Compose)."""
+        where = self.where
+        entries = [value] if isinstance(value, str | dict) else value
+        if not isinstance(entries, list):
+            self.problems.append(where.error(name, "env_file", "must be a path or a list"))
+            return {}
+        out: dict[str, str] = {}
+        for entry in entries:
+            with self.noted():
+                out.update(self.env_file(name, entry))
+        return out
+
+    def env_file(self, name: str, entry: Any) -> dict[str, str]:
+        where = self.where
+        required = True
+        if isinstance(entry, dict):
+            for key in entry:
+                if key not in ("path", "required"):
+                    raise where.unsupported(name, f"env_file.{key}")
+            required = entry.get("required", True) is not False
+            entry = entry.get("path")
+        if not isinstance(entry, str) or not entry:
+            raise where.error(name, "env_file", f"{entry!r} is not a path")
+        text = _interpolate(entry, self.path_environ, lambda m: where.error(name, "env_file", m))
+        absolute = self.absolute(name, "env_file", text)
+        if not required and not os.path.lexists(absolute):
+            return {}
+        try:
+            values = read_env_file(absolute, self.task_dir, self.roots)
+        except HostPathError as exc:
+            raise where.error(name, "env_file", f"{entry!r} {exc}") from None
+        self.secrets.update(values.values())
+        return values
+
+    def deploy(self, name: str, value: Any) -> tuple[int | None, float | None]:
+        """``deploy.resources.limits`` (``cpus``, ``memory``); ``reservations`` is ignored
+        (a limit is what a run can hold a container to); any other key is refused."""
+        where = self.where
+        if not isinstance(value, dict):
+            raise where.error(name, "deploy", "must be a mapping")
+        for key in value:
+            if key != "resources":
+                self.problems.append(where.unsupported(name, f"deploy.{key}"))
+        resources = value.get("resources") or {}
+        if not isinstance(resources, dict):
+            raise where.error(name, "deploy.resources", "must be a mapping")
+        for key in resources:
+            if key not in ("limits", "reservations"):
+                self.problems.append(where.unsupported(name, f"deploy.resources.{key}"))
+        limits = resources.get("limits") or {}
+        if not isinstance(limits, dict):
+            raise where.error(name, "deploy.resources.limits", "must be a mapping")
+        for key in limits:
+            if key not in DEPLOY_LIMITS:
+                self.problems.append(where.unsupported(name, f"deploy.resources.limits.{key}"))
+        memory: int | None = None
+        cpus: float | None = None
+        try:
+            if limits.get("memory") is not None:
+                memory = memory_mb(limits["memory"])
+            if limits.get("cpus") is not None:
+                cpus = cpu_count(limits["cpus"])
+        except ValueError as exc:
+            raise where.error(name, "deploy.resources.limits", str(exc)) from None
+        return memory, cpus
 
     def depends_on(self, name: str, value: Any) -> dict[str, Condition]:
         where = self.where
@@ -458,12 +661,34 @@ class _Loader:
             out[str(other)] = condition
         return out
 
+    def top_level(self, raw: Mapping[str, Any]) -> None:
+        """The file's top-level keys and named volumes."""
+        where = self.where
+        for key in raw:
+            if not str(key).startswith("x-") and key not in TOP_KEYS:
+                self.problems.append(where.unsupported(None, str(key)))
+        volumes = raw.get("volumes") or {}
+        if not isinstance(volumes, dict):
+            self.problems.append(where.error(None, "volumes", "must be a mapping of volume names"))
+            return
+        for volume, options in volumes.items():
+            if options:
+                key = next(iter(options)) if isinstance(options, dict) else "volumes"
+                self.problems.append(
+                    where.unsupported(
+                        None, f"volumes.{volume}.{key}", " (only plain local volumes)"
+                    )
+                )
+            self.declared.add(str(volume))
+
 
 def load_compose(
     environment_dir: Path,
     *,
     environ: Mapping[str, str] | None = None,
     project_name: str | None = None,
+    mounts: Sequence[Path] = (),
+    home: str | None = None,
 ) -> ComposePlan:
     """Parse and check ``environment_dir``'s compose file (see the module's docstring).
 
@@ -471,23 +696,23 @@ def load_compose(
     variables the task was given by name (``HarborTask.host_environ``; default none, and
     a credential-like name is dropped even when given), plus ``COMPOSE_PROJECT_NAME``
     (``project_name``, default the task folder's name: Harbor sets it per trial and tasks
-    use it only to name the image their services share).
-    Raises :class:`HarborImageError` for anything this harness would not run faithfully."""
+    use it only to name the image their services share), and ``${HOME}`` (``home``,
+    default this user's) in bind sources and env_file paths only. ``mounts`` are the
+    host folders (``--harbor-mount``) binds and env files outside the task folder may
+    reach; env files are read now, their values registered as secrets.
+    Every problem is collected: one is raised as itself, several as
+    :class:`ComposeProblems` (each names the file, the service and the key)."""
     import yaml
 
     file = compose_file(environment_dir)
     if file is None:
         raise HarborImageError(f"{environment_dir} has no {' / '.join(COMPOSE_FILES)}")
-    where = _Where(file)
     try:
         raw = yaml.safe_load(file.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise HarborImageError(f"{file}: cannot be read as YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise HarborImageError(f"{file}: the top level must be a mapping")
-    for key in raw:
-        if not str(key).startswith("x-") and key not in TOP_KEYS:
-            raise where.unsupported(None, str(key))
     project = project_name or re.sub(
         r"[^a-z0-9_-]", "", environment_dir.resolve().parent.name.lower()
     )
@@ -497,37 +722,48 @@ def load_compose(
     }
     if project_name is not None:
         env["COMPOSE_PROJECT_NAME"] = project_name
-    loader = _Loader(file, environment_dir, env)
-    volumes = raw.get("volumes") or {}
-    if not isinstance(volumes, dict):
-        raise where.error(None, "volumes", "must be a mapping of volume names")
-    for volume, options in volumes.items():
-        if options:
-            key = next(iter(options)) if isinstance(options, dict) else "volumes"
-            raise where.unsupported(None, f"volumes.{volume}.{key}", " (only plain local volumes)")
-        loader.declared.add(str(volume))
+    home_dir = os.environ.get("HOME", "") if home is None else home
+    loader = _Loader(file, environment_dir, env, mounts, home_dir)
+    loader.top_level(raw)
     services_raw = raw.get("services")
     if not isinstance(services_raw, dict) or not services_raw:
-        raise HarborImageError(f"{file}: no services")
-    services = {str(n): loader.service(str(n), s) for n, s in services_raw.items()}
-    if MAIN not in services:
-        raise HarborImageError(
-            f"{file}: no service named {MAIN!r} (Harbor runs the agent in the service 'main')"
+        loader.problems.append(HarborImageError(f"{file}: no services"))
+        services_raw = {}
+    parsed = {str(n): loader.service(str(n), s) for n, s in services_raw.items()}
+    services = {n: s for n, s in parsed.items() if s is not None}
+    if services_raw and MAIN not in services_raw:
+        loader.problems.append(
+            HarborImageError(
+                f"{file}: no service named {MAIN!r} (Harbor runs the agent in the service 'main')"
+            )
         )
+    one_shots: tuple[str, ...] = ()
+    if MAIN in services and len(services) == len(parsed):
+        one_shots = _one_shot_order(loader.where, services, loader.problems.append)
+    if len(loader.problems) == 1:
+        raise loader.problems[0]
+    if loader.problems:
+        raise ComposeProblems(file, loader.problems)
     return ComposePlan(
         file=file,
         environment_dir=environment_dir,
         services=services,
         volumes=tuple(sorted(loader.declared)),
-        one_shots=_one_shot_order(where, services),
+        one_shots=one_shots,
+        roots=loader.roots,
+        secrets=tuple(sorted(loader.secrets, key=len, reverse=True)),
     )
 
 
-def _one_shot_order(where: _Where, services: Mapping[str, ServiceSpec]) -> tuple[str, ...]:
+def _one_shot_order(
+    where: _Where,
+    services: Mapping[str, ServiceSpec],
+    note: Callable[[HarborImageError], None],
+) -> tuple[str, ...]:
     """The services to run to completion before ``main``, each after those it depends
     on. Only ``service_completed_successfully`` edges are runnable: ``service_started``
     or ``service_healthy`` means a long-running sidecar beside the agent, and a service
-    nothing waits for would be one too; both are refused."""
+    nothing waits for would be one too; each is noted as a problem."""
     order: list[str] = []
     state: dict[str, str] = {}
 
@@ -535,21 +771,27 @@ def _one_shot_order(where: _Where, services: Mapping[str, ServiceSpec]) -> tuple
         if state.get(name) == "done":
             return
         if state.get(name) == "open":
-            raise where.error(name, "depends_on", f"cycle: {' -> '.join((*path, name))}")
+            note(where.error(name, "depends_on", f"cycle: {' -> '.join((*path, name))}"))
+            return
         state[name] = "open"
         for other, condition in services[name].depends_on.items():
             if other not in services:
-                raise where.error(name, "depends_on", f"no service named {other!r}")
-            if condition != "service_completed_successfully":
-                raise where.unsupported(
-                    name,
-                    f"depends_on.{other}",
-                    f" (condition {condition!r}: {other!r} would be a long-running sidecar;"
-                    " only one-shot services with condition service_completed_successfully)",
+                note(where.error(name, "depends_on", f"no service named {other!r}"))
+            elif condition != "service_completed_successfully":
+                note(
+                    where.unsupported(
+                        name,
+                        f"depends_on.{other}",
+                        f" (condition {condition!r}: {other!r} would be a long-running "
+                        "sidecar; only one-shot services with condition "
+                        "service_completed_successfully)",
+                    )
                 )
-            if other == MAIN:
-                raise where.error(name, "depends_on", "a service cannot wait for 'main' to finish")
-            visit(other, (*path, name))
+                state.setdefault(other, "sidecar")
+            elif other == MAIN:
+                note(where.error(name, "depends_on", "a service cannot wait for 'main' to finish"))
+            else:
+                visit(other, (*path, name))
         state[name] = "done"
         if name != MAIN:
             order.append(name)
@@ -557,11 +799,13 @@ def _one_shot_order(where: _Where, services: Mapping[str, ServiceSpec]) -> tuple
     visit(MAIN, ())
     for name in services:
         if name not in state:
-            raise where.unsupported(
-                name,
-                "services",
-                f" ({name!r} is not a one-shot that 'main' waits for with "
-                "condition service_completed_successfully: long-running sidecars are not run)",
+            note(
+                where.unsupported(
+                    name,
+                    "services",
+                    f" ({name!r} is not a one-shot that 'main' waits for with "
+                    "condition service_completed_successfully: long-running sidecars are not run)",
+                )
             )
     return tuple(order)
 
@@ -737,6 +981,9 @@ class PreparedCompose:
     working_dir: str | None
     user: str | None
     mounts: list[Any]
+    #: ``main``'s limits: the run's, lowered by its ``deploy.resources.limits``.
+    memory_mb: int | None = None
+    cpus: float | None = None
     volumes: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
     binds: AttemptBinds | None = None
@@ -861,10 +1108,15 @@ def _images(
 
 
 def _mounts(
-    service: ServiceSpec, volume_names: Mapping[str, str], binds: AttemptBinds | None
+    plan: ComposePlan,
+    service: ServiceSpec,
+    volume_names: Mapping[str, str],
+    binds: AttemptBinds | None,
 ) -> list[Any]:
     """The service's mounts, made just before its container: a bind is of this attempt's
-    copy, its path checked now (:meth:`AttemptBinds.source`)."""
+    copy, its path checked now (:meth:`AttemptBinds.source`); a bind of a named host
+    folder is of the real path its links lead to now, checked again
+    (:func:`host_bind_source`: an earlier service may have made a link there)."""
     from docker.types import Mount
 
     mounts = []
@@ -873,6 +1125,14 @@ def _mounts(
             assert binds is not None
             source = binds.source(use)
             mounts.append(Mount(use.target, source, type="bind", read_only=use.read_only))
+        elif use.kind == "host":
+            try:
+                real = host_bind_source(use.source, plan.task_dir.resolve(), plan.roots)
+            except HostPathError as exc:
+                raise _Where(plan.file).error(
+                    service.name, "volumes", f"bind source {use.source!r} {exc}"
+                ) from None
+            mounts.append(Mount(use.target, str(real), type="bind", read_only=use.read_only))
         else:
             mounts.append(
                 Mount(use.target, volume_names[use.source], type="volume", read_only=use.read_only)
@@ -943,8 +1203,9 @@ def _run_one_shot(
         tail = logs.decode(errors="replace").rstrip()
         why = f"ran over {timeout_s:.0f} s" if exit_code == 124 else f"exited {exit_code}"
         raise HarborImageError(
-            f"{plan.file}: the one-shot service {service.name!r} {why} (no network here: a "
-            f"download needs its data mirrored locally); its last output:\n{tail}"
+            f"{plan.file}: the one-shot service {service.name!r} {why} (it has no network: "
+            "a service that needs the network, to download its data, is not supported yet; "
+            f"mirror the data into a --harbor-mount folder); its last output:\n{tail}"
         )
     say(f"{service.name!r} finished in {time.monotonic() - started:.0f} s")
 
@@ -962,10 +1223,12 @@ def prepare_compose(
 ) -> PreparedCompose:
     """Build the images, create this attempt's volumes (``amb-<run id>-<random>-<name>``,
     labelled), run the one-shots in order (each within ``run_timeout_s``, default
-    ``build_timeout_s``, with ``memory_mb``/``cpus``), and return ``main``'s image,
-    environment, working_dir, user and mounts. On any failure what was made is removed
-    before :class:`HarborImageError` is raised; otherwise the caller closes it (after the
-    agent's container is gone: a volume in use cannot be removed)."""
+    ``build_timeout_s``, with ``memory_mb``/``cpus`` or its own lower
+    ``deploy.resources.limits``), and return ``main``'s image, environment, working_dir,
+    user, mounts and limits (the same rule). On any failure what was made is removed
+    before :class:`HarborImageError` is raised (its message with the env files' values
+    masked); otherwise the caller closes it (after the agent's container is gone: a
+    volume in use cannot be removed)."""
     global _swept
     if (problem := docker_problem()) is not None:
         raise HarborImageError(f"Docker backend unavailable: {problem}")
@@ -984,6 +1247,8 @@ def prepare_compose(
         working_dir=main.working_dir,
         user=main.user,
         mounts=[],
+        memory_mb=int(lower(memory_mb, main.memory_mb) or memory_mb),
+        cpus=lower(cpus, main.cpus),
     )
     try:
         token = secrets.token_hex(4)
@@ -1002,22 +1267,27 @@ def prepare_compose(
                 plan,
                 service,
                 images[one_shot],
-                _mounts(service, names, prepared.binds),
+                _mounts(plan, service, names, prepared.binds),
                 run_id=run_id,
                 timeout_s=build_timeout_s if run_timeout_s is None else run_timeout_s,
-                memory_mb=memory_mb,
-                cpus=cpus,
+                memory_mb=int(lower(memory_mb, service.memory_mb) or memory_mb),
+                cpus=lower(cpus, service.cpus),
                 prepared=prepared,
                 say=say,
             )
-        prepared.mounts = _mounts(main, names, prepared.binds)
+        prepared.mounts = _mounts(plan, main, names, prepared.binds)
     except BaseException as exc:
         prepared.close()
-        if isinstance(exc, HarborImageError) or not isinstance(exc, Exception):
+        if not isinstance(exc, Exception):
             raise
+        if isinstance(exc, HarborImageError):
+            masked = redact(str(exc), plan.secrets)
+            if masked == str(exc):
+                raise
+            raise HarborImageError(masked) from None
         raise HarborImageError(
-            f"{plan.file}: cannot prepare the compose environment: {exc}"
-        ) from exc
+            redact(f"{plan.file}: cannot prepare the compose environment: {exc}", plan.secrets)
+        ) from None
     # The one-shots are done; their containers only hold the volumes: remove them now.
     containers, prepared.containers = prepared.containers, []
     for container_id in containers:

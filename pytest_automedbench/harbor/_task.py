@@ -40,6 +40,7 @@ from pytest_automedbench.tasks import NetworkDecl
 
 if TYPE_CHECKING:
     from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.harbor._compose import ComposePlan
 
 #: The tier of every Harbor cell (cell ids ``<task>-harbor-r<attempt>``).
 HARBOR_TIER = "harbor"
@@ -223,6 +224,9 @@ class HarborTask:
     #: The host variables this session passes to the task (``--harbor-env``): its
     #: ``${VAR}`` may name only these (others take their default or are an error).
     host_env: tuple[str, ...] = ()
+    #: The host folders (``--harbor-mount``) its compose file may bind and read env
+    #: files from.
+    mounts: tuple[Path, ...] = ()
     #: This attempt's copy of ``tests/`` (a compose bootstrap may have written the gold
     #: there: :meth:`for_attempt`), None for the task's own folder.
     attempt_tests: Path | None = field(default=None, compare=False)
@@ -375,22 +379,39 @@ class HarborTask:
             self.verifier_env()
         except HarborTaskError as exc:
             return str(exc)
-        return self._compose_variables_problem()
+        return None
 
-    def _compose_variables_problem(self) -> str | None:
-        """A docker-compose file's ``${VAR}`` that the task may not read (see
-        :meth:`host_environ`); the file's other faults are reported when it is run."""
-        from pytest_automedbench.harbor._compose import HarborVariableError, load_compose
+    @property
+    def uses_compose(self) -> bool:
+        """Whether its environment is a docker-compose file (not an image or Dockerfile)."""
+        return (
+            self.config.environment.docker_image is None
+            and compose_file(self.environment_dir) is not None
+        )
+
+    def compose_plan(self, environ: Mapping[str, str] | None = None) -> ComposePlan:
+        """Its docker-compose file, checked, as this session may run it: the host
+        variables it is given (:meth:`host_environ`) and the folders it may reach
+        (:attr:`mounts`). Raises :class:`~pytest_automedbench.harbor._environment.HarborImageError`
+        listing every problem."""
+        from pytest_automedbench.harbor._compose import load_compose
+
+        return load_compose(
+            self.environment_dir, environ=self.host_environ(environ), mounts=self.mounts
+        )
+
+    def compose_problems(self) -> str | None:
+        """Every problem of its docker-compose file (each naming the file, the service and
+        the key), None when it has none or no compose file: what collection reports, so
+        ``--collect-only`` shows them all and no Docker is needed to find them."""
         from pytest_automedbench.harbor._environment import HarborImageError
 
-        if self.config.environment.docker_image or compose_file(self.environment_dir) is None:
+        if not self.uses_compose:
             return None
         try:
-            load_compose(self.environment_dir, environ=self.host_environ())
-        except HarborVariableError as exc:
+            self.compose_plan()
+        except HarborImageError as exc:
             return str(exc)
-        except HarborImageError:
-            return None
         return None
 
 
@@ -435,11 +456,16 @@ def is_task_folder(folder: Path) -> bool:
 
 
 def load_harbor_task(
-    folder: Path, root: Path | None = None, host_env: Sequence[str] = ()
+    folder: Path,
+    root: Path | None = None,
+    host_env: Sequence[str] = (),
+    mounts: Sequence[Path] = (),
 ) -> HarborTask:
     """Load and check one task folder; ``root`` is the ``--harbor`` path it was found under
     (its category folder, if any, sits between the two); ``host_env`` the host variables
-    the session passes to it (:func:`harbor_env_names`; a credential-like name raises)."""
+    the session passes to it (:func:`harbor_env_names`; a credential-like name raises);
+    ``mounts`` the host folders its compose file may reach (``--harbor-mount``). A compose
+    file's own problems are not checked here: :meth:`HarborTask.compose_problems`."""
     for name in host_env:
         if (problem := secret_env_problem(name)) is not None:
             raise HarborTaskError(problem)
@@ -480,6 +506,7 @@ def load_harbor_task(
         instruction=instruction,
         category=category,
         host_env=tuple(dict.fromkeys(host_env)),
+        mounts=tuple(dict.fromkeys(mounts)),
     )
 
 

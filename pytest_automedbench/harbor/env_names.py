@@ -1,4 +1,5 @@
-"""Which host variables a Harbor task may read by name (``--harbor-env``).
+"""Which host variables a Harbor task may read by name (``--harbor-env``), and the option
+that names the host folders its compose file may reach (``--harbor-mount``).
 
 A leaf (the redaction rules only): the settings check the names as they are given,
 before any task is loaded.
@@ -13,6 +14,8 @@ from pytest_automedbench.redact import SECRET_NAME
 
 #: The option that lets a host variable reach Harbor tasks (named in every error about one).
 ENV_OPTION = "--harbor-env"
+#: The option that names a host folder a task's compose file may bind or read env_file from.
+MOUNT_OPTION = "--harbor-mount"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -31,4 +34,4 @@ def secret_env_problem(name: str, agent_keys: Collection[str] = ()) -> str | Non
     return None
 
 
-__all__ = ["ENV_OPTION", "secret_env_problem"]
+__all__ = ["ENV_OPTION", "MOUNT_OPTION", "secret_env_problem"]
