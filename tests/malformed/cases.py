@@ -794,9 +794,45 @@ def file_bytes(data: bytes) -> Builder:
     return build
 
 
+@dataclass(frozen=True)
+class FileEntries:
+    """Makes the entries of a track that attack its deliverable file ``filename`` as a whole
+    (file scope): ``entry(name, content or build, reason[, status])``."""
+
+    track: Track
+    filename: str
+
+    def __call__(
+        self,
+        name: str,
+        build: Builder | bytes,
+        reason: str,
+        status: Literal["invalid", "missing"] = "invalid",
+    ) -> Malformed:
+        if isinstance(build, bytes):
+            build = file_bytes(build)
+        return Malformed(name, self.track, build, reason, status=status, scope="file")
+
+    def file_attacks(self, reference: Callable[[Ctx], Path]) -> list[Malformed]:
+        """What every such file meets alike: a link to the references' file ``reference``,
+        a directory and a FIFO in its place."""
+        name = self.filename
+        return [
+            self(
+                "symlink-to-references",
+                link_to(reference),
+                f"{name}: is a symbolic link; symlinks are not followed",
+            ),
+            self("directory", make_directory, f"{name}: not a regular file"),
+            self("fifo", make_fifo, f"{name}: is a FIFO, not a regular file"),
+        ]
+
+
 def vqa_reference_file(ctx: Ctx) -> Path:
     return ctx.references / "answers.json"
 
+
+_vqa_file = FileEntries("vqa", "answers.json")
 
 VQA: list[Malformed] = [
     Malformed("not-answered", "vqa", nothing, "not answered", status="missing"),
@@ -855,67 +891,28 @@ VQA: list[Malformed] = [
         "notes: symbolic link in the submission; it is not followed",
         scope="submission",
     ),
-    Malformed(
-        "not-utf-8",
-        "vqa",
-        file_bytes(b'{"q_0001": "s\xed"}'),
-        "answers.json: not UTF-8 text (bad byte at offset 13)",
-        scope="file",
+    _vqa_file(
+        "not-utf-8", b'{"q_0001": "s\xed"}', "answers.json: not UTF-8 text (bad byte at offset 13)"
     ),
-    Malformed(
+    _vqa_file(
         "deeply-nested",
-        "vqa",
-        file_bytes(b"[" * 100_000 + b"]" * 100_000),
+        b"[" * 100_000 + b"]" * 100_000,
         "answers.json: JSON nested more than 16 levels deep",
-        scope="file",
     ),
-    Malformed(
+    _vqa_file(
         "list-not-object",
-        "vqa",
-        file_bytes(b'["yes", "B"]'),
+        b'["yes", "B"]',
         "must be a JSON object mapping question id to answer string, found a list",
-        scope="file",
     ),
-    Malformed(
-        "empty-file",
-        "vqa",
-        file_bytes(b""),
-        "answers.json: file is empty",
-        status="missing",
-        scope="file",
-    ),
-    Malformed(
-        "syntax-error",
-        "vqa",
-        file_bytes(b'{"q_0001": "yes",}'),
-        "answers.json: not valid JSON",
-        scope="file",
-    ),
-    Malformed(
-        "utf-8-bom",
-        "vqa",
-        file_bytes(b'\xef\xbb\xbf{"q_0001": "yes"}'),
-        "answers.json: not valid JSON",
-        scope="file",
-    ),
-    Malformed(
+    _vqa_file("empty-file", b"", "answers.json: file is empty", status="missing"),
+    _vqa_file("syntax-error", b'{"q_0001": "yes",}', "answers.json: not valid JSON"),
+    _vqa_file("utf-8-bom", b'\xef\xbb\xbf{"q_0001": "yes"}', "answers.json: not valid JSON"),
+    _vqa_file(
         "sparse-10GB",
-        "vqa",
         make_sparse,
         f"answers.json: file is {SPARSE_BYTES} bytes, over the 5242880-byte limit; not read",
-        scope="file",
     ),
-    Malformed(
-        "symlink-to-references",
-        "vqa",
-        link_to(vqa_reference_file),
-        "answers.json: is a symbolic link; symlinks are not followed",
-        scope="file",
-    ),
-    Malformed("directory", "vqa", make_directory, "answers.json: not a regular file", scope="file"),
-    Malformed(
-        "fifo", "vqa", make_fifo, "answers.json: is a FIFO, not a regular file", scope="file"
-    ),
+    *_vqa_file.file_attacks(vqa_reference_file),
 ]
 
 
@@ -966,6 +963,8 @@ def det_reference_file(ctx: Ctx) -> Path:
 
 
 _WHOLE = '{{"image_id": {{id}}, "category_id": 1, "bbox": {bbox}, "score": 0.9}}'
+
+_det_file = FileEntries("detection", "predictions.json")
 
 DETECTION: list[Malformed] = [
     Malformed(
@@ -1048,63 +1047,31 @@ DETECTION: list[Malformed] = [
         "predictions.json: 4 entries name no image and were dropped",
         scope="submission",
     ),
-    Malformed(
+    _det_file(
         "object-not-list",
-        "detection",
-        file_bytes(b'{"annotations": []}'),
+        b'{"annotations": []}',
         "predictions.json: must be a JSON list; found a object",
-        scope="file",
     ),
-    Malformed(
+    _det_file(
         "deeply-nested",
-        "detection",
-        file_bytes(b"[" * 200_000 + b"]" * 200_000),
+        b"[" * 200_000 + b"]" * 200_000,
         "predictions.json: JSON nested more than 16 levels deep",
-        scope="file",
     ),
-    Malformed(
-        "not-utf-8",
-        "detection",
-        file_bytes(b'[{"image_id": 1, "note": "\xff"}]'),
-        "predictions.json: not UTF-8 text",
-        scope="file",
+    _det_file(
+        "not-utf-8", b'[{"image_id": 1, "note": "\xff"}]', "predictions.json: not UTF-8 text"
     ),
-    Malformed(
-        "empty-file",
-        "detection",
-        file_bytes(b"  \n"),
-        "predictions.json: file is empty",
-        status="missing",
-        scope="file",
-    ),
-    Malformed(
+    _det_file("empty-file", b"  \n", "predictions.json: file is empty", status="missing"),
+    _det_file(
         "trailing-garbage",
-        "detection",
-        file_bytes(b"[] <script>"),
+        b"[] <script>",
         "predictions.json: not valid JSON (extra data after the list",
-        scope="file",
     ),
-    Malformed(
+    _det_file(
         "sparse-10GB",
-        "detection",
         make_sparse,
         f"predictions.json: file is {SPARSE_BYTES} bytes, over the 67108864-byte limit",
-        scope="file",
     ),
-    Malformed(
-        "symlink-to-references",
-        "detection",
-        link_to(det_reference_file),
-        "predictions.json: is a symbolic link; symlinks are not followed",
-        scope="file",
-    ),
-    Malformed(
-        "fifo",
-        "detection",
-        make_fifo,
-        "predictions.json: is a FIFO, not a regular file",
-        scope="file",
-    ),
+    *_det_file.file_attacks(det_reference_file),
 ]
 
 
