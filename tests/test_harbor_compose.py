@@ -314,3 +314,215 @@ def test_a_task_with_any_compose_file_name_alone_is_loaded(tmp_path: Path, name:
     loaded = load_harbor_task(folder)
     assert loaded.environment_dir == environment.resolve()
     assert set(load_compose(environment).services) == {"main", "bootstrap"}
+
+
+# ------------------------------------------------- HealthAgentBench's compose features
+
+#: A compose file as HealthAgentBench's are: a bootstrap filling a named volume, an
+#: env_file at the repository's top, a data cache and a token file bound from outside the
+#: task folder (``${VAR:-default}`` and ``${HOME}``), and limits on ``main``.
+HAB_COMPOSE = """
+services:
+  main:
+    build: {context: .., dockerfile: environment/Dockerfile}
+    image: ${COMPOSE_PROJECT_NAME}-img
+    volumes:
+      - workspace-data:/workspace/data
+      - ${AMB_TEST_CACHE:-@CACHE@}:/cache
+    env_file: [main.env]
+    environment: [MODE=agent]
+    deploy:
+      resources:
+        limits: {cpus: '0.5', memory: 1G}
+        reservations: {cpus: '4', memory: 64G}
+    depends_on: {bootstrap: {condition: service_completed_successfully}}
+  bootstrap:
+    image: ${COMPOSE_PROJECT_NAME}-img
+    env_file: ../../../.env
+    volumes:
+      - workspace-data:/workspace/data
+      - ../tests:/tests:rw
+      - ${HOME}/.tokens/physionet:/run/token
+    command: ["/bin/bash", "/bootstrap.sh"]
+volumes:
+  workspace-data:
+"""
+
+
+def hab_layout(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A repository holding ``.env`` and a category folder with one task; a data cache
+    and a home folder with a token beside it. Returns (environment, cache, home)."""
+    repo = tmp_path / "repo"
+    environment = task(
+        repo / "category" / "case", compose=HAB_COMPOSE.replace("@CACHE@", str(tmp_path / "cache"))
+    )
+    (repo / ".env").write_text(
+        "# keys\nexport PHYSIONET_USER=alice-physionet\nOPENAI_API_KEY='sk-env-file-value-0001'\n"
+    )
+    (environment / "main.env").write_text('MODE=from-env-file\nRUN_LABEL="main\'s own label" \n')
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "home" / ".tokens").mkdir(parents=True)
+    (tmp_path / "home" / ".tokens" / "physionet").write_text("token\n")
+    return environment, tmp_path / "cache", tmp_path / "home"
+
+
+def test_healthagentbench_features_load_with_the_folders_named(tmp_path: Path) -> None:
+    """With the repository (its .env), the cache and the home folder named, the file
+    loads: env_file values reach their own service only, ``environment`` wins over them,
+    the outside binds are host binds (read-only unless ``rw``), the limits are read."""
+    from pytest_automedbench.redact import secret_values
+
+    environment, cache, home = hab_layout(tmp_path)
+    roots = (tmp_path / "repo", cache, home / ".tokens")
+    plan = load_compose(environment, mounts=roots, home=str(home))
+    main, bootstrap = plan.services["main"], plan.services["bootstrap"]
+    assert main.environment == {"MODE": "agent", "RUN_LABEL": "main's own label"}
+    assert bootstrap.environment == {
+        "PHYSIONET_USER": "alice-physionet",
+        "OPENAI_API_KEY": "sk-env-file-value-0001",
+    }
+    hosts = [
+        (u.source, u.target, u.read_only)
+        for u in main.volumes + bootstrap.volumes
+        if u.kind == "host"
+    ]
+    assert hosts == [
+        (str(cache), "/cache", True),
+        (f"{home}/.tokens/physionet", "/run/token", True),
+    ]
+    assert (main.memory_mb, main.cpus) == (1024, 0.5)
+    assert (bootstrap.memory_mb, bootstrap.cpus) == (None, None)
+    # Every value read from an env file is a secret of the process from now on.
+    assert {"sk-env-file-value-0001", "alice-physionet", "main's own label"} <= set(plan.secrets)
+    assert "alice-physionet" in secret_values()
+
+
+def test_every_problem_of_a_compose_file_is_listed_at_once(tmp_path: Path) -> None:
+    """Without the folders named, each outside path is a problem of its own, listed with
+    the others (file, service and key each), and no file outside the task is read."""
+    from pytest_automedbench.harbor._compose import ComposeProblems
+
+    environment, _, home = hab_layout(tmp_path)
+    extra = HAB_COMPOSE.replace("@CACHE@", str(tmp_path / "cache")).replace(
+        "    environment: [MODE=agent]",
+        "    environment: [MODE=agent, 'AT=${HOME}']\n    ports: ['80:80']",
+    )
+    (environment / "docker-compose.yaml").write_text(extra)
+    with pytest.raises(ComposeProblems) as caught:
+        load_compose(environment, home=str(home))
+    problems = [str(p) for p in caught.value.problems]
+    file = str(environment / "docker-compose.yaml")
+    assert all(p.startswith(file) for p in problems)
+    expected = [
+        ("main", "ports", "not supported"),
+        ("main", "environment", "'AT=${HOME}': ${HOME} is not set"),
+        ("main", "volumes", "--harbor-mount"),
+        ("bootstrap", "env_file", "--harbor-mount"),
+        ("bootstrap", "volumes", f"{home}/.tokens/physionet"),
+    ]
+    assert len(problems) == len(expected), problems
+    for service, key, words in expected:
+        assert any(f"service {service!r}, key {key!r}" in p and words in p for p in problems), (
+            service,
+            key,
+            problems,
+        )
+    assert "in bind sources and env_file paths only" in str(caught.value)
+    assert "sk-env-file-value" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ("{memory: 1k}", "under Docker's smallest limit"),
+        ("{memory: lots}", "not a memory size"),
+        ("{cpus: 0}", "not a positive number of CPUs"),
+        ("{cpus: many}", "not a positive number of CPUs"),
+    ],
+)
+def test_bad_limits_are_named(tmp_path: Path, limits: str, message: str) -> None:
+    extra = f"    deploy: {{resources: {{limits: {limits}}}}}"
+    environment = task(tmp_path / "t", compose=MAIN_ONLY.format(extra=extra))
+    with pytest.raises(HarborImageError, match=f"key 'deploy.resources.limits': .*{message}"):
+        load_compose(environment)
+
+
+@pytest.mark.parametrize(
+    ("size", "mb"), [("512m", 512), ("8G", 8192), ("1.5gb", 1536), (1 << 30, 1024), ("700MB", 700)]
+)
+def test_memory_sizes_read_as_compose_reads_them(tmp_path: Path, size: object, mb: int) -> None:
+    extra = f"    deploy: {{resources: {{limits: {{memory: {size!r}, cpus: 2}}}}}}"
+    environment = task(tmp_path / "t", compose=MAIN_ONLY.format(extra=extra))
+    main = load_compose(environment).main
+    assert (main.memory_mb, main.cpus) == (mb, 2.0)
+
+
+def test_an_optional_env_file_may_be_missing_and_a_malformed_one_names_its_line(
+    tmp_path: Path,
+) -> None:
+    extra = "    env_file: [{path: absent.env, required: false}, {path: bad.env}]"
+    environment = task(tmp_path / "t", compose=MAIN_ONLY.format(extra=extra))
+    (environment / "bad.env").write_text("GOOD=1\nthis line holds sk-a-secret-value\n")
+    with pytest.raises(
+        HarborImageError, match=r"key 'env_file'.*line 2 is not KEY=VALUE"
+    ) as caught:
+        load_compose(environment)
+    assert "sk-a-secret-value" not in str(caught.value)
+    (environment / "bad.env").write_text("GOOD=1 # a comment\n")
+    assert load_compose(environment).main.environment == {"GOOD": "1"}
+
+
+def test_a_bind_of_the_task_folder_by_a_host_path_is_refused(tmp_path: Path) -> None:
+    """A named folder holding the task (the repository) does not make the task folder
+    itself, nor its tests, bindable by a host path: the gold would reach the agent."""
+    environment = task(tmp_path / "repo" / "t", compose=MAIN_ONLY.format(extra=(
+        f"    volumes: ['{tmp_path / 'repo'}:/repo', '{tmp_path / 'repo' / 't' / 'tests'}:/t']"
+    )))  # fmt: skip
+    with pytest.raises(HarborImageError) as caught:
+        load_compose(environment, mounts=(tmp_path / "repo",))
+    message = str(caught.value)
+    assert message.count("which is (or holds) the task folder") == 2, message
+
+
+def test_harbor_mount_is_a_setting_of_the_command_line_and_of_pyproject(tmp_path: Path) -> None:
+    from pytest_automedbench.config import build_config
+
+    cli = build_config({"harbor_mount": ["data"]}, {}, None, tmp_path)
+    assert cli.harbor_mount == ((Path.cwd() / "data").resolve(),)
+    file = build_config({}, {"harbor_mount": ["cache", "/abs/tokens"]}, tmp_path / "p", tmp_path)
+    assert file.harbor_mount == ((tmp_path / "cache").resolve(), Path("/abs/tokens"))
+    assert file.scoring_hash() == build_config({}, {}, None, tmp_path).scoring_hash()
+
+
+def test_collect_only_lists_every_problem_of_a_task_and_none_with_the_folders_named(
+    tmp_path: Path,
+) -> None:
+    """``--collect-only`` needs no Docker to show every problem of the task's compose
+    file; with ``--harbor-mount`` for each outside folder the task's cells are collected."""
+    import os
+    import subprocess
+    import sys
+
+    environment, cache, home = hab_layout(tmp_path)
+    folder = environment.parent
+    (folder / "instruction.md").write_text("Do it.\n")
+    (folder / "task.toml").write_text('version = "1.0"\n')
+
+    def collect(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "pytest", f"--amb-out={tmp_path / 'out'}", "-p",
+                   "no:cacheprovider", "-q", "--co", "--agent", "nop", "--harbor",
+                   str(tmp_path / "repo"), *args]  # fmt: skip
+        env = {**os.environ, "HOME": str(home)}
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+
+    refused = collect()
+    text = refused.stdout + refused.stderr
+    assert refused.returncode != 0, text
+    assert "3 problems" in text, text
+    for service, key in (("main", "volumes"), ("bootstrap", "env_file"), ("bootstrap", "volumes")):
+        assert f"service {service!r}, key {key!r}" in text, (service, key, text)
+    mounts = [f"--harbor-mount={p}" for p in (tmp_path / "repo", cache, home / ".tokens")]
+    allowed = collect(*mounts)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "task.toml::test_harbor[category.case-harbor-r0]" in allowed.stdout

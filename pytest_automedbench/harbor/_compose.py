@@ -513,6 +513,7 @@ class _Loader:
 
     def volume(self, name: str, value: Any) -> VolumeUse:
         where = self.where
+        written = value
         value = _interpolate(value, self.path_environ, lambda m: where.error(name, "volumes", m))
         if isinstance(value, dict):
             kind = value.get("type", "volume")
@@ -544,7 +545,8 @@ class _Loader:
         if not posixpath.isabs(target):
             raise where.error(name, "volumes", f"target {target!r} must be an absolute path")
         if kind == "bind":
-            return self.bind(name, source, target, read_only=read_only, writable=writable)
+            shown = source if written == value else f"{source} (written {written!r})"
+            return self.bind(name, source, target, shown, read_only=read_only, writable=writable)
         if kind != "volume":
             raise where.unsupported(name, "volumes", f" (type {kind!r})")
         if source not in self.declared:
@@ -554,7 +556,7 @@ class _Loader:
         return VolumeUse("volume", source, target, read_only)
 
     def bind(
-        self, name: str, source: str, target: str, *, read_only: bool, writable: bool
+        self, name: str, source: str, target: str, shown: str, *, read_only: bool, writable: bool
     ) -> VolumeUse:
         """A relative path inside the task folder binds (a copy of) the task's own path;
         any other path must resolve inside a ``--harbor-mount`` folder, and is read-only
@@ -568,7 +570,7 @@ class _Loader:
         try:
             host_bind_source(absolute, self.task_dir, self.roots)
         except HostPathError as exc:
-            raise self.where.error(name, "volumes", f"bind source {source!r} {exc}") from None
+            raise self.where.error(name, "volumes", f"bind source {shown} {exc}") from None
         return VolumeUse("host", absolute, target, not writable)
 
     def env_files(self, name: str, value: Any) -> dict[str, str]:
