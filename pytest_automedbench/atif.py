@@ -51,7 +51,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_automedbench.events import (
     EndEvent,
@@ -62,7 +62,12 @@ from pytest_automedbench.events import (
     last_event,
     parse_event,
     read_events,
+    spent_so_far,
 )
+
+if TYPE_CHECKING:
+    from pytest_automedbench.results import CellResult
+    from pytest_automedbench.tasks import TaskSpec
 
 __all__ = [
     "ACCEPTED_VERSIONS",
@@ -73,6 +78,7 @@ __all__ = [
     "ImportedCell",
     "atif_events",
     "import_atif",
+    "import_record",
     "import_run_id",
     "read_atif",
     "to_atif",
@@ -643,3 +649,97 @@ def import_run_id(path: Path) -> str:
     """The run id of an import: ``imported-`` and the document's digest (importing the same
     file again gives the same cell)."""
     return "imported-" + hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+#: Where a catalogue cell's agent finds things, for a document that does not say.
+_DEFAULT_PATHS = {
+    "workspace": "/workspace",
+    "public_dir": "/public",
+    "outputs_dir": "/workspace/outputs",
+    "plan_dir": "/workspace/plan",
+}
+
+
+def _recorded_start(doc: Json) -> Json:
+    """The start event a document this module wrote carries (empty for another's)."""
+    events = _own_of(doc).get("events")
+    found = [e for e in events or [] if isinstance(e, dict) and e.get("kind") == "start"]
+    return found[-1] if found else {}
+
+
+def _import_start(doc: Json, path: Path, task: TaskSpec, tier: str, agent: str) -> Json:
+    """The start event of an imported cell: this import's names, and the paths and case
+    count the agent saw (recorded in the document, else the catalogue's defaults)."""
+    recorded = _recorded_start(doc)
+    model = doc["agent"].get("model_name")
+    seen = {k: recorded.get(k) if isinstance(recorded.get(k), str) else v
+            for k, v in _DEFAULT_PATHS.items()}  # fmt: skip
+    cases = recorded.get("cases")
+    return {
+        "run_id": import_run_id(path),
+        "agent": agent,
+        "agent_kind": "imported",
+        "model": model if isinstance(model, str) and model else "unknown",
+        "task": task.id,
+        "tier": tier,
+        "run": 0,
+        "sandbox": None,
+        "data_source": "imported",
+        "cases": cases if type(cases) is int else task.data.synthetic.n_cases,
+        **seen,
+        "imported_from": str(path),
+    }
+
+
+def import_record(
+    path: Path, task: TaskSpec, tier: str, amb_out: Path, agent: str | None = None
+) -> CellResult:
+    """``automedbench import-atif``: the ATIF trajectory ``path`` (a run of ``task`` at
+    ``tier`` made elsewhere) as a cell folder under ``amb_out/runs/`` and a ledger record
+    marked ``imported_from``, scored by
+    :func:`pytest_automedbench.rejudge.score_imported`, appended to
+    ``amb_out/ledger.jsonl`` and written as the folder's ``result.json``."""
+    from pytest_automedbench.ledger import Ledger
+    from pytest_automedbench.rejudge import score_imported
+    from pytest_automedbench.results import CellResult
+
+    if tier not in task.tiers:
+        raise ValueError(f"task {task.id!r} has no tier {tier!r} (tiers: {', '.join(task.tiers)})")
+    doc = read_atif(path)
+    name = agent or str(doc["agent"]["name"])
+    start = _import_start(doc, path.resolve(), task, tier, name)
+    cell_dir = amb_out / "runs" / str(start["run_id"]) / name / f"{task.id}-{tier}-r0"
+    cell = import_atif(path, start, cell_dir)
+    spent = spent_so_far(cell.events)
+    end = last_event(cell.events, EndEvent)
+    found = doc.get("final_metrics")
+    totals: Json = found if isinstance(found, dict) else {}
+    version = doc["agent"].get("version")
+    record = CellResult(
+        run_id=cell.run_id,
+        agent=name,
+        model=str(start["model"]),
+        harness=str(doc["agent"]["name"]),
+        harness_version=version if isinstance(version, str) else None,
+        imported_from=f"{path.resolve()} (session {cell.session_id or 'unnamed'})",
+        task=task.id,
+        track=task.track,
+        tier=tier,
+        run=0,
+        config_hash="imported",
+        data_source="imported",
+        status="scored",
+        termination=(end.termination if end else None) or "imported",
+        turns=spent.turns,
+        tokens_in=spent.tokens_in,
+        tokens_out=spent.tokens_out,
+        cost_usd=spent.cost_usd,
+        price_known=totals.get("total_cost_usd") is not None,
+        wall_s=spent.wall_s,
+        cell_dir=str(cell_dir),
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    record = score_imported(record, task)
+    (cell_dir / "result.json").write_text(record.model_dump_json(indent=1), encoding="utf-8")
+    Ledger(amb_out / "ledger.jsonl").append(record)
+    return record

@@ -344,9 +344,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     system over all tracks; each cell counted once (the latest record of a cell within a
     session). ``--per-system`` prints the per-system table alone."""
     from pytest_automedbench.report.leaderboard import (
+        imported_board,
         per_agent,
         per_system,
         render,
+        render_imported,
         render_systems,
         render_trials,
         rows,
@@ -366,15 +368,27 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         f"{len(records)} cells counted (the latest record of each cell within a session)."
     )
     board = trial_board(records)
+    imported = imported_board(records)
     if args.per_system and args.format != "html":
         text = render_systems(systems, args.format)
-    elif args.format in ("csv", "json") and board.ranked + board.partial:
-        # One CSV or JSON document holds one table: the trial table alone when there is
-        # nothing else, else after the catalogue's.
-        trials = render_trials(board, args.format)
-        text = trials if not table else render(table, args.format, agents, note=note) + trials
+    elif args.format in ("csv", "json") and (board.ranked + board.partial or imported):
+        # One CSV or JSON document holds one table: the trial (or imported) table alone
+        # when there is nothing else, else after the catalogue's.
+        text = render(table, args.format, agents, note=note) if table else ""
+        if board.ranked + board.partial:
+            text += render_trials(board, args.format)
+        if imported:
+            text += render_imported(imported, args.format)
     else:
-        text = render(table, args.format, agents, note=note, systems=systems, trials=board)
+        text = render(
+            table,
+            args.format,
+            agents,
+            note=note,
+            systems=systems,
+            trials=board,
+            imported=imported,
+        )
     if args.out is None:
         print(text, end="")
     else:
@@ -384,10 +398,39 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         page = (
             text
             if args.format == "html"
-            else render(table, "html", agents, note=note, systems=systems, trials=board)
+            else render(
+                table,
+                "html",
+                agents,
+                note=note,
+                systems=systems,
+                trials=board,
+                imported=imported,
+            )
         )
         html_out.write_text(page, encoding="utf-8")
         print(f"wrote {html_out}")
+    return 0
+
+
+def cmd_import_atif(args: argparse.Namespace) -> int:
+    """An ATIF trajectory of a run made elsewhere as a cell folder and an imported ledger
+    record, its process scored (see :mod:`pytest_automedbench.atif`)."""
+    from pytest_automedbench.atif import import_record
+
+    task = _find(_load(args.suites), args.task)
+    record = import_record(args.file, task, args.tier, args.amb_out, agent=args.agent)
+    stages = record.stages
+    assert stages is not None
+    codes = " ".join(sorted({code.code for code in record.error_codes})) or "none"
+    print(
+        f"imported {args.file} as {record.agent} on {record.task} ({record.tier}): "
+        f"S1-S5 {stages.s1:.2f} {stages.s2:.2f} {stages.s3:.2f} {stages.s4:.2f} "
+        f"{stages.s5:.2f}, AGENTIC {record.agentic or 0.0:.2f}, error codes {codes}, "
+        f"{len(record.violations)} violations; no task metric (nothing was submitted here)"
+    )
+    print(f"cell folder: {record.cell_dir}")
+    print(f"ledger: {args.amb_out / 'ledger.jsonl'}")
     return 0
 
 
@@ -748,6 +791,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="replace an existing export of this task and tier"
     )
     export.set_defaults(func=cmd_export_harbor)
+    imported = sub.add_parser(
+        "import-atif",
+        help="turn an ATIF trajectory of a run made elsewhere into a scored, imported record",
+        description=(
+            "Read FILE, an ATIF trajectory (Harbor's Agent Trajectory Interchange Format, "
+            "ATIF-v1.0 ... v1.8) of a run of the catalogue task TASK made elsewhere, and "
+            "write it as a cell folder (trajectory.jsonl, conversation.json, the plan files "
+            "it shows written) under AMB_OUT/runs/ and a ledger record marked imported: its "
+            "process is scored (S1-S5, error codes, violations) as rejudge scores it; "
+            "nothing was submitted here, so it has no task metric and is never resolved."
+        ),
+    )
+    imported.add_argument("file", type=Path, help="the ATIF trajectory (JSON)")
+    imported.add_argument("--task", required=True, help="the catalogue task the run was of")
+    imported.add_argument("--tier", required=True, choices=TIERS, help="its tier")
+    imported.add_argument(
+        "--agent", default=None, help="the agent's name here (default: the ATIF agent's name)"
+    )
+    imported.add_argument(
+        "--amb-out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="results folder holding ledger.jsonl and runs/ (default: ./automedbench-results)",
+    )
+    imported.add_argument(
+        "--suites",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="task catalogue folder (as the top-level --suites)",
+    )
+    imported.set_defaults(func=cmd_import_atif)
     return parser
 
 

@@ -29,6 +29,14 @@ Nothing is dropped silently: a cell that cannot be judged again (an infrastructu
 a cell that its format does not judge on the rubric, evidence missing) is listed with the
 reason, and a judge that gave no usable answer for a cell (an LLM judge that fell back to
 the rules) is listed per judge, that cell counting as not judged by it.
+
+Imported records (``automedbench import-atif``: a run made elsewhere, ``imported_from``
+set) are judged from the same evidence less the evaluator's: nothing was submitted here,
+so their format report is :func:`imported_format` (no output present) and their TASK
+counts as 0 in OVERALL; the record itself keeps no task metric, no OVERALL and no rating,
+and is never resolved. :func:`score_imported` scores such a record when it is imported,
+through the runner's own scoring (:func:`pytest_automedbench.scoring.cell.score_cell`):
+S1-S5, error codes, stage activity, violations.
 """
 
 from __future__ import annotations
@@ -62,10 +70,12 @@ from pytest_automedbench.scoring.agreement import (
     format_report as format_agreement,
 )
 from pytest_automedbench.scoring.models import StageScores
+from pytest_automedbench.scoring.overall import overall_score
 from pytest_automedbench.scoring.rubric import load_rubric
 from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.stats import latest_per_cell
 from pytest_automedbench.tasks import TaskSpec
+from pytest_automedbench.violations import Policy as ViolationPolicy
 from pytest_automedbench.violations import Violation
 
 __all__ = [
@@ -85,11 +95,13 @@ __all__ = [
     "StoredCell",
     "TauResult",
     "format_report",
+    "imported_format",
     "judge_cell",
     "load_cell",
     "parse_judges",
     "rejudge",
     "report_json",
+    "score_imported",
     "write_json",
 ]
 
@@ -211,8 +223,25 @@ def cell_label(record: CellResult) -> str:
     return f"{record.run_id}/{record.agent}/{record.key.cell_id}"
 
 
+#: The format report's one problem for an imported record.
+IMPORTED_PROBLEM = (
+    "imported: the run was made elsewhere and nothing was submitted here (no task metric)"
+)
+
+
+def imported_format(n_cases: int) -> FormatReport:
+    """The format report of an imported record: nothing was submitted here."""
+    return FormatReport(
+        valid=False, n_expected=n_cases, n_present=0, n_valid=0, problems=[IMPORTED_PROBLEM]
+    )
+
+
 def _stored_scores(record: CellResult) -> CellScores:
     stages = record.stages
+    if record.imported_from is not None and stages is not None and record.agentic is not None:
+        # No OVERALL stored (no task metric): TASK counts as 0, as the judges' scores do.
+        overall = overall_score(record.agentic, 0.0) if not record.violations else 0.0
+        return CellScores(stages.s1, stages.s2, stages.s3, record.agentic, overall)
     if stages is None or record.agentic is None or record.overall is None:
         missing = "stages" if stages is None else "agentic" if record.agentic is None else "overall"
         raise MissingEvidence(f"the ledger record has no {missing!r}")
@@ -293,6 +322,11 @@ def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -
         raise MissingEvidence(
             f"task {record.task!r} is not in the catalogue at {suites} (--suites)"
         )
+    return StoredCell(cell_label(record), record.agent, stored, _read_evidence(record, task))
+
+
+def _read_evidence(record: CellResult, task: TaskSpec) -> Evidence:
+    """What the record's cell folder holds to judge it by (see :func:`load_cell`)."""
     cell_dir = Path(record.cell_dir)
     if not (cell_dir / "workspace").is_dir():
         raise MissingEvidence(f"{cell_dir / 'workspace'} is missing (the plan folder's parent)")
@@ -302,7 +336,8 @@ def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -
     events = read_events(trajectory)
     start = _start_event(events, trajectory)
     violations = _violations(record)
-    if record.task_score is None and not violations:
+    imported = record.imported_from is not None
+    if record.task_score is None and not violations and not imported:
         raise MissingEvidence("the ledger record has no 'task_score'")
     ctx = JudgeContext.of_cell(
         task,
@@ -312,15 +347,69 @@ def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -
         str(start.raw["public_dir"]),
         str(start.raw["outputs_dir"]),
     )
-    evidence = Evidence(
+    return Evidence(
         ctx=ctx,
         events=events,
-        format=_format_report(record, cell_dir),
+        format=imported_format(ctx.n_cases) if imported else _format_report(record, cell_dir),
         submitted=_submitted(record, events),
         task_score=record.task_score if record.task_score is not None else 0.0,
         violations=violations,
     )
-    return StoredCell(cell_label(record), record.agent, stored, evidence)
+
+
+def score_imported(
+    record: CellResult, task: TaskSpec, judges: JudgeSettings | None = None
+) -> CellResult:
+    """An imported record (``imported_from`` set, its cell folder written) scored from its
+    trajectory as the runner scores a cell
+    (:func:`~pytest_automedbench.scoring.cell.score_cell`): S1-S5, error codes, stage
+    activity, violations and training found in the events. Nothing was submitted here: no
+    task metric, OVERALL or rating, never resolved. :class:`MissingEvidence` when the
+    folder lacks what a judge reads."""
+    from pytest_automedbench.scoring.cell import CellEvidence, score_cell
+
+    if record.imported_from is None:
+        raise ValueError(f"{cell_label(record)} is not an imported record")
+    evidence = _read_evidence(record.model_copy(update={"stages": None}), task)
+    start = _start_event(evidence.events, Path(record.cell_dir) / "trajectory.jsonl")
+    policy = ViolationPolicy(
+        public_path=evidence.ctx.public_path,
+        workspace_path=start.workspace or ViolationPolicy().workspace_path,
+        training=task.protocol.training,
+    )
+    score = score_cell(
+        CellEvidence(
+            judge_ctx=evidence.ctx,
+            events=evidence.events,
+            format=evidence.format,
+            task_score=0.0,
+            submitted=evidence.submitted,
+            termination=record.termination or "imported",
+            band_a=task.rating.a,
+            band_b=task.rating.b,
+            violation_policy=policy,
+        ),
+        judges or JudgeSettings(),
+    )
+    return record.model_copy(
+        update={
+            "status": "scored",
+            "stages": score.stages,
+            "agentic": score.agentic,
+            "task_score": None,
+            "overall": None,
+            "rating": None,
+            "resolved": False,
+            "format_valid": None,
+            "format_problems": list(evidence.format.problems),
+            "violations": [v.as_dict() for v in score.violations],
+            "training": [finding.as_dict() for finding in score.training],
+            "error_codes": score.error_codes,
+            "error_codes_llm": score.error_codes_llm,
+            "stage_activity": score.activity,
+            "verdicts": score.verdicts,
+        }
+    )
 
 
 def collect_cells(

@@ -57,6 +57,13 @@ trial (an unknown cost after every known one), then the agent. As HealthAgentBen
 an agent that lacks some (task, attempt) another agent has is listed apart (``partial``):
 its rate is over other trials, so ranking it with the rest would compare different
 things.
+
+Imported records (``automedbench import-atif``: a run made elsewhere, ``imported_from``
+set) have their process scored (S1-S5, AGENTIC, error codes, violations) but no task
+metric, as nothing was submitted here: they are listed in a table of their own
+(``imported_board``, ``render_imported``; ``render(..., imported=...)`` appends it),
+titled "imported", one row per imported cell, and left out of ``rows``, ``per_system``,
+``per_agent`` and the trial table, which they would otherwise fill with unscored TASKs.
 """
 
 from __future__ import annotations
@@ -117,13 +124,13 @@ def rows(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, Any]]:
 
 
 def _not_trials(cells: list[CellResult]) -> list[CellResult]:
-    """The records of the catalogue's tasks: all of them (the same list) when the ledger
-    holds no record whose attempts are trials, so such a ledger's tables stay exactly as
-    they were."""
-    trials = [attempt_is_trial(cell) for cell in cells]
-    if not any(trials):
+    """The records of the catalogue's tasks run here: all of them (the same list) when the
+    ledger holds no record whose attempts are trials and no imported record, so such a
+    ledger's tables stay exactly as they were."""
+    apart = [attempt_is_trial(cell) or cell.imported_from is not None for cell in cells]
+    if not any(apart):
         return cells
-    return [cell for cell, trial in zip(cells, trials, strict=True) if not trial]
+    return [cell for cell, aside in zip(cells, apart, strict=True) if not aside]
 
 
 def _joined(values: Iterable[str | None]) -> str | None:
@@ -313,6 +320,7 @@ def render(
     note: str = "",
     systems: Sequence[Mapping[str, Any]] = (),
     trials: TrialBoard | None = None,
+    imported: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """``table`` (``rows``) as text. The HTML page also plots ``agents`` (``per_agent``
     over the same records; without them the plots say there is no scored run) and shows
@@ -320,10 +328,15 @@ def render(
     (``per_system`` over the same records) in a table after the leaderboard; JSON and CSV
     are the rows alone (``render_systems`` gives the systems in those). Markdown and HTML
     end with the trial table when ``trials`` (``trial_board``) has a row; in JSON and CSV
-    it is ``render_trials``'s (one CSV or JSON document holds one table)."""
-    if fmt in ("markdown", "html") and trials is not None and trials.agents:
+    it is ``render_trials``'s (one CSV or JSON document holds one table); so with the
+    imported table (``imported_board``), after the trial table."""
+    has_trials = trials is not None and bool(trials.agents)
+    if fmt in ("markdown", "html") and (has_trials or imported):
         text = render(table, fmt, agents, note=note, systems=systems)
-        extra = render_trials(trials, fmt)
+        extra = render_trials(trials, fmt) if trials is not None and has_trials else ""
+        extra += ("\n" if fmt == "markdown" and extra and imported else "") + (
+            render_imported(imported, fmt) if imported else ""
+        )
         if fmt == "markdown":
             return text + "\n" + extra
         end = text.rfind("</body>")
@@ -503,7 +516,11 @@ def trial_board(records: Iterable[CellResult], seed: int = 0) -> TrialBoard:
     error a failed one (``GroupStats.pooled_success``); a category is the record's
     ``category``, else its ``track``. An agent is ``partial`` when some (task, attempt)
     that any agent has is missing from its trials."""
-    cells = [cell for cell in latest_per_cell(records) if attempt_is_trial(cell)]
+    cells = [
+        cell
+        for cell in latest_per_cell(records)
+        if attempt_is_trial(cell) and cell.imported_from is None
+    ]
     if not cells:
         return TrialBoard([], [], [])
     own = format_of_record(cells[0])
@@ -641,3 +658,104 @@ def render_trials(board: TrialBoard, fmt: Format) -> str:
             ]
             parts.append("\n".join(lines) + "\n")
     return ("" if fmt == "html" else "\n").join(parts)
+
+
+#: The imported table's title and caption.
+IMPORTED_TITLE = "Imported trajectories"
+IMPORTED_NOTE = (
+    "runs made elsewhere, imported from ATIF (automedbench import-atif): the process is "
+    "scored (S1-S5, AGENTIC, error codes, violations); nothing was submitted here, so "
+    "there is no task metric and none is resolved."
+)
+_IMPORTED_COLUMNS = (
+    "agent", "model", "task", "tier", *STAGES, "AGENTIC", "codes", "violations", "turns",
+    "tokens in", "tokens out", "cost", "imported from",
+)  # fmt: skip
+
+
+def imported_board(records: Iterable[CellResult]) -> list[dict[str, Any]]:
+    """One row per imported cell (``imported_from`` set; the latest record of each),
+    sorted by agent, task, tier: its system, stages and AGENTIC (0-100), error codes,
+    violations, spending (``cost_usd`` None when unknown) and where it came from."""
+    cells = [c for c in latest_per_cell(records) if c.imported_from is not None]
+    out: list[dict[str, Any]] = []
+    for cell in sorted(cells, key=lambda c: (c.agent, c.task, c.tier, c.run_id)):
+        stages = cell.stages
+        stage_scores: dict[str, float | None] = {
+            s: round(100 * getattr(stages, s.lower()), 1) if stages else None for s in STAGES
+        }
+        out.append(
+            {
+                "agent": cell.agent,
+                "imported": True,
+                "harness": cell.harness,
+                "model": cell.model,
+                "task": cell.task,
+                "tier": cell.tier,
+                **stage_scores,
+                "agentic": None if cell.agentic is None else round(100 * cell.agentic, 1),
+                "error_codes": sorted({code.code for code in cell.error_codes}),
+                "violations": len(cell.violations),
+                "turns": cell.turns,
+                "tokens_in": cell.tokens_in,
+                "tokens_out": cell.tokens_out,
+                "cost_usd": cell.cost_usd if cell.price_known is not False else None,
+                "imported_from": cell.imported_from,
+            }
+        )
+    return out
+
+
+def _imported_texts(row: Mapping[str, Any]) -> list[str]:
+    def number(value: Any) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    cost = row["cost_usd"]
+    return [
+        f"{row['agent']} (imported)",
+        str(row["model"]),
+        str(row["task"]),
+        str(row["tier"]),
+        *(number(row[s]) for s in STAGES),
+        number(row["agentic"]),
+        " ".join(row["error_codes"]) or "-",
+        str(row["violations"]),
+        str(row["turns"]),
+        str(row["tokens_in"]),
+        str(row["tokens_out"]),
+        "unknown" if cost is None else f"${cost:.4f}",
+        str(row["imported_from"]),
+    ]
+
+
+def render_imported(board: Sequence[Mapping[str, Any]], fmt: Format) -> str:
+    """The imported table (``imported_board``): a JSON list, CSV, a Markdown table under
+    its title and caption, or an HTML fragment."""
+    if fmt == "json":
+        return json.dumps(list(board), indent=1)
+    body = [_imported_texts(row) for row in board]
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(_IMPORTED_COLUMNS)
+        writer.writerows(body)
+        return buffer.getvalue()
+    if fmt == "html":
+        return (
+            f"<h2>{escape(IMPORTED_TITLE)}</h2><table><caption>{escape(IMPORTED_NOTE)}"
+            "</caption><thead><tr>"
+            + "".join(f'<th scope="col">{escape(c)}</th>' for c in _IMPORTED_COLUMNS)
+            + "</tr></thead><tbody>"
+            + "".join(
+                "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in body
+            )
+            + "</tbody></table>"
+        )
+    lines = [
+        f"{IMPORTED_TITLE}: {IMPORTED_NOTE}",
+        "",
+        "| " + " | ".join(_IMPORTED_COLUMNS) + " |",
+        "|" + "---|" * len(_IMPORTED_COLUMNS),
+        *("| " + " | ".join(_cell_text(c) for c in cells) + " |" for cells in body),
+    ]
+    return "\n".join(lines) + "\n"
