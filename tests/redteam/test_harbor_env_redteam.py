@@ -409,3 +409,189 @@ def test_every_key_the_session_holds_is_masked_in_what_the_harness_keeps(
     assert (kept / "test-stdout.txt").read_text() == f"using key {MASK}\nok\n"
     assert FAKE_KEY not in big.read_text() and big.read_text().endswith(MASK + "y" * 10)
     assert outside.read_text() == FAKE_KEY  # a link is not written through
+
+
+# ---------------------------------- HealthAgentBench's outside folders (issue 34, item 4)
+
+#: A bootstrap with a read-write bind of a named folder makes a link to ``/`` there;
+#: ``main`` binds the path of that link (it did not exist when the file was read).
+LINK_IN_ROOT = """
+services:
+  main:
+    build: .
+    volumes: ['{root}/hostroot:/host:ro']
+    depends_on: {{bootstrap: {{condition: service_completed_successfully}}}}
+  bootstrap:
+    build: .
+    volumes: ['{root}:/cache:rw']
+    command: ["/bin/sh", "-c", "ln -sfn / /cache/hostroot && echo linked"]
+"""
+
+
+def test_a_link_out_of_a_named_folder_never_binds_the_host(base: str, tmp_path: Path) -> None:
+    """The bind of a named folder follows its links on the host and is checked again when
+    the bind is made: a link a bootstrap leaves in a read-write named folder (to ``/``)
+    is refused for ``main``; so are a link the folder already holds, and ``..``."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    environment = compose_task(tmp_path / "task", LINK_IN_ROOT.format(root=root))
+    plan = load_compose(environment, mounts=(root,))  # passes: no link yet
+    with pytest.raises(
+        HarborImageError, match=r"'volumes': bind source .*hostroot' resolves to /, "
+    ):
+        prepare_compose(plan, base_map={UBUNTU: base}, run_id=RUN_ID)
+    assert left_behind() == []
+    assert (root / "hostroot").is_symlink()  # made on the host: it stays refused on reading
+    for bind in (f"{root}/hostroot/etc", f"{root}/../task/../../", f"{root}/sub/../../secret"):
+        compose = f"services:\n  main:\n    build: .\n    volumes: ['{bind}:/x']\n"
+        other = compose_task(tmp_path / f"t{uuid.uuid4().hex[:6]}", compose)
+        with pytest.raises(HarborImageError, match=r"key 'volumes': bind source .* resolves to "):
+            load_compose(other, mounts=(root,))
+
+
+def test_a_link_swapped_after_reading_is_refused_when_the_bind_is_made(
+    base: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "cache"
+    (root / "v1").mkdir(parents=True)
+    (root / "current").symlink_to(root / "v1")
+    (tmp_path / "secret").mkdir()
+    compose = f"services:\n  main:\n    build: .\n    volumes: ['{root}/current:/data']\n"
+    environment = compose_task(tmp_path / "task", compose)
+    plan = load_compose(environment, mounts=(root,))
+    (root / "current").unlink()
+    (root / "current").symlink_to(tmp_path / "secret")
+    with pytest.raises(HarborImageError, match=f"resolves to {tmp_path / 'secret'}, outside"):
+        prepare_compose(plan, base_map={UBUNTU: base}, run_id=RUN_ID)
+    assert left_behind() == []
+
+
+@pytest.mark.parametrize("where", ["task", "named folder"])
+def test_an_env_file_linked_to_etc_shadow_is_refused_unread(tmp_path: Path, where: str) -> None:
+    root = tmp_path / "keys"
+    root.mkdir()
+    compose = "services:\n  main:\n    image: local-img\n    env_file: ENV\n"
+    environment = compose_task(tmp_path / "task", compose.replace("ENV", "x.env"))
+    if where == "task":
+        (environment / "x.env").symlink_to("/etc/shadow")
+    else:
+        (root / "x.env").symlink_to("/etc/shadow")
+        (environment / "docker-compose.yaml").write_text(compose.replace("ENV", f"{root}/x.env"))
+    refused = r"key 'env_file'.*resolves to /etc/shadow"
+    with pytest.raises(HarborImageError, match=refused) as caught:
+        load_compose(environment, mounts=(root,))
+    assert "root:" not in str(caught.value)
+    # A FIFO inside the task is refused without waiting on it.
+    (environment / "x.env").unlink(missing_ok=True)
+    os.mkfifo(environment / "x.env")
+    (environment / "docker-compose.yaml").write_text(compose.replace("ENV", "x.env"))
+    outcome = within(10, lambda: load_compose(environment))
+    assert isinstance(outcome, HarborImageError) and "not a regular file" in str(outcome)
+
+
+ENV_FILE_COMPOSE = """
+services:
+  main:
+    build: .
+    volumes: ['seen:/seen:ro']
+    depends_on: {{bootstrap: {{condition: service_completed_successfully}}}}
+  bootstrap:
+    build: .
+    env_file: {env_file}
+    volumes: ['seen:/seen']
+    command: ["/bin/sh", "-c", "{script}"]
+volumes:
+  seen:
+"""
+
+
+def test_an_env_files_values_reach_their_service_only_and_are_masked(
+    base: str, tmp_path: Path
+) -> None:
+    """The bootstrap's env_file (the repository's ``.env``, a named folder) reaches the
+    bootstrap, never ``main``'s environment; its values are masked in what the harness
+    keeps (a trial folder, the trajectory) and in a failing bootstrap's error."""
+    from pytest_automedbench.agents.trajectory import TrajectoryWriter
+    from pytest_automedbench.events import EnvironmentEvent
+
+    token = "physionet-" + uuid.uuid4().hex
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".env").write_text(f"PHYSIONET_PASSWORD={token}\nDATA_USER=alice\n")
+    script = 'test -n \\"$$PHYSIONET_PASSWORD\\" && echo ok > /seen/had-token'
+    compose = ENV_FILE_COMPOSE.format(env_file=f"{repo}/.env", script=script)
+    environment = compose_task(repo / "task", compose)
+    task = load_harbor_task(repo / "task", mounts=(repo,))
+    assert task.compose_problems() is None
+    with prepare_compose(task.compose_plan(), base_map={UBUNTU: base}, run_id=RUN_ID) as ready:
+        assert token not in repr(ready.environment)
+        box = container(environment, tmp_path, ready)
+        box.start()
+        try:
+            seen = box.exec("bash", "env; cat /seen/had-token", 30)
+        finally:
+            box.stop()
+    assert "ok" in seen.stdout and token not in seen.stdout and "DATA_USER" not in seen.stdout
+    # Whatever still carries it is masked: a trial folder, the trajectory.
+    kept = tmp_path / "trial" / "verifier"
+    kept.mkdir(parents=True)
+    (kept / "test-stdout.txt").write_text(f"leaked {token}\n")
+    redact_tree(kept, session_secrets(RunConfig(amb_out=tmp_path)))
+    assert (kept / "test-stdout.txt").read_text() == f"leaked {MASK}\n"
+    writer = TrajectoryWriter(tmp_path / "trajectory.jsonl")
+    writer.write(EnvironmentEvent.of(message=f"echoed {token}"))
+    writer.close()
+    assert token not in (tmp_path / "trajectory.jsonl").read_text()
+    # A bootstrap that prints it and fails: the error (the record's) has it masked.
+    loud = ENV_FILE_COMPOSE.format(env_file=f"{repo}/.env", script="env; exit 3")
+    (environment / "docker-compose.yaml").write_text(loud)
+    with pytest.raises(HarborImageError, match="exited 3") as caught:
+        prepare_compose(task.compose_plan(), base_map={UBUNTU: base}, run_id=RUN_ID)
+    assert token not in str(caught.value) and f"PHYSIONET_PASSWORD={MASK}" in str(caught.value)
+    assert left_behind() == []
+
+
+LIMITS_COMPOSE = """
+services:
+  main:
+    build: .
+    volumes: ['seen:/seen:ro']
+    deploy: {resources: {limits: {cpus: '16', memory: 64g}}}
+    depends_on:
+      greedy: {condition: service_completed_successfully}
+      modest: {condition: service_completed_successfully}
+  greedy:
+    build: .
+    volumes: ['seen:/seen']
+    deploy: {resources: {limits: {memory: 64g}}}
+    command: ["/bin/sh", "-c", "(cat MEMORY) > /seen/greedy"]
+  modest:
+    build: .
+    volumes: ['seen:/seen']
+    deploy: {resources: {limits: {memory: 256m}}}
+    command: ["/bin/sh", "-c", "(cat MEMORY) > /seen/modest"]
+volumes:
+  seen:
+""".replace(
+    "cat MEMORY", "cat /sys/fs/cgroup/memory.max || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+)
+
+
+def test_a_limit_above_the_runs_cap_is_held_to_the_cap(base: str, tmp_path: Path) -> None:
+    """``deploy.resources.limits`` lower a container's limits, never raise them: a
+    service asking for 64 GiB and 16 CPUs gets the run's 512 MiB and 1 CPU; one asking
+    for 256 MiB gets that."""
+    environment = compose_task(tmp_path / "task", LIMITS_COMPOSE)
+    with prepare_compose(
+        load_compose(environment), base_map={UBUNTU: base}, run_id=RUN_ID, memory_mb=512, cpus=1.0
+    ) as ready:
+        assert (ready.memory_mb, ready.cpus) == (512, 1.0)
+        box = container(environment, tmp_path, ready)
+        box.start()
+        try:
+            seen = box.exec("bash", "cat /seen/greedy; echo /; cat /seen/modest", 30)
+        finally:
+            box.stop()
+    greedy, modest = (part.split() for part in seen.stdout.split("/\n"))
+    assert greedy == [str(512 * 2**20)] and modest == [str(256 * 2**20)], seen.stdout
+    assert left_behind() == []
