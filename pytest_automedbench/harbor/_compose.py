@@ -8,24 +8,31 @@ mounted. There is no ``docker compose`` CLI on a benchmark host, so this module 
 part of Compose those tasks need with the Docker SDK, and refuses the rest loudly rather
 than run something that only resembles the task:
 
-* :func:`load_compose` parses and checks the file (no Docker needed): per service
-  ``build``, ``image``, ``command``, ``entrypoint``, ``environment``, ``volumes``,
-  ``depends_on``, ``working_dir``, ``user``, ``network_mode: none``; top-level
-  ``volumes``. ``main`` is the agent's container; each service ``main`` depends on with
-  ``condition: service_completed_successfully`` (directly or through another such
-  service) is a one-shot run to completion before it. Anything else - a long-running
-  sidecar, ports, networks, healthchecks, privileges, binds outside the task folder - is
-  a :class:`HarborImageError` naming the file, the service and the key.
+* :func:`load_compose` parses and checks the file (no Docker needed) and lists **every**
+  problem at once (:class:`ComposeProblems`, each naming the file, the service and the
+  key): per service ``build``, ``image``, ``command``, ``entrypoint``, ``environment``,
+  ``env_file``, ``volumes``, ``depends_on``, ``working_dir``, ``user``,
+  ``network_mode: none``, ``deploy.resources.limits``; top-level ``volumes``. ``main`` is
+  the agent's container; each service ``main`` depends on with ``condition:
+  service_completed_successfully`` (directly or through another such service) is a
+  one-shot run to completion before it. Anything else - a long-running sidecar, ports,
+  networks, healthchecks, privileges - is refused by name.
+* What of the host it may reach (:mod:`._compose_host`): binds of its own folder's paths
+  (an attempt's copy, :class:`AttemptBinds`), binds of host paths inside the folders the
+  user named (``--harbor-mount``; links followed on the host, checked on reading and again
+  when the bind is made, read-only unless ``rw``), ``env_file`` read on the host from the
+  same places (its values reach that service only and are registered as secrets), and
+  ``${HOME}`` in those paths only.
 * :func:`prepare_compose` builds the images (``build_task_image``, so ``FROM`` images are
   mapped and never pulled), creates this attempt's volumes, runs the one-shots hardened
-  as the agent's container is, and hands back what ``main`` needs
-  (:class:`PreparedCompose`); its ``close()`` removes what it made.
+  as the agent's container is (each within the run's limits, or its own lower
+  ``deploy.resources.limits``), and hands back what ``main`` needs
+  (:class:`PreparedCompose`, with main's limits by the same rule); its ``close()``
+  removes what it made.
 
 **No network.** Every one-shot runs with ``network_mode=none``, whatever the file says: a
 bootstrap that downloads its data (HealthAgentBench's fetch from PhysioNet, Hugging Face
-or Redivis on a cache miss) fails here; mirror the data into the task folder, or a local
-image, beforehand. For the same reason credentials (``env_file``, ``${HOME}`` token
-binds) are refused rather than handed to a container that cannot use them.
+or Redivis on a cache miss) fails here; put the data in a named folder beforehand.
 """
 
 from __future__ import annotations
