@@ -691,7 +691,12 @@ def _write_trial(
     exception: tuple[str, str, str, datetime] | None,
 ) -> None:
     """The attempt as a Harbor trial folder under ``<results>/harbor-jobs/<run id>/``."""
-    from pytest_automedbench.harbor._trial import TrialRecord, trial_name_for, write_trial
+    from pytest_automedbench.harbor._trial import (
+        TrialRecord,
+        trial_name_for,
+        write_agent_trajectory,
+        write_trial,
+    )
 
     agent = plan.config.agent(plan.key.agent)
     model = agent.model_label
@@ -730,6 +735,7 @@ def _write_trial(
     ):
         if source.is_dir():
             shutil.copytree(source, trial_dir / target, dirs_exist_ok=True)
+    write_agent_trajectory(trial_dir, plan.cell_dir / "trajectory.jsonl")
     _redact_job_files(plan, job_dir, trial_dir)
     (plan.cell_dir / "harbor-trial.txt").write_text(f"{trial_dir}\n", encoding="utf-8")
 

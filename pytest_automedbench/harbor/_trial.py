@@ -24,6 +24,9 @@ Choices Harbor's models force or leave open, made here once:
   compare on one clock.
 * A trial folder is named ``record.trial_name`` and a job folder ``job_name``: Harbor's
   viewer lists them by folder name and shows the names inside, so the two must match.
+* The agent's trajectory is ``agent/trajectory.json`` in ATIF, where Harbor's own agents
+  write theirs (:func:`write_agent_trajectory`, the cell's ``trajectory.jsonl`` converted
+  by :mod:`pytest_automedbench.atif`, the same conversion as the cell folder's copy).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
 #: Harbor's longest task part of a trial name, and the length of its unique suffix.
 TASK_NAME_CHARS = 32
 UNIQUE_CHARS = 7
+#: The agent's ATIF trajectory in a trial folder (where Harbor's agents write theirs).
+AGENT_TRAJECTORY = Path("agent") / "trajectory.json"
 #: Harbor's stand-in for an agent that does not report its version.
 UNKNOWN_VERSION = "unknown"
 #: The dataset name Harbor uses for trials without a source (``JobStats`` evals keys).
@@ -127,6 +132,14 @@ def write_trial(trial_dir: Path, record: TrialRecord) -> Path:
     result_path = trial_dir / "result.json"
     _write_json(result_path, trial_result(trial_dir, record, config))
     return result_path
+
+
+def write_agent_trajectory(trial_dir: Path, trajectory: Path) -> Path | None:
+    """The attempt's ``trajectory.jsonl`` as the ATIF document ``agent/trajectory.json``
+    of ``trial_dir`` (written atomically); None when the trajectory holds no event."""
+    from pytest_automedbench.atif import write_atif_file
+
+    return write_atif_file(trajectory, trial_dir / AGENT_TRAJECTORY)
 
 
 def write_job(job_dir: Path, records: list[TrialRecord], job_name: str) -> None:
