@@ -991,7 +991,7 @@ class PreparedCompose:
     user: str | None
     mounts: list[Any]
     #: ``main``'s limits: the run's, lowered by its ``deploy.resources.limits``.
-    memory_mb: int | None = None
+    memory_mb: int = 2048
     cpus: float | None = None
     volumes: list[str] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
