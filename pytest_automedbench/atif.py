@@ -1,11 +1,11 @@
 """ATIF out and in: a cell's trajectory as an Agent Trajectory Interchange Format document,
 and an ATIF trajectory of a run made elsewhere as a cell folder and a ledger record.
 
-ATIF (Harbor's RFC 0001, ``harbor.models.trajectories``) is one JSON document per run:
-``schema_version``, ``session_id``, ``agent`` (name, version, model), ``steps`` (each a
-``system``, ``user`` or ``agent`` step with its message, an agent step with its tool
-calls, the observation of their results and the step's token metrics) and
-``final_metrics``. Harbor's viewer and its SFT/RL pipelines read it.
+ATIF (RFC 0001 of the format's authors, with pydantic models as its validator) is one
+JSON document per run: ``schema_version``, ``session_id``, ``agent`` (name, version,
+model), ``steps`` (each a ``system``, ``user`` or ``agent`` step with its message, an agent
+step with its tool calls, the observation of their results and the step's token metrics)
+and ``final_metrics``. Trajectory viewers and SFT/RL pipelines read it.
 
 Out (:func:`to_atif`, :func:`write_atif`, :func:`write_atif_file`): the typed events of a
 ``trajectory.jsonl`` become
@@ -88,7 +88,7 @@ __all__ = [
 
 #: The ATIF version written (tool-call and result ``extra`` came with 1.7).
 SCHEMA_VERSION = "ATIF-v1.7"
-#: The versions read (Harbor 0.25's models accept these).
+#: The versions read (those the reference models of ATIF accept).
 ACCEPTED_VERSIONS = tuple(f"ATIF-v1.{minor}" for minor in range(9))
 #: The document beside ``trajectory.jsonl`` in a cell folder.
 ATIF_FILENAME = "trajectory.atif.json"
@@ -96,7 +96,7 @@ ATIF_FILENAME = "trajectory.atif.json"
 IMPORTED_ATIF_FILENAME = "imported.atif.json"
 #: The key of this project's own data in an ``extra`` object.
 OWN = "automedbench"
-#: Harbor's stand-in for an agent that does not report its version.
+#: ATIF's usual stand-in for an agent that does not report its version.
 UNKNOWN_VERSION = "unknown"
 #: The kinds that are steps; every other event goes to the document's ``extra``.
 _STEP_KINDS = frozenset({MessageEvent.KIND, ToolResultEvent.KIND})
