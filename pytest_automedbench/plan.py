@@ -4,10 +4,12 @@ every executor)."""
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 from functools import cached_property
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_automedbench.provenance import Provenance, cell_provenance
 from pytest_automedbench.results import CellKey
@@ -16,14 +18,52 @@ if TYPE_CHECKING:
     from pytest_automedbench.agents.base import Limits
     from pytest_automedbench.agents.registry import AgentEntry
     from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.egress import EgressPolicy
     from pytest_automedbench.fixtures.staging import StagedData
+    from pytest_automedbench.formats import TaskFormat
     from pytest_automedbench.formats.task import Task
+    from pytest_automedbench.protocol import TrainingPolicy
+    from pytest_automedbench.scoring import JudgeSettings
+    from pytest_automedbench.violations import Policy as ViolationPolicy
+
+
+def harness_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("pytest-automedbench", "pytest", "numpy", "SimpleITK", "pydantic"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "absent"
+    return versions
 
 
 class TaskHashes(Protocol):
     """What hashes a task's content as one cell sees it (the task's format)."""
 
     def task_hash(self, task: Task, tier: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class CellTerms:
+    """What one cell needs from its plan, derived once (:meth:`CellPlan.terms`) and
+    handed down as data: the agent's limits, its LLM gateway, what it may reach through
+    the egress proxy and what it must not reach, who judges it, and the fields every
+    record of the cell carries."""
+
+    #: The agent's limits in this cell (the task's, the session's, the agent's).
+    limits: Limits
+    #: Whether the agent is served through the cell's LLM gateway (an agent system).
+    uses_gateway: bool
+    #: What the agent may reach through the egress proxy; None: the network is off.
+    egress: EgressPolicy | None
+    #: What the agent must not reach (its own inputs and workspace as it sees them are
+    #: filled in once its brief gives them).
+    violations: ViolationPolicy
+    #: Which judge scores S1-S3, and which others only record their verdicts.
+    judges: JudgeSettings
+    #: The fields every record of the cell carries (who, what, where, provenance, the
+    #: format's own).
+    record: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -54,6 +94,82 @@ class CellPlan:
     def limits(self) -> Limits:
         """The agent's limits in this cell (the task's, the session's, the agent's)."""
         return self.config.limits_for(self.agent, self.task)
+
+    def terms(self, task_format: TaskFormat) -> CellTerms:
+        """The cell's terms (see :class:`CellTerms`), its task's format ``task_format``
+        saying what it adds (the training protocol, the record's fields)."""
+        from pytest_automedbench.scoring import JudgeSettings
+        from pytest_automedbench.violations import Policy as ViolationPolicy
+
+        training = task_format.training_policy(self.task)
+        config = self.config
+        return CellTerms(
+            limits=self.limits(),
+            uses_gateway=self.agent.uses_gateway,
+            egress=self._egress_policy(),
+            violations=ViolationPolicy(
+                forbidden_host_paths=(
+                    str(self.staged.private_dir),
+                    str(config.amb_out / "ledger.jsonl"),
+                ),
+                training=training or "allowed",
+            ),
+            judges=JudgeSettings(
+                judge=config.judge,
+                votes=config.judge_votes,
+                audit_judges=config.audit_judges,
+                api_base=config.judge_api_base,
+                cache_dir=config.amb_out / "judge-cache",
+            ),
+            record=self._record_fields(task_format, training),
+        )
+
+    def _egress_policy(self) -> EgressPolicy | None:
+        """What the cell's agent may reach through the egress proxy (None with the
+        network off): the run's mode, the default allow-list with the run's and the task's
+        additions, the run's address exceptions, and the task's data and label hosts
+        (denied in every mode)."""
+        config, network = self.config, self.task.network
+        if config.sandbox_network == "off":
+            return None
+        from pytest_automedbench.egress import DEFAULT_ALLOWLIST, EgressPolicy
+
+        allow = (*DEFAULT_ALLOWLIST, *config.sandbox_allow_hosts, *network.allow_hosts)
+        return EgressPolicy(
+            mode=config.sandbox_network,  # type: ignore[arg-type]  # checked against the choices
+            allow_hosts=tuple(dict.fromkeys(allow)),
+            label_hosts=network.label_hosts,
+            allow_networks=config.sandbox_allow_networks,
+        )
+
+    def _record_fields(
+        self, task_format: TaskFormat, training: TrainingPolicy | None
+    ) -> dict[str, Any]:
+        provenance = self.provenance_of(task_format)
+        agent, key, task = self.agent, self.key, self.task
+        return {
+            "run_id": self.run_id,
+            "agent": key.agent,
+            "model": agent.model_label,
+            "harness": agent.harness,
+            "harness_version": agent.harness_version,
+            "task": task.id,
+            "track": task.track,
+            "tier": key.tier,
+            "run": key.run,
+            "config_hash": provenance.config_hash(self.config.scoring_hash()),
+            "data_source": self.staged.source,
+            "cell_dir": str(self.cell_dir),
+            "versions": harness_versions(),
+            "backend": provenance.backend,
+            "images": provenance.images,
+            "task_hash": provenance.task_hash,
+            "data_hash": provenance.data_hash,
+            "judge": provenance.judge,
+            "limits": provenance.limits,
+            "training_policy": training,
+            **task_format.record_fields(task, self.staged),
+        }
 
     def provenance_of(self, task_format: TaskHashes) -> Provenance:
         """The plan's provenance, or (none given) the one computed from the plan, the

@@ -47,7 +47,7 @@ def test_the_probe_records_training_inside_the_sandbox(backend: str, tmp_path: P
     public.mkdir()
     (public / "case_0001.txt").write_text("input")
     trajectory = TrajectoryWriter(tmp_path / "trajectory.jsonl")
-    with open_probe(trajectory) as probe:
+    with open_probe(trajectory.write) as probe:
         spec = SandboxSpec(
             public_dir=public,
             workspace_dir=tmp_path / "workspace",

@@ -37,7 +37,6 @@ from pytest_automedbench.events import (
     EndEvent,
     Event,
     Subscriber,
-    records,
 )
 from pytest_automedbench.metering import Termination, Usage
 from pytest_automedbench.redact import redact, secret_values
@@ -147,4 +146,5 @@ def conversation_from_events(
 ) -> list[dict[str, Any]]:
     """The conversation as the model saw it, rebuilt from the trajectory (typed events,
     or their dicts), so it exists even when the loop itself crashed."""
-    return [e["message"] for e in records(events) if "message" in e]
+    lines = (e.raw if isinstance(e, Event) else e for e in events)
+    return [line["message"] for line in lines if "message" in line]

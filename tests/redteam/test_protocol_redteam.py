@@ -205,7 +205,7 @@ def run_cell_steps(
     (public / "case_0001.txt").write_text("input")
     trajectory = TrajectoryWriter(tmp_path / "trajectory.jsonl")
     outputs: list[str] = []
-    with open_probe(trajectory) as probe:
+    with open_probe(trajectory.write) as probe:
         spec = SandboxSpec(
             public_dir=public,
             workspace_dir=tmp_path / "workspace",
