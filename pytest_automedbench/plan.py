@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from pytest_automedbench.config import RunConfig
     from pytest_automedbench.egress import EgressPolicy
     from pytest_automedbench.fixtures.staging import StagedData
-    from pytest_automedbench.formats import TaskFormat
     from pytest_automedbench.formats.task import Task
     from pytest_automedbench.protocol import TrainingPolicy
     from pytest_automedbench.scoring import JudgeSettings
@@ -41,6 +40,15 @@ class TaskHashes(Protocol):
     """What hashes a task's content as one cell sees it (the task's format)."""
 
     def task_hash(self, task: Task, tier: str) -> str: ...
+
+
+class TermsOfFormat(TaskHashes, Protocol):
+    """What a task's format adds to a cell's terms (see
+    :class:`pytest_automedbench.formats.TaskFormat`)."""
+
+    def training_policy(self, task: Task) -> TrainingPolicy | None: ...
+
+    def record_fields(self, task: Task, staged: StagedData) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ class CellPlan:
         """The agent's limits in this cell (the task's, the session's, the agent's)."""
         return self.config.limits_for(self.agent, self.task)
 
-    def terms(self, task_format: TaskFormat) -> CellTerms:
+    def terms(self, task_format: TermsOfFormat) -> CellTerms:
         """The cell's terms (see :class:`CellTerms`), its task's format ``task_format``
         saying what it adds (the training protocol, the record's fields)."""
         from pytest_automedbench.scoring import JudgeSettings
@@ -143,7 +151,7 @@ class CellPlan:
         )
 
     def _record_fields(
-        self, task_format: TaskFormat, training: TrainingPolicy | None
+        self, task_format: TermsOfFormat, training: TrainingPolicy | None
     ) -> dict[str, Any]:
         provenance = self.provenance_of(task_format)
         agent, key, task = self.agent, self.key, self.task
