@@ -1,10 +1,12 @@
-"""What the test doubles of HTTP services share: a threaded server on 127.0.0.1 and a
-JSON request handler.
+"""What the test doubles of HTTP services share: a threaded server on 127.0.0.1, a JSON
+request handler and a handler that answers every GET with one body.
 
 :class:`LocalServer` serves a handler class on a port the OS picks, on a daemon thread,
-as a context manager; :class:`JSONHandler` reads a JSON request body on a known route
-(answering 404 and 400 itself) and sends JSON replies, quietly, tolerating a client that
-gave up. ``tests/fake_openai.py`` and ``tests/scripted_upstream.py`` are built on them.
+as a context manager; :func:`answering` makes a handler that answers every GET with a
+token and keeps the Host headers it saw; :class:`JSONHandler` reads a JSON request body on
+a known route (answering 404 and 400 itself) and sends JSON replies, quietly, tolerating a
+client that gave up. ``tests/fake_openai.py`` and ``tests/scripted_upstream.py`` are built
+on them.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import Any, Self
 
 
 class LocalServer:
-    """``handler`` served on ``127.0.0.1:<free port>``; ``with Server(...) as s: s.origin``."""
+    """``handler`` served on ``127.0.0.1:<free port>``; ``with Server(...) as s: s.origin``.
+    ``address`` binds another loopback address (or every address, ``0.0.0.0``) instead;
+    ``origin`` stays on 127.0.0.1."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], address: str = "127.0.0.1") -> None:
+        self._server = ThreadingHTTPServer((address, 0), handler)
         self._server.daemon_threads = True
         # A short poll interval: shutdown() waits up to one interval, once per test.
         self._thread = threading.Thread(
@@ -29,8 +33,12 @@ class LocalServer:
         )
 
     @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
     def origin(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Self:
         self._thread.start()
@@ -51,6 +59,25 @@ class LocalServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def answering(answer: bytes, seen: list[str] | None = None) -> type[BaseHTTPRequestHandler]:
+    """A quiet handler that answers every GET with ``answer`` (200) and appends each
+    request's Host header to ``seen`` (where given)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if seen is not None:
+                seen.append(self.headers.get("Host", ""))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the tests assert on what came back, not on a log."""
+
+    return Handler
 
 
 class JSONHandler(BaseHTTPRequestHandler):

@@ -11,7 +11,6 @@ is isolated is the failure mode this backend exists to prevent.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import resource
@@ -23,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import pytest
 
@@ -32,6 +31,7 @@ from pytest_automedbench.sandbox import bubblewrap as bw
 from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
 from pytest_automedbench.sandbox.owner import process_identity
 
+from .local_http import LocalServer, answering
 from .test_sandbox_contract import (
     kill_uid,
     live_pids,
@@ -85,26 +85,8 @@ def box(make_box: MakeBox) -> BubblewrapSandbox:
 def loopback_server() -> Iterator[str]:
     """An HTTP server on the host's loopback that answers a token: stands in for the
     evaluator, the judge proxy or any other host-local service."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"host-loopback-token"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with LocalServer(answering(b"host-loopback-token")) as server:
+        yield f"{server.origin}/"
 
 
 _FETCH = """

@@ -9,7 +9,6 @@ proxy's static map, never by DNS.
 
 from __future__ import annotations
 
-import http.server
 import json
 import tempfile
 import threading
@@ -26,47 +25,29 @@ from pytest_automedbench.sandbox.bubblewrap import bubblewrap_problem
 from pytest_automedbench.sandbox.docker import docker_problem
 from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
 
+from .local_http import LocalServer, answering
+
 pytestmark = pytest.mark.slow
 
 INTERNET = "127.0.0.2"
 HOSTS = {"allowed.test": INTERNET, "unlisted.test": INTERNET, "loop.test": "127.0.0.1"}
 
 
-def _server(address: str, answer: bytes) -> tuple[http.server.ThreadingHTTPServer, list[str]]:
-    seen: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            seen.append(self.headers.get("Host", ""))
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer((address, 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, seen
-
-
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, Any]]:
     """A host service on 127.0.0.1 (a judge) and "the internet" on 127.0.0.2."""
-    host, host_seen = _server("0.0.0.0", b"host-service-token")
-    internet, internet_seen = _server(INTERNET, b"internet-ok")
-    try:
+    host_seen: list[str] = []
+    internet_seen: list[str] = []
+    with (
+        LocalServer(answering(b"host-service-token", host_seen), "0.0.0.0") as host,
+        LocalServer(answering(b"internet-ok", internet_seen), INTERNET) as internet,
+    ):
         yield {
-            "host_port": host.server_address[1],
+            "host_port": host.port,
             "host_seen": host_seen,
-            "internet_port": internet.server_address[1],
+            "internet_port": internet.port,
             "internet_seen": internet_seen,
         }
-    finally:
-        for server in (host, internet):
-            server.shutdown()
-            server.server_close()
 
 
 @pytest.fixture(scope="module")
