@@ -395,6 +395,11 @@ def test_healthagentbench_features_load_with_the_folders_named(tmp_path: Path) -
     # Every value read from an env file is a secret of the process from now on.
     assert {"sk-env-file-value-0001", "alice-physionet", "main's own label"} <= set(plan.secrets)
     assert "alice-physionet" in secret_values()
+    # A named folder's path that is not there yet is found now, not when the cell runs.
+    cache.rmdir()
+    missing = f"service 'main', key 'volumes': bind source {cache} does not exist"
+    with pytest.raises(HarborImageError, match=missing):
+        load_compose(environment, mounts=roots, home=str(home))
 
 
 def test_every_problem_of_a_compose_file_is_listed_at_once(tmp_path: Path) -> None:

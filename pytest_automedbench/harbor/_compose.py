@@ -670,6 +670,23 @@ class _Loader:
             out[str(other)] = condition
         return out
 
+    def missing_sources(self, services: Mapping[str, ServiceSpec]) -> None:
+        """A named folder's path a service binds that is not there (data not prepared
+        yet) is a problem now, unless a service binds a folder around it read-write (a
+        one-shot may make it there, as Compose allows)."""
+        uses = [(s.name, u) for s in services.values() for u in s.volumes if u.kind == "host"]
+        writable = [Path(os.path.realpath(u.source)) for _, u in uses if not u.read_only]
+        for name, use in uses:
+            real = Path(os.path.realpath(use.source))
+            if not real.exists() and not any(_inside(real, w) for w in writable):
+                self.problems.append(
+                    self.where.error(
+                        name,
+                        "volumes",
+                        f"bind source {use.source} does not exist: prepare it first",
+                    )
+                )
+
     def top_level(self, raw: Mapping[str, Any]) -> None:
         """The file's top-level keys and named volumes."""
         where = self.where
@@ -746,6 +763,7 @@ def load_compose(
                 f"{file}: no service named {MAIN!r} (Harbor runs the agent in the service 'main')"
             )
         )
+    loader.missing_sources(services)
     one_shots: tuple[str, ...] = ()
     if MAIN in services and len(services) == len(parsed):
         one_shots = _one_shot_order(loader.where, services, loader.problems.append)
