@@ -187,9 +187,11 @@ def stray(name: str, data: bytes = b"x") -> Builder:
 @dataclass(frozen=True)
 class KindEntries:
     """Makes the entries of one HealthAgentBench kind: ``entry(name, build, reason[,
-    status])`` is a ``healthagentbench`` entry of that kind."""
+    status])`` is a ``healthagentbench`` entry of that kind, whose deliverable lies at
+    ``output_pattern`` (its file name starts the reasons of :meth:`file_attacks`)."""
 
     kind: str
+    output_pattern: str = ""
 
     def __call__(
         self,
@@ -200,19 +202,26 @@ class KindEntries:
     ) -> Malformed:
         return Malformed(name, "healthagentbench", build, reason, status=status, kind=self.kind)
 
-    def file_attacks(self, reference: str) -> list[Malformed]:
+    def file_attacks(self, reference: str | Callable[[Ctx], Path]) -> list[Malformed]:
         """What every single-file deliverable meets alike: no file, a 10 GB sparse file, a
-        FIFO, a directory, a link to the case's reference file ``reference``."""
+        FIFO, a directory, a link to the reference file (``reference``: its name in the
+        case's reference folder, or where it lies)."""
 
         def path(ctx: Ctx) -> Path:
-            return ctx.references / str(ctx.case_id) / reference
+            return ctx.references / str(ctx.case_id) / str(reference)
 
+        output = Path(self.output_pattern).name
+        at = f"{output}: " if output else ""
         return [
-            self("missing", nothing, "missing file", status="missing"),
-            self("huge-sparse", make_sparse, "over the"),
-            self("fifo", make_fifo, "is a FIFO, not a regular file"),
-            self("directory", make_directory, "not a regular file"),
-            self("symlink-to-reference", link_to(path), "symbolic link"),
+            self("missing", nothing, f"{at}missing file", status="missing"),
+            self("huge-sparse", make_sparse, f"{at}file is {SPARSE_BYTES} bytes, over the"),
+            self("fifo", make_fifo, f"{at}is a FIFO, not a regular file"),
+            self("directory", make_directory, f"{at}not a regular file"),
+            self(
+                "symlink-to-reference",
+                link_to(reference if callable(reference) else path),
+                f"{at}is a symbolic link",
+            ),
         ]
 
 

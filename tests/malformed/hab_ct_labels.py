@@ -46,7 +46,7 @@ def _answers(**changes: object) -> bytes:
     return json.dumps(answers).encode()
 
 
-_h = KindEntries(KIND)
+_h = KindEntries(KIND, OUTPUT_PATTERN)
 
 
 ENTRIES: list[Malformed] = [

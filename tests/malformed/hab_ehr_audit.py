@@ -10,10 +10,6 @@ from pathlib import Path
 from .cases import (
     KindEntries,
     Malformed,
-    link_to,
-    make_directory,
-    make_fifo,
-    make_sparse,
     write_bytes,
 )
 
@@ -62,11 +58,10 @@ def write_good(path: Path) -> None:
     path.write_bytes(GOOD)
 
 
-_e = KindEntries(KIND)
+_e = KindEntries(KIND, OUTPUT_PATTERN)
 
 
 ENTRIES: list[Malformed] = [
-    _e("flags-missing", lambda ctx: None, "flags.csv: missing file", status="missing"),
     _e("flags-empty", write_bytes(b""), "flags.csv: empty file"),
     _e(
         "flags-wrong-header",
@@ -134,12 +129,5 @@ ENTRIES: list[Malformed] = [
         write_bytes(b'table,row_id,issue\nchartevents,7,"open\n'),
         "flags.csv: line",
     ),
-    _e("flags-sparse-10gb", make_sparse, "flags.csv: file is"),
-    _e("flags-fifo", make_fifo, "flags.csv: is a FIFO"),
-    _e("flags-directory", make_directory, "flags.csv: not a regular file"),
-    _e(
-        "flags-symlink-to-reference",
-        link_to(lambda ctx: ctx.references / str(ctx.case_id) / "clusters.json"),
-        "is a symbolic link",
-    ),
+    *_e.file_attacks("clusters.json"),
 ]

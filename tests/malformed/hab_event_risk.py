@@ -8,11 +8,6 @@ from pathlib import Path
 from .cases import (
     KindEntries,
     Malformed,
-    link_to,
-    make_directory,
-    make_fifo,
-    make_sparse,
-    nothing,
     write_bytes,
 )
 
@@ -60,11 +55,10 @@ def _rows(*lines: str) -> bytes:
 _GOOD = [f"{p},{t},{0.9 if v else 0.1}" for p, t, v in ROWS]
 
 
-_entry = KindEntries(KIND)
+_entry = KindEntries(KIND, OUTPUT_PATTERN)
 
 
 ENTRIES: list[Malformed] = [
-    _entry("missing", nothing, "predictions.csv: missing file", "missing"),
     _entry("empty", write_bytes(b""), "predictions.csv: empty file"),
     _entry("header-only", write_bytes(HEADER.encode()), "no data rows after the header"),
     _entry("not-utf8", write_bytes(HEADER.encode() + b"101,\xff\xfe,0.5\n"), "not UTF-8 text"),
@@ -125,12 +119,5 @@ ENTRIES: list[Malformed] = [
         write_bytes(HEADER.encode() + b'"101,2020-01-05 08:00:00,0.5\n'),
         "not valid CSV",
     ),
-    _entry("sparse-10gb", make_sparse, "over the 67108864-byte limit"),
-    _entry("fifo", make_fifo, "is a FIFO, not a regular file"),
-    _entry("directory", make_directory, "predictions.csv: not a regular file"),
-    _entry(
-        "symlink-to-reference",
-        link_to(lambda ctx: ctx.references / "labels.csv"),
-        "is a symbolic link; symlinks are not followed",
-    ),
+    *_entry.file_attacks(lambda ctx: ctx.references / "labels.csv"),
 ]

@@ -40,7 +40,7 @@ def write_good(path: Path) -> None:
     )
 
 
-_h = KindEntries(KIND)
+_h = KindEntries(KIND, OUTPUT_PATTERN)
 
 
 ENTRIES: list[Malformed] = [

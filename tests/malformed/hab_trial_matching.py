@@ -41,7 +41,7 @@ def _ranking(ids: object) -> bytes:
     return json.dumps({"ranking": ids}).encode()
 
 
-_h = KindEntries(KIND)
+_h = KindEntries(KIND, OUTPUT_PATTERN)
 
 
 ENTRIES: list[Malformed] = [

@@ -35,7 +35,7 @@ def _tiles(tiles: object) -> bytes:
     return json.dumps({"tiles": tiles}).encode()
 
 
-_h = KindEntries(KIND)
+_h = KindEntries(KIND, OUTPUT_PATTERN)
 
 
 ENTRIES: list[Malformed] = [
