@@ -127,19 +127,21 @@ def _run(
                 checked = None if infra else steps.check(sandbox, outcome)
             if not infra:
                 checked = steps.recheck(checked)
-    if infra:  # the error is the one the termination's event recorded
-        return Unfinished(None, outcome.termination)
-    verdict = steps.verdict(checked, outcome)
-    if verdict.evaluation is None:
-        return Unfinished(verdict.error or "no verdict", verdict.termination)
-    evidence = steps.evidence(brief, outcome, verdict, trajectory.typed, policy)
-    score = score_cell(evidence, terms.judges)
-    scored = scored_record(terms, outcome, verdict.evaluation, score)
-    if scored.violations:
-        trajectory.write(ViolationsEvent.of(violations=scored.violations))
-    result = steps.fill(scored, verdict, score)
-    (plan.cell_dir / "result.json").write_text(result.model_dump_json(indent=1), encoding="utf-8")
-    return result
+        if infra:  # the error is the one the termination's event recorded
+            return Unfinished(None, outcome.termination)
+        verdict = steps.verdict(checked, outcome)
+        if verdict.evaluation is None:
+            return Unfinished(verdict.error or "no verdict", verdict.termination)
+        evidence = steps.evidence(brief, outcome, verdict, trajectory.typed, policy)
+        score = score_cell(evidence, terms.judges)
+        scored = scored_record(terms, outcome, verdict.evaluation, score)
+        if scored.violations:
+            trajectory.write(ViolationsEvent.of(violations=scored.violations))
+        result = steps.fill(scored, verdict, score)
+        (plan.cell_dir / "result.json").write_text(
+            result.model_dump_json(indent=1), encoding="utf-8"
+        )
+        return result
 
 
 @contextmanager
