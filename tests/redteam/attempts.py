@@ -236,6 +236,30 @@ def attack(
     )
 
 
+def _get(url: str) -> str:
+    """Python that prints what a GET of ``url`` returns (three seconds at most)."""
+    return f"""
+        import urllib.request
+        print(urllib.request.urlopen("{url}", timeout=3).read().decode())
+        """
+
+
+def _via_slash(how: str) -> str:
+    """Python that lists and reads the references with a path separator that ``how`` (code
+    that sets ``slash``) builds without writing one."""
+    return (
+        "import os\n"
+        + _code(how)
+        + _code(
+            """
+            target = slash.join(["@PUBLIC@", "..", "private"])
+            print(os.listdir(target))
+            print(open(target + slash + "ground_truth.csv").read())
+            """
+        )
+    )
+
+
 def known_bypass(id: str, language: Language, code: str) -> Attempt:
     """One of the public reference's 16 known static-filter bypasses, ``bypass_NN_<how>``:
     each reaches for the references and leaks on the unisolated backend."""
@@ -983,25 +1007,17 @@ KNOWN_BYPASSES = [
     known_bypass(
         "bypass_05_slash_from_expanduser",
         "python",
-        """
-        import os
-        home = os.path.expanduser("~")
-        slash = home[0]
-        target = slash.join(["@PUBLIC@", "..", "private"])
-        print(os.listdir(target))
-        print(open(target + slash + "ground_truth.csv").read())
-        """,
+        _via_slash(
+            """
+            home = os.path.expanduser("~")
+            slash = home[0]
+            """
+        ),
     ),
     known_bypass(
         "bypass_06_slash_from_path_env",
         "python",
-        """
-        import os
-        slash = os.environ.get("PATH", "/usr/bin")[0]
-        target = slash.join(["@PUBLIC@", "..", "private"])
-        print(os.listdir(target))
-        print(open(target + slash + "ground_truth.csv").read())
-        """,
+        _via_slash('slash = os.environ.get("PATH", "/usr/bin")[0]'),
     ),
     known_bypass(
         "bypass_07_bash_slash_variable",
@@ -1070,13 +1086,7 @@ KNOWN_BYPASSES = [
     known_bypass(
         "bypass_13_slash_from_join_result",
         "python",
-        """
-        import os
-        sep = os.path.join("x", "y")[1]
-        path = sep.join(["@PUBLIC@", "..", "private"])
-        print(os.listdir(path))
-        print(open(path + sep + "ground_truth.csv").read())
-        """,
+        _via_slash('slash = os.path.join("x", "y")[1]'),
     ),
     known_bypass(
         "bypass_14_heredoc_python",
@@ -1610,10 +1620,7 @@ NETWORK_INTERNAL = [
         "loopback_network_on",
         "network_internal",
         "python",
-        """
-        import urllib.request
-        print(urllib.request.urlopen("http://127.0.0.1:@PORT@/", timeout=3).read().decode())
-        """,
+        _get("http://127.0.0.1:@PORT@/"),
         cell="B",
         note="with a route out, the host's loopback services (a judge, a proxy)",
     ),
@@ -1621,10 +1628,7 @@ NETWORK_INTERNAL = [
         "host_ip_network_on",
         "network_internal",
         "python",
-        """
-        import urllib.request
-        print(urllib.request.urlopen("http://@HOST_IP@:@PORT@/", timeout=3).read().decode())
-        """,
+        _get("http://@HOST_IP@:@PORT@/"),
         cell="B",
         note="with a route out, a service bound to all of the host's interfaces",
     ),
@@ -1665,10 +1669,7 @@ NETWORK_INTERNAL = [
         "loopback_urllib",
         "network_internal",
         "python",
-        """
-        import urllib.request
-        print(urllib.request.urlopen("http://127.0.0.1:@PORT@/", timeout=3).read().decode())
-        """,
+        _get("http://127.0.0.1:@PORT@/"),
         control=True,
     ),
     attack(
@@ -1703,10 +1704,7 @@ NETWORK_INTERNAL = [
         "localhost_name",
         "network_internal",
         "python",
-        """
-        import urllib.request
-        print(urllib.request.urlopen("http://localhost:@PORT@/", timeout=3).read().decode())
-        """,
+        _get("http://localhost:@PORT@/"),
         control=True,
     ),
     attack(
