@@ -260,6 +260,21 @@ def _via_slash(how: str) -> str:
     )
 
 
+def _own_server(answer: str) -> str:
+    """Python that serves ``answer`` on the sandbox's own loopback and fetches it."""
+    return f"""
+        import http.server, threading, urllib.request
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(b"{answer}")
+            def log_message(self, *args):
+                pass
+        srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        print(urllib.request.urlopen(f"http://127.0.0.1:{{srv.server_port}}/").read().decode())
+        """
+
+
 def known_bypass(id: str, language: Language, code: str) -> Attempt:
     """One of the public reference's 16 known static-filter bypasses, ``bypass_NN_<how>``:
     each reaches for the references and leaks on the unisolated backend."""
@@ -3720,33 +3735,13 @@ MUST_ALLOW = [
     allow(
         "own_loopback_server_network_on",
         "python",
-        """
-        import http.server, threading, urllib.request
-        class H(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200); self.end_headers(); self.wfile.write(b"hello-from-sandbox")
-            def log_message(self, *args):
-                pass
-        srv = http.server.HTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        print(urllib.request.urlopen(f"http://127.0.0.1:{srv.server_port}/").read().decode())
-        """,
+        _own_server("hello-from-sandbox"),
         "hello-from-sandbox",
     ),
     allow(
         "own_loopback_server_network_off",
         "python",
-        """
-        import http.server, threading, urllib.request
-        class H(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200); self.end_headers(); self.wfile.write(b"hello-offline")
-            def log_message(self, *args):
-                pass
-        srv = http.server.HTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        print(urllib.request.urlopen(f"http://127.0.0.1:{srv.server_port}/").read().decode())
-        """,
+        _own_server("hello-offline"),
         "hello-offline",
         cell="A",
     ),
