@@ -675,7 +675,7 @@ def test_the_evaluator_gets_a_container_of_its_own(container_backend: str, tmp_p
     run_id = f"{RUN_ID}-eval-{container_backend}"
     rc, logs = backend.run_evaluator(["--help"], {}, tmp_path / "help", 120, run_id=run_id)
     assert rc == 0 and "usage" in logs.lower(), logs
-    assert (tmp_path / "help").stat().st_uid == 65534
+    assert (tmp_path / "help").stat().st_uid == (tmp_path / "help").stat().st_gid == 65534
     spec = tmp_path / "spec.json"
     spec.write_text("[1, 2]")
     args = ["--spec", "/in/spec.json", "--submission", "/in/submission"]
