@@ -23,8 +23,8 @@ from PIL import Image
 
 from pytest_automedbench.evaluators import get_evaluator
 from pytest_automedbench.fixtures import blood_smear, dental_panoramic, endoscopy
-from pytest_automedbench.fixtures.registry import get_generator
-from pytest_automedbench.fixtures.staging import case_ids_of
+from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.staging import case_ids_of, opaque_id, real_salt, stage_real
 from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
@@ -175,12 +175,38 @@ class CocoDetectionData:
         return SUITES / "detection" / self.task
 
     @property
+    def rating_b(self) -> float:
+        """The task's rating-B threshold."""
+        return float(load_task(self.task_dir).rating.b)
+
+    @property
     def first_image(self) -> str:
         suffix = {"JPEG": "jpg", "PNG": "png"}[self.image_format]
         return f"public/images/case_0001.{suffix}"
 
     def generate(self, root: Path, n_cases: int, seed: int) -> list[str]:
         return self.generate_dataset(root / "public", root / "private", n_cases, seed)
+
+    def stage_into(self, source: Path, out: Path, max_cases: int | None = None) -> list[str]:
+        """The stager run on ``source`` straight into ``out/public`` and ``out/private``."""
+        return self.stage(source, out / "public", out / "private", max_cases)
+
+    def check_stage_real(
+        self, source: Path, cache: Path, n_cases: int, max_cases: int | None = None
+    ) -> None:
+        """Staged through the harness's cache (COCO layout): ``n_cases`` cases under salted
+        opaque ids, the same in the public index and the private annotations, every indexed
+        image present."""
+        stager = get_stager(self.stager)
+        staged = stage_real(self.task, stager, source, cache, max_cases, layout="coco")
+        salt = real_salt(cache)
+        expected = sorted(opaque_id(salt, f"case_{i:04d}") for i in range(1, n_cases + 1))
+        assert staged.case_ids == expected
+        for half, name in (("public", "images.json"), ("private", "annotations.json")):
+            index = json.loads((staged.root / half / name).read_text(encoding="utf-8"))
+            assert sorted(Path(im["file_name"]).stem for im in index["images"]) == expected
+        for image in json.loads((staged.public_dir / "images.json").read_text())["images"]:
+            assert (staged.public_dir / image["file_name"]).is_file()
 
     @staticmethod
     def annotations(root: Path) -> dict[str, Any]:
@@ -204,7 +230,7 @@ class CocoDetectionData:
         size at random places below half of rating B; the references as predictions score
         1 (the scorer itself is sound)."""
         annotations = self.annotations(root)
-        rating_b = load_task(self.task_dir).rating.b
+        rating_b = self.rating_b
         whole = whole_image_boxes(annotations)
         assert self.task_score(root, whole, tmp / "whole") < whole_image_below
         rng = np.random.default_rng(0)

@@ -10,7 +10,6 @@ a tiny tree in the BCCD repository layout, with real JPEGs and Pascal VOC XML.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,7 @@ import pytest
 from PIL import Image
 
 from pytest_automedbench.fixtures import blood_smear as bs
-from pytest_automedbench.fixtures.registry import get_generator, get_stager
-from pytest_automedbench.fixtures.staging import (
-    case_ids_of,
-    opaque_id,
-    real_salt,
-    stage_real,
-)
+from pytest_automedbench.fixtures.staging import case_ids_of
 
 from .data_checks import COCO_DATASETS
 
@@ -34,7 +27,6 @@ RBC, WBC, PLATELETS = 1, 2, 3
 
 
 DATA = COCO_DATASETS["bccd-det"]
-TASK_DIR = DATA.task_dir
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +41,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_briefs_allow_a_classical_method() -> None:
     for tier in ("lite", "standard", "pro"):
-        text = (TASK_DIR / f"brief_{tier}.md").read_text(encoding="utf-8")
+        text = (DATA.task_dir / f"brief_{tier}.md").read_text(encoding="utf-8")
         assert "classical method is acceptable" in text or "classical image analysis" in text
 
 
@@ -74,24 +66,6 @@ def test_split_follows_the_coco_contract(dataset: Path) -> None:
     for ann in private["annotations"]:
         _, _, w, h = ann["bbox"]
         assert ann["area"] == pytest.approx(w * h, abs=0.01)
-
-
-def test_registry_stages_the_synthetic_split(tmp_path: Path) -> None:
-    from pytest_automedbench.fixtures.staging import stage_synthetic, synthetic_salt
-
-    generator = get_generator("blood-smear")
-    staged = stage_synthetic(
-        "bccd-det",
-        generator.name,
-        generator.generate,
-        tmp_path,
-        2,
-        3,
-        generator.version,
-        layout="coco",
-    )
-    salt = synthetic_salt("bccd-det", 3)
-    assert staged.case_ids == sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
 
 
 # --------------------------------------------------------------------------- modality
@@ -238,8 +212,7 @@ def build_bccd_tree(root: Path, test_list: list[str] | None = None) -> Path:
     return root
 
 
-def _stage(root: Path, out: Path, max_cases: int | None = None) -> list[str]:
-    return bs.stage_bccd(root, out / "public", out / "private", max_cases)
+_stage = DATA.stage_into
 
 
 def test_stager_reads_the_test_split_in_order(tmp_path: Path) -> None:
@@ -293,16 +266,7 @@ def test_max_cases_and_fallbacks(tmp_path: Path) -> None:
 
 
 def test_stage_real_uses_the_coco_layout(tmp_path: Path) -> None:
-    source = build_bccd_tree(tmp_path / "src")
-    staged = stage_real("bccd-det", get_stager("bccd"), source, tmp_path / "cache", layout="coco")
-    salt = real_salt(tmp_path / "cache")
-    expected = sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
-    assert staged.case_ids == expected
-    for half, name in (("public", "images.json"), ("private", "annotations.json")):
-        index = json.loads((staged.root / half / name).read_text(encoding="utf-8"))
-        assert sorted(Path(im["file_name"]).stem for im in index["images"]) == expected
-    for image in json.loads((staged.public_dir / "images.json").read_text())["images"]:
-        assert (staged.public_dir / image["file_name"]).is_file()
+    DATA.check_stage_real(build_bccd_tree(tmp_path / "src"), tmp_path / "cache", 2)
 
 
 def test_stager_errors_name_the_culprit(tmp_path: Path) -> None:

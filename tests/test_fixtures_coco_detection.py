@@ -1,6 +1,7 @@
 """What every COCO detection data set (bccd-det, dentex-det, kvasir-polyp-det) must do alike:
 be declared under its names, match its task's files, write the same bytes for the same seed
-and a case that does not depend on how many are written, and refuse bad arguments. What each
+and a case that does not depend on how many are written, refuse bad arguments, and be staged
+by the registry under salted opaque ids. What each
 data set's images show is tested in its own ``test_fixtures_*.py``."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
+from pytest_automedbench.fixtures.staging import opaque_id, stage_synthetic, synthetic_salt
 from pytest_automedbench.tasks import BRIEF_FIELDS, load_task
 
 from .data_checks import COCO_DATASETS, CocoDetectionData, tree_bytes
@@ -71,3 +73,19 @@ def test_a_case_does_not_depend_on_the_case_count(data: CocoDetectionData, tmp_p
 def test_a_negative_case_count_is_refused(data: CocoDetectionData, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="n_cases"):
         data.generate(tmp_path, -1, 0)
+
+
+def test_registry_stages_the_synthetic_split(data: CocoDetectionData, tmp_path: Path) -> None:
+    generator = get_generator(data.generator)
+    staged = stage_synthetic(
+        data.task,
+        generator.name,
+        generator.generate,
+        tmp_path,
+        2,
+        3,
+        generator.version,
+        layout="coco",
+    )
+    salt = synthetic_salt(data.task, 3)
+    assert staged.case_ids == sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])

@@ -19,28 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 from PIL import Image
 from scipy import ndimage
 
 from pytest_automedbench.fixtures import dental_panoramic as dp
-from pytest_automedbench.fixtures.registry import get_stager
-from pytest_automedbench.fixtures.staging import (
-    case_ids_of,
-    opaque_id,
-    real_salt,
-    stage_real,
-)
-from pytest_automedbench.tasks import load_task
+from pytest_automedbench.fixtures.staging import case_ids_of
 
-from .data_checks import COCO_DATASETS
-
-BoolArray = npt.NDArray[np.bool_]
-
+from .data_checks import COCO_DATASETS, BoolArray
 
 DATA = COCO_DATASETS["dentex-det"]
-TASK_DIR = DATA.task_dir
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +176,7 @@ def test_scales_to_larger_grids() -> None:
 
 
 def test_trivial_baselines_stay_below_rating_b(dataset: Path, tmp_path: Path) -> None:
-    rating_b = load_task(TASK_DIR).rating.b
+    rating_b = DATA.rating_b
     DATA.check_baselines(dataset, tmp_path, random_per_image=20, whole_image_below=0.5 * rating_b)
 
 
@@ -251,8 +239,7 @@ def build_dentex_tree(root: Path) -> Path:
     return root
 
 
-def _stage(root: Path, out: Path, max_cases: int | None = None) -> list[str]:
-    return dp.stage_dentex(root, out / "public", out / "private", max_cases)
+_stage = DATA.stage_into
 
 
 def _json_path(root: Path) -> Path:
@@ -285,13 +272,7 @@ def test_stager_maps_diagnoses_and_keeps_json_order(tmp_path: Path) -> None:
 def test_max_cases_and_stage_real(tmp_path: Path) -> None:
     source = build_dentex_tree(tmp_path / "src")
     assert _stage(source, tmp_path / "one", max_cases=1) == ["case_0001"]
-    staged = stage_real(
-        "dentex-det", get_stager("dentex"), source, tmp_path / "cache", layout="coco"
-    )
-    salt = real_salt(tmp_path / "cache")
-    assert staged.case_ids == sorted(
-        opaque_id(salt, c) for c in ["case_0001", "case_0002", "case_0003"]
-    )
+    DATA.check_stage_real(source, tmp_path / "cache", 3)
 
 
 def _rewrite(root: Path, change: Any) -> None:

@@ -22,14 +22,7 @@ from PIL import Image
 from scipy import ndimage
 
 from pytest_automedbench.fixtures import endoscopy as en
-from pytest_automedbench.fixtures.registry import get_stager
-from pytest_automedbench.fixtures.staging import (
-    case_ids_of,
-    opaque_id,
-    real_salt,
-    stage_real,
-)
-from pytest_automedbench.tasks import load_task
+from pytest_automedbench.fixtures.staging import case_ids_of
 
 from .data_checks import COCO_DATASETS, prediction
 
@@ -37,7 +30,6 @@ F64 = npt.NDArray[np.float64]
 
 
 DATA = COCO_DATASETS["kvasir-polyp-det"]
-TASK_DIR = DATA.task_dir
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +121,7 @@ def test_realistic_size_matches_kvasir() -> None:
 
 
 def test_trivial_baselines_stay_below_rating_b(dataset: Path, tmp_path: Path) -> None:
-    rating_b = load_task(TASK_DIR).rating.b
+    rating_b = DATA.rating_b
     DATA.check_baselines(dataset, tmp_path, random_per_image=10, whole_image_below=0.5 * rating_b)
     annotations = DATA.annotations(dataset)
     w, h = np.median([a["bbox"][2:] for a in annotations["annotations"]], axis=0)
@@ -182,8 +174,7 @@ def build_kvasir_tree(root: Path) -> Path:
     return root
 
 
-def _stage(root: Path, out: Path, max_cases: int | None = None) -> list[str]:
-    return en.stage_kvasir_seg(root, out / "public", out / "private", max_cases)
+_stage = DATA.stage_into
 
 
 def test_stager_reads_boxes_from_the_json_and_the_masks(tmp_path: Path) -> None:
@@ -224,16 +215,7 @@ def test_no_source_name_leaks_into_public(tmp_path: Path) -> None:
 def test_max_cases_and_stage_real(tmp_path: Path) -> None:
     source = build_kvasir_tree(tmp_path / "src")
     assert _stage(source, tmp_path / "one", max_cases=1) == ["case_0001"]
-    staged = stage_real(
-        "kvasir-polyp-det",
-        get_stager("kvasir-seg"),
-        source,
-        tmp_path / "cache",
-        2,
-        layout="coco",
-    )
-    salt = real_salt(tmp_path / "cache")
-    assert staged.case_ids == sorted(opaque_id(salt, c) for c in ["case_0001", "case_0002"])
+    DATA.check_stage_real(source, tmp_path / "cache", 2, max_cases=2)
 
 
 def test_stager_errors_name_the_culprit(tmp_path: Path) -> None:
