@@ -75,6 +75,30 @@ def realistic_case(
     return pixels, values
 
 
+def geometry(image: sitk.Image) -> tuple[object, ...]:
+    """Size, spacing, origin and direction: two images on one grid compare equal."""
+    return (image.GetSize(), image.GetSpacing(), image.GetOrigin(), image.GetDirection())
+
+
+def check_centred_grid(
+    image: sitk.Image,
+    label: sitk.Image,
+    shape: tuple[int, int, int],
+    spacing: tuple[float, float, float],
+) -> None:
+    """An int16 image and a uint8 label on one axis-aligned grid of ``shape`` at
+    ``spacing``, centred on the origin (first and last voxel centres symmetric about 0)."""
+    assert image.GetSize() == label.GetSize() == shape
+    assert image.GetSpacing() == pytest.approx(spacing)
+    assert image.GetDirection() == pytest.approx((1, 0, 0, 0, 1, 0, 0, 0, 1))
+    origin = np.asarray(image.GetOrigin())
+    last = origin + (np.asarray(shape) - 1) * np.asarray(spacing)
+    assert origin == pytest.approx(-last)
+    assert geometry(image) == geometry(label)
+    assert image.GetPixelID() == sitk.sitkInt16
+    assert label.GetPixelID() == sitk.sitkUInt8
+
+
 def read_back_nifti(
     image_path: Path,
     label_path: Path,

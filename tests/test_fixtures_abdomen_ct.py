@@ -48,6 +48,8 @@ from .data_checks import (
     BoolArray,
     Int16Array,
     UInt8Array,
+    check_centred_grid,
+    geometry,
     read_back_nifti,
     realistic_case,
 )
@@ -72,10 +74,6 @@ def _arrays(images: tuple[sitk.Image, ...]) -> tuple[Int16Array, UInt8Array]:
     return sitk.GetArrayFromImage(images[0]), sitk.GetArrayFromImage(images[1])
 
 
-def _geometry(image: sitk.Image) -> tuple[object, ...]:
-    return (image.GetSize(), image.GetSpacing(), image.GetOrigin(), image.GetDirection())
-
-
 def _centre_x(image: sitk.Image, mask: BoolArray) -> float:
     """LPS x (mm) of a mask's centre of mass; positive is the patient's left."""
     z, y, x = ndimage.center_of_mass(mask)
@@ -96,15 +94,7 @@ def test_geometry_follows_arguments() -> None:
         generate_liver_case(3, shape=shape, spacing=spacing),
         generate_abdomen_case(3, shape=shape, spacing=spacing),
     ):
-        assert ct.GetSize() == label.GetSize() == shape
-        assert ct.GetSpacing() == pytest.approx(spacing)
-        assert ct.GetDirection() == pytest.approx(IDENTITY)
-        origin = np.asarray(ct.GetOrigin())
-        last = origin + (np.asarray(shape) - 1) * np.asarray(spacing)
-        assert origin == pytest.approx(-last)  # centred field of view
-        assert _geometry(ct) == _geometry(label)
-        assert ct.GetPixelID() == sitk.sitkInt16
-        assert label.GetPixelID() == sitk.sitkUInt8
+        check_centred_grid(ct, label, shape, spacing)
 
 
 def test_bad_geometry_arguments_are_refused() -> None:
@@ -132,7 +122,7 @@ def test_flipped_orientation_stores_the_same_body(seed: int) -> None:
         assert plain[0].GetDirection() == pytest.approx(IDENTITY)
         assert flipped[0].GetDirection() == pytest.approx(RAS_STORED)
         assert flipped[1].GetDirection() == pytest.approx(RAS_STORED)
-        assert _geometry(flipped[0]) == _geometry(flipped[1])
+        assert geometry(flipped[0]) == geometry(flipped[1])
         # The same voxels, stored mirrored in x and y...
         assert np.array_equal(ct_f[:, ::-1, ::-1], ct)
         assert np.array_equal(label_f[:, ::-1, ::-1], label)
@@ -538,7 +528,7 @@ def test_totalsegmentator_stager_merges_masks_of_test_cases(tmp_path: Path) -> N
         assert label[0, 2, 2] == ORGAN_LABELS["spleen"]  # the overlap goes to the spleen
         assert label[0, 3, 3] == ORGAN_LABELS["liver"]
         assert set(np.unique(label).tolist()) == {0, 1, 2, 3, 4, 5}
-        assert _geometry(label_image) == _geometry(ct)
+        assert geometry(label_image) == geometry(ct)
         assert ct.GetDirection() == pytest.approx(RAS_STORED)
         assert ct.GetOrigin() == pytest.approx(TINY_ORIGIN)
     assert any("spleen and liver overlap in 1 voxels" in str(w.message) for w in caught)

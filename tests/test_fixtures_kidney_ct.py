@@ -30,7 +30,14 @@ from pytest_automedbench.fixtures.kidney_ct import (
 )
 from pytest_automedbench.fixtures.registry import get_generator
 
-from .data_checks import BoolArray, Int16Array, UInt8Array, read_back_nifti, realistic_case
+from .data_checks import (
+    BoolArray,
+    Int16Array,
+    UInt8Array,
+    check_centred_grid,
+    read_back_nifti,
+    realistic_case,
+)
 
 VOXEL_ML = DEFAULT_SPACING[0] * DEFAULT_SPACING[1] * DEFAULT_SPACING[2] / 1000.0
 REALISM_SEEDS = [0, 1, 2, 3, 11]
@@ -40,10 +47,6 @@ BASELINE_SEEDS = [0, 1, 2, 3, 4, 5]
 def _arrays(seed: int, with_tumor: bool = True) -> tuple[Int16Array, UInt8Array]:
     ct, label = generate_case(seed, with_tumor=with_tumor)
     return sitk.GetArrayFromImage(ct), sitk.GetArrayFromImage(label)
-
-
-def _geometry(image: sitk.Image) -> tuple[object, ...]:
-    return (image.GetSize(), image.GetSpacing(), image.GetOrigin(), image.GetDirection())
 
 
 def _dice(a: BoolArray, b: BoolArray) -> float:
@@ -77,17 +80,7 @@ def classical_baseline(ct: Int16Array) -> tuple[BoolArray, BoolArray]:
 
 def test_geometry_follows_arguments() -> None:
     shape, spacing = (96, 80, 40), (1.0, 1.1, 2.5)
-    ct, label = generate_case(3, shape=shape, spacing=spacing)
-    assert ct.GetSize() == shape
-    assert ct.GetSpacing() == pytest.approx(spacing)
-    assert ct.GetDirection() == pytest.approx((1, 0, 0, 0, 1, 0, 0, 0, 1))
-    # Centred field of view: the first and last voxel centres are symmetric about 0.
-    origin = np.asarray(ct.GetOrigin())
-    last = origin + (np.asarray(shape) - 1) * np.asarray(spacing)
-    assert origin == pytest.approx(-last)
-    assert _geometry(ct) == _geometry(label)
-    assert ct.GetPixelID() == sitk.sitkInt16
-    assert label.GetPixelID() == sitk.sitkUInt8
+    check_centred_grid(*generate_case(3, shape=shape, spacing=spacing), shape, spacing)
 
 
 def test_written_files_read_back_with_sitk_and_nibabel(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ from pytest_automedbench.fixtures.staging import (
     stage_real,
 )
 
-from .data_checks import BoolArray, read_back_nifti, realistic_case
+from .data_checks import BoolArray, check_centred_grid, read_back_nifti, realistic_case
 
 SAMPLING_ZYX = (DEFAULT_SPACING[2], DEFAULT_SPACING[1], DEFAULT_SPACING[0])
 VOXEL_ML = DEFAULT_SPACING[0] * DEFAULT_SPACING[1] * DEFAULT_SPACING[2] / 1000.0
@@ -59,10 +59,6 @@ ORGANS = ("pancreas", "duodenum", "stomach", "spleen", "liver")
 @functools.cache
 def phantom(seed: int, lesion: bool = True) -> Phantom:
     return build_phantom(seed, lesion=lesion)
-
-
-def _geometry(image: sitk.Image) -> tuple[object, ...]:
-    return (image.GetSize(), image.GetSpacing(), image.GetOrigin(), image.GetDirection())
 
 
 def _ml(mask: BoolArray) -> float:
@@ -108,15 +104,7 @@ def test_both_tasks_label_the_same_phantom() -> None:
 def test_geometry_follows_arguments() -> None:
     shape, spacing = (72, 64, 20), (4.4, 4.8, 6.0)
     ct, label = generate_oar_case(3, shape=shape, spacing=spacing)
-    assert ct.GetSize() == shape
-    assert ct.GetSpacing() == pytest.approx(spacing)
-    assert ct.GetDirection() == pytest.approx((1, 0, 0, 0, 1, 0, 0, 0, 1))
-    origin = np.asarray(ct.GetOrigin())
-    last = origin + (np.asarray(shape) - 1) * np.asarray(spacing)
-    assert origin == pytest.approx(-last)  # centred field of view
-    assert _geometry(ct) == _geometry(label)
-    assert ct.GetPixelID() == sitk.sitkInt16
-    assert label.GetPixelID() == sitk.sitkUInt8
+    check_centred_grid(ct, label, shape, spacing)
     # Anatomy is in mm, so a coarser grid still holds every organ at a similar volume.
     values = sitk.GetArrayFromImage(label)
     voxel_ml = float(np.prod(spacing)) / 1000.0

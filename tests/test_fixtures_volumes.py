@@ -21,7 +21,7 @@ import SimpleITK as sitk
 
 from pytest_automedbench.fixtures import abdomen_ct, cardiac_mri, kidney_ct, pancreas_ct
 
-from .data_checks import DatasetGenerator, check_sizes
+from .data_checks import DatasetGenerator, check_sizes, geometry
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,6 @@ def generator(name: str) -> VolumeGenerator:
     return GENERATORS[name]
 
 
-def _geometry(image: sitk.Image) -> tuple[object, ...]:
-    return (image.GetSize(), image.GetSpacing(), image.GetOrigin(), image.GetDirection())
-
-
 def _voxels(image: sitk.Image) -> bytes:
     return bytes(sitk.GetArrayFromImage(image).tobytes())
 
@@ -115,7 +111,7 @@ def test_same_seed_gives_identical_case(generator: VolumeGenerator) -> None:
     image_b, label_b = generator.case(42)
     assert _voxels(image_a) == _voxels(image_b)
     assert _voxels(label_a) == _voxels(label_b)
-    assert _geometry(image_a) == _geometry(image_b) == _geometry(label_a) == _geometry(label_b)
+    assert geometry(image_a) == geometry(image_b) == geometry(label_a) == geometry(label_b)
 
 
 def test_different_seed_gives_different_case(generator: VolumeGenerator) -> None:
