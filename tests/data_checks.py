@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+import string
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from pytest_automedbench.evaluators import get_evaluator
 from pytest_automedbench.fixtures import blood_smear, dental_panoramic, endoscopy
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import case_ids_of, opaque_id, real_salt, stage_real
-from pytest_automedbench.tasks import load_task
+from pytest_automedbench.tasks import BRIEF_FIELDS, load_task
 
 from .conftest import SUITES
 
@@ -131,6 +132,30 @@ def read_back_nifti(
         assert voxels.dtype == dtype
         assert np.array_equal(voxels.transpose(2, 1, 0), sitk.GetArrayFromImage(itk))
     return image, label, nib_image
+
+
+def briefs(task_dir: Path) -> dict[str, str]:
+    """The task's brief per tier (lite, standard, pro), each checked to name only known
+    placeholders and at least the outputs, the inputs, the case count and the time limit."""
+    texts = {}
+    for tier in ("lite", "standard", "pro"):
+        text = (task_dir / f"brief_{tier}.md").read_text(encoding="utf-8")
+        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
+        assert fields <= BRIEF_FIELDS, (tier, fields - BRIEF_FIELDS)
+        assert {"outputs_dir", "public_dir", "case_count", "time_limit_min"} <= fields, tier
+        texts[tier] = text
+    return texts
+
+
+def reference_plan(task_dir: Path, method_keywords: Sequence[str]) -> str:
+    """The reference's plan.md in lower case, checked to ship beside solve.py and plan.mmd
+    and to name at least three of the task's method families (``a|b``: either spelling)."""
+    for name in ("solve.py", "plan.md", "plan.mmd"):
+        assert (task_dir / "reference" / name).is_file(), name
+    plan = (task_dir / "reference" / "plan.md").read_text(encoding="utf-8").lower()
+    families = [k for k in method_keywords if any(s in plan for s in k.split("|"))]
+    assert len(families) >= 3, families
+    return plan
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:

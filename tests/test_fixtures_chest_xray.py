@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import string
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,10 @@ from pytest_automedbench.evaluators.schema import DetectionSpec, EvalSpec, Repor
 from pytest_automedbench.fixtures import chest_xray as cx
 from pytest_automedbench.fixtures.registry import get_generator
 from pytest_automedbench.fixtures.staging import case_ids_of
-from pytest_automedbench.tasks import BRIEF_FIELDS, load_task
+from pytest_automedbench.tasks import load_task
 
 from .conftest import SUITES
+from .data_checks import briefs, reference_plan
 
 REPORT_TASKS = {
     "mimic-cxr-report": ("mimic-cxr-phantom", cx.generate_mimic_reports),
@@ -128,11 +128,7 @@ def test_task_files_are_consistent(name: str) -> None:
         ]
     else:
         assert raw["evaluation"]["detection"] == {"iou_threshold": 0.5}
-    for tier in ("lite", "standard", "pro"):
-        text = (TASK_DIRS[name] / f"brief_{tier}.md").read_text(encoding="utf-8")
-        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
-        assert fields <= BRIEF_FIELDS
-        assert {"outputs_dir", "public_dir", "case_count", "time_limit_min"} <= fields
+    for tier, text in briefs(TASK_DIRS[name]).items():
         deliverable = (
             "{outputs_dir}/<case_id>.txt"
             if task.track == "report"
@@ -140,11 +136,7 @@ def test_task_files_are_consistent(name: str) -> None:
         )
         assert deliverable in text, tier
         assert "offline" in text.lower() and "classical" in text.lower(), tier
-    for file in ("solve.py", "plan.md", "plan.mmd"):
-        assert (task.reference_dir / file).is_file()
-    plan = (task.reference_dir / "plan.md").read_text(encoding="utf-8").lower()
-    families = [k for k in task.method_keywords if any(s in plan for s in k.split("|"))]
-    assert len(families) >= 3, families
+    reference_plan(TASK_DIRS[name], task.method_keywords)
 
 
 # --------------------------------------------------------------------------- the phantom

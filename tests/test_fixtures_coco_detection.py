@@ -6,7 +6,6 @@ data set's images show is tested in its own ``test_fixtures_*.py``."""
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,9 @@ import yaml
 
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import opaque_id, stage_synthetic, synthetic_salt
-from pytest_automedbench.tasks import BRIEF_FIELDS, load_task
+from pytest_automedbench.tasks import load_task
 
-from .data_checks import COCO_DATASETS, CocoDetectionData, tree_bytes
+from .data_checks import COCO_DATASETS, CocoDetectionData, briefs, reference_plan, tree_bytes
 
 
 @pytest.fixture(params=sorted(COCO_DATASETS))
@@ -43,15 +42,9 @@ def test_task_files_are_consistent(data: CocoDetectionData) -> None:
     assert raw["data"]["synthetic"]["generator"] == data.generator
     assert raw["data"]["real"]["stager"] == data.stager
     assert task.rating.b <= task.reference.expected_task_min <= 1.0
-    for tier in ("lite", "standard", "pro"):
-        text = (data.task_dir / f"brief_{tier}.md").read_text(encoding="utf-8")
-        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
-        assert {"outputs_dir", "public_dir", "case_count", "time_limit_min"} <= fields
-        assert fields <= BRIEF_FIELDS
+    for text in briefs(data.task_dir).values():
         assert "{outputs_dir}/predictions.json" in text and data.metric in text
-    plan = (data.task_dir / "reference" / "plan.md").read_text(encoding="utf-8").lower()
-    families = [k for k in task.method_keywords if any(s in plan for s in k.split("|"))]
-    assert len(families) >= 3, families
+    reference_plan(data.task_dir, task.method_keywords)
 
 
 def test_generator_is_deterministic(data: CocoDetectionData, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ tiny trees in the official layouts, written in the real formats (DICOM, HDF5).
 
 from __future__ import annotations
 
-import string
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -32,10 +31,9 @@ from skimage.transform import resize
 from pytest_automedbench.fixtures import enhancement_data as ed
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import case_ids_of
-from pytest_automedbench.tasks import BRIEF_FIELDS
 
 from .conftest import SUITES, import_reference_solve
-from .data_checks import check_sizes
+from .data_checks import briefs, check_sizes, reference_plan
 
 F64 = npt.NDArray[np.float64]
 TASK_DIRS = {
@@ -179,19 +177,11 @@ def test_task_files_are_consistent(name: str) -> None:
     get_generator(raw["data"]["synthetic"]["generator"])
     get_stager(raw["data"]["real"]["stager"])
     assert 6 <= raw["data"]["synthetic"]["n_cases"] <= 8
-    for tier in ("lite", "standard", "pro"):
-        text = (TASK_DIRS[name] / f"brief_{tier}.md").read_text(encoding="utf-8")
-        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
-        assert fields <= BRIEF_FIELDS, (tier, fields - BRIEF_FIELDS)
-        assert {"outputs_dir", "public_dir", "case_count", "time_limit_min"} <= fields
+    for text in briefs(TASK_DIRS[name]).values():
         assert (
             "For EVERY case: `{outputs_dir}/<case_id>.npy`, float32, the reference's shape" in text
         )
-    for filename in ("solve.py", "plan.md", "plan.mmd"):
-        assert (TASK_DIRS[name] / "reference" / filename).is_file()
-    plan = (TASK_DIRS[name] / "reference" / "plan.md").read_text(encoding="utf-8").lower()
-    families = [k for k in raw["method_keywords"] if any(s in plan for s in k.split("|"))]
-    assert len(families) >= 3, families
+    plan = reference_plan(TASK_DIRS[name], raw["method_keywords"])
     assert "check" in plan and "validate" in plan
 
 

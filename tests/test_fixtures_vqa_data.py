@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import string
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from pytest_automedbench.fixtures.vqa_vignettes import SKIN_DIAGNOSES, SkinScene
 from pytest_automedbench.tasks import BRIEF_FIELDS
 
 from .conftest import SUITES, import_reference_solve
+from .data_checks import briefs, reference_plan
 
 TASKS = ("vqa-rad", "pathvqa", "slake", "medframeqa", "medxpertqa-mm")
 TASK_DIRS = {name: SUITES / "vqa" / name for name in TASKS}
@@ -148,20 +148,12 @@ def test_task_files_are_consistent(name: str) -> None:
     assert raw["rating"]["b"] <= raw["reference"]["expected_task_min"] <= 1.0
     assert raw["rating"]["b"] < raw["rating"]["a"]
     choice = name in ("medframeqa", "medxpertqa-mm")
-    for tier in ("lite", "standard", "pro"):
-        text = (TASK_DIRS[name] / f"brief_{tier}.md").read_text(encoding="utf-8")
-        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
-        assert fields <= BRIEF_FIELDS, (tier, fields - BRIEF_FIELDS)
-        assert {"outputs_dir", "public_dir", "case_count", "time_limit_min"} <= fields
+    for text in briefs(TASK_DIRS[name]).values():
         rendered = text.format(**{f: "X" for f in BRIEF_FIELDS})
         assert "`X/answers.json`: ONE JSON object mapping EVERY question_id to" in rendered
         assert ("letter of the\n  chosen option" in rendered) is choice
         assert "offline" in rendered.lower() and "classical" in rendered
-    for filename in ("solve.py", "plan.md", "plan.mmd"):
-        assert (TASK_DIRS[name] / "reference" / filename).is_file()
-    plan = (TASK_DIRS[name] / "reference" / "plan.md").read_text(encoding="utf-8").lower()
-    families = [k for k in raw["method_keywords"] if any(s in plan for s in k.split("|"))]
-    assert len(families) >= 3, families
+    plan = reference_plan(TASK_DIRS[name], raw["method_keywords"])
     assert "check" in plan and "validate" in plan
 
 
