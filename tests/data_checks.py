@@ -21,6 +21,8 @@ import numpy.typing as npt
 import pytest
 import SimpleITK as sitk
 from PIL import Image
+from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
 from pytest_automedbench.evaluators import get_evaluator
 from pytest_automedbench.fixtures import blood_smear, dental_panoramic, endoscopy
@@ -156,6 +158,40 @@ def reference_plan(task_dir: Path, method_keywords: Sequence[str]) -> str:
     families = [k for k in method_keywords if any(s in plan for s in k.split("|"))]
     assert len(families) >= 3, families
     return plan
+
+
+def write_dicom(
+    path: Path,
+    sop_class: str,
+    modality: str,
+    pixels: npt.NDArray[np.uint16],
+    bits_stored: int,
+    photometric: str = "MONOCHROME2",
+    **fields: Any,
+) -> None:
+    """A single-frame DICOM file of unsigned 16-bit ``pixels`` (``bits_stored`` of them
+    significant) at ``path``, with any further ``fields`` (keyword: value; None leaves the
+    attribute out), as a stager's test tree needs it."""
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = sop_class
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID = sop_class
+    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
+    ds.Modality = modality
+    ds.Rows, ds.Columns = pixels.shape
+    ds.SamplesPerPixel = 1
+    ds.PhotometricInterpretation = photometric
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit = 16, bits_stored, bits_stored - 1
+    ds.PixelRepresentation = 0
+    for keyword, value in fields.items():
+        if value is not None:
+            setattr(ds, keyword, value)
+    ds.PixelData = pixels.astype(np.uint16).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ds.save_as(path, enforce_file_format=True)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:

@@ -21,12 +21,12 @@ import numpy.typing as npt
 import pytest
 import SimpleITK as sitk
 from PIL import Image
-from pydicom.dataset import Dataset, FileMetaDataset
-from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
 from pytest_automedbench.fixtures import cxr_datasets as cd
 from pytest_automedbench.fixtures.registry import get_stager
 from pytest_automedbench.fixtures.staging import case_ids_of
+
+from .data_checks import write_dicom
 
 #: Digital X-ray image storage (for presentation).
 DX_STORAGE = "1.2.840.10008.5.1.4.1.1.1.1"
@@ -368,24 +368,11 @@ def _dicom(
     monochrome1: bool,
     window: tuple[float, float] | None,
 ) -> None:
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = DX_STORAGE
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID = DX_STORAGE
-    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
-    ds.Modality = "DX"
-    ds.Rows, ds.Columns = pixels.shape
-    ds.SamplesPerPixel = 1
-    ds.PhotometricInterpretation = "MONOCHROME1" if monochrome1 else "MONOCHROME2"
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 12, 11, 0
-    if window is not None:
-        ds.WindowCenter, ds.WindowWidth = window
-    ds.PixelData = pixels.astype(np.uint16).tobytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ds.save_as(path, enforce_file_format=True)
+    center, width = window if window is not None else (None, None)
+    photometric = "MONOCHROME1" if monochrome1 else "MONOCHROME2"
+    write_dicom(
+        path, DX_STORAGE, "DX", pixels, 12, photometric, WindowCenter=center, WindowWidth=width
+    )
 
 
 def test_vindr_stager_converts_dicom_and_keeps_six_classes(tmp_path: Path) -> None:

@@ -22,8 +22,7 @@ import numpy.typing as npt
 import pydicom
 import pytest
 import yaml
-from pydicom.dataset import Dataset, FileMetaDataset
-from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
+from pydicom.uid import CTImageStorage
 from scipy import ndimage
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 from skimage.transform import resize
@@ -33,7 +32,7 @@ from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import case_ids_of
 
 from .conftest import SUITES, import_reference_solve
-from .data_checks import briefs, check_sizes, reference_plan
+from .data_checks import briefs, check_sizes, reference_plan, write_dicom
 
 F64 = npt.NDArray[np.float64]
 TASK_DIRS = {
@@ -422,32 +421,19 @@ def _write_dicom(
     slope: float | None = 1.0,
     intercept: float | None = -1024.0,
 ) -> None:
-    meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = CTImageStorage
-    meta.MediaStorageSOPInstanceUID = generate_uid()
-    meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds = Dataset()
-    ds.file_meta = meta
-    ds.SOPClassUID = CTImageStorage
-    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
-    ds.Modality = "CT"
-    ds.PatientID = path.parent.parent.name
-    if instance is not None:
-        ds.InstanceNumber = instance
-    if location is not None:
-        ds.SliceLocation = location
-    ds.Rows, ds.Columns = pixels.shape
-    ds.SamplesPerPixel = 1
-    ds.PhotometricInterpretation = "MONOCHROME2"
-    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 0
-    ds.PixelSpacing = [0.7, 0.7]
-    if slope is not None:
-        ds.RescaleSlope = slope
-    if intercept is not None:
-        ds.RescaleIntercept = intercept
-    ds.PixelData = pixels.astype(np.uint16).tobytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ds.save_as(path, enforce_file_format=True)
+    write_dicom(
+        path,
+        CTImageStorage,
+        "CT",
+        pixels,
+        16,
+        PatientID=path.parent.parent.name,
+        InstanceNumber=instance,
+        SliceLocation=location,
+        PixelSpacing=[0.7, 0.7],
+        RescaleSlope=slope,
+        RescaleIntercept=intercept,
+    )
 
 
 def _slice_pixels(patient: str, instance: int, dose: str) -> npt.NDArray[np.uint16]:
