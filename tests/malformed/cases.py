@@ -202,6 +202,15 @@ class KindEntries:
     ) -> Malformed:
         return Malformed(name, "healthagentbench", build, reason, status=status, kind=self.kind)
 
+    def json_object_attacks(self, bad_byte: bytes, a_list: bytes) -> list[Malformed]:
+        """What every JSON-object deliverable meets alike: an empty file, the content
+        ``bad_byte`` (not UTF-8) and ``a_list`` (a JSON list where the object belongs)."""
+        return [
+            self("empty-file", write_bytes(b""), "not valid JSON"),
+            self("not-utf8", write_bytes(bad_byte), "not UTF-8"),
+            self("a-list", write_bytes(a_list), "must be a JSON object"),
+        ]
+
     def file_attacks(self, reference: str | Callable[[Ctx], Path]) -> list[Malformed]:
         """What every single-file deliverable meets alike: no file, a 10 GB sparse file, a
         FIFO, a directory, a link to the reference file (``reference``: its name in the

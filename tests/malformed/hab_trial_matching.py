@@ -45,9 +45,7 @@ _h = KindEntries(KIND, OUTPUT_PATTERN)
 
 
 ENTRIES: list[Malformed] = [
-    _h("empty-file", write_bytes(b""), "not valid JSON"),
-    _h("not-utf8", write_bytes(b'{"ranking": ["CT\xff"]}'), "not UTF-8"),
-    _h("a-list", write_bytes(b'["CT0000000001"]'), "must be a JSON object"),
+    *_h.json_object_attacks(b'{"ranking": ["CT\xff"]}', b'["CT0000000001"]'),
     _h("no-ranking-key", write_bytes(b"{}"), "no 'ranking' key"),
     _h("other-key", write_bytes(b'{"ranking": [], "scores": []}'), "unknown key 'scores'"),
     _h(

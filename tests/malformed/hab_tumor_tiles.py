@@ -39,9 +39,7 @@ _h = KindEntries(KIND, OUTPUT_PATTERN)
 
 
 ENTRIES: list[Malformed] = [
-    _h("empty-file", write_bytes(b""), "not valid JSON"),
-    _h("not-utf8", write_bytes(b'{"tiles": [[1, 1]], "x": "\xff"}'), "not UTF-8"),
-    _h("a-list", write_bytes(b"[[1, 1]]"), "must be a JSON object"),
+    *_h.json_object_attacks(b'{"tiles": [[1, 1]], "x": "\xff"}', b"[[1, 1]]"),
     _h("no-tiles-key", write_bytes(b'{"tile": [[1, 1]]}'), "unknown key 'tile'"),
     _h("tiles-null", write_bytes(b'{"tiles": null}'), "'tiles' must be a list, found null"),
     _h(
