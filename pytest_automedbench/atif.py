@@ -76,6 +76,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AtifError",
     "ImportedCell",
+    "atif_beside",
     "atif_events",
     "import_atif",
     "import_record",
@@ -338,6 +339,13 @@ def write_atif_file(trajectory: Path, target: Path) -> Path | None:
         return None
     _write_json_atomically(target, to_atif(events, session_id=trajectory.parent.name))
     return target
+
+
+def atif_beside(trajectory: Path) -> Path | None:
+    """A trajectory file's ATIF document beside it (``trajectory.atif.json``): the view
+    a cell's :class:`~pytest_automedbench.agents.trajectory.TrajectoryWriter` writes
+    when it closes."""
+    return write_atif_file(trajectory, trajectory.with_name(ATIF_FILENAME))
 
 
 def write_atif(cell_dir: Path) -> Path | None:

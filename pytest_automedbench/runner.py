@@ -30,6 +30,7 @@ from pytest_automedbench.agents.trajectory import (
     conversation_from_events,
     write_conversation,
 )
+from pytest_automedbench.atif import atif_beside
 from pytest_automedbench.events import (
     CrashEvent,
     EgressEvent,
@@ -75,7 +76,8 @@ def run_cell(plan: CellPlan) -> CellResult:
     and re-raised, and the caller records them. Every record the pipeline gives back
     passes through the format's ``finish``."""
     plan.cell_dir.mkdir(parents=True, exist_ok=True)
-    trajectory = TrajectoryWriter(plan.cell_dir / "trajectory.jsonl")
+    # Also as ATIF once closed (``trajectory.atif.json``), for Harbor's viewer and pipelines.
+    trajectory = TrajectoryWriter(plan.cell_dir / "trajectory.jsonl", views=[atif_beside])
     try:
         task_format = format_of(plan.task)
         steps = task_format.cell(plan, trajectory)

@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from pytest_automedbench import cli
+from pytest_automedbench.agents.trajectory import TrajectoryWriter
 from pytest_automedbench.atif import (
     ATIF_FILENAME,
     AtifError,
+    atif_beside,
     atif_events,
     import_record,
     read_atif,
@@ -27,6 +29,7 @@ from pytest_automedbench.atif import (
     write_atif_file,
 )
 from pytest_automedbench.events import (
+    EndEvent,
     MessageEvent,
     ToolResultEvent,
     parse_event,
@@ -295,8 +298,8 @@ def test_a_catalogue_cell_round_trips_through_atif_import_and_rejudge(
 ) -> None:
     cell_dir = tmp_path / "runs" / "atif" / "reference" / "cell"
     result, _ = run_lite_cell("reference", VQA, staged, cell_dir, "atif", sandbox="process")
-    written = write_atif(cell_dir)
-    assert written is not None
+    written = cell_dir / ATIF_FILENAME  # every cell writes it when its trajectory closes
+    assert written.is_file()
     seen = harbor_reads(harbor_python, written)[str(written)]
     assert seen["sources"][:2] == ["system", "user"] and seen["calls"]
     assert seen["final"]["total_steps"] == len(seen["sources"])
@@ -342,8 +345,8 @@ def test_an_agent_systems_cell_is_atif_with_the_wire_tokens_and_round_trips(
     with ScriptedUpstream(script) as upstream:
         cell = toy_cell(staged, tmp_path, upstream, "bubblewrap", {})
     assert TASK.id == VQA.id and cell.result.status == "scored", cell.result.error
-    written = write_atif(cell.cell_dir)
-    assert written is not None
+    written = cell.cell_dir / ATIF_FILENAME
+    assert written.is_file()
     seen = harbor_reads(harbor_python, written)[str(written)]
     # The model's calls under the system's own tool name; the harness's submission after.
     assert seen["agent"][0] == "toy" and seen["calls"] == ["bash"] * 4 + ["submit_results"]
@@ -372,8 +375,8 @@ def test_a_harbor_trial_folder_holds_the_agents_atif_trajectory(
     cell_dir = Path(record.cell_dir)
     trial = Path((cell_dir / "harbor-trial.txt").read_text().strip())
     in_trial = trial / "agent" / "trajectory.json"
-    in_cell = write_atif(cell_dir)
-    assert in_cell is not None
+    in_cell = cell_dir / ATIF_FILENAME
+    assert in_cell.is_file()
     seen = harbor_reads(harbor_python, in_trial, in_cell)
     for doc in seen.values():
         assert doc["agent"][0] == "oracle" and doc["sources"][:2] == ["system", "user"]
@@ -405,3 +408,24 @@ def test_import_record_refuses_an_unknown_tier(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no tier 'huge'"):
         import_record(path, VQA, "huge", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_view_of_the_trajectory_is_a_warning_and_the_file_stands(
+    tmp_path: Path,
+) -> None:
+    """The writer's views run once the file is closed; one that fails warns, the next
+    still runs, and the trajectory is whole."""
+    seen: list[Path] = []
+
+    def broken(path: Path) -> None:
+        raise OSError("disk full")
+
+    path = tmp_path / "trajectory.jsonl"
+    writer = TrajectoryWriter(path, views=[broken, seen.append, atif_beside])
+    writer.write(EndEvent.of(termination="finished", turns=0, tokens_in=0, tokens_out=0))
+    with pytest.warns(UserWarning, match="broken failed: OSError"):
+        writer.close()
+    assert seen == [path] and [e.kind for e in read_events(path)] == ["end"]
+    assert (tmp_path / ATIF_FILENAME).is_file()
+    writer.close()  # a second close writes nothing again
+    assert seen == [path]

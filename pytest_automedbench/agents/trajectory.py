@@ -27,7 +27,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,12 +45,20 @@ from pytest_automedbench.redact import redact, secret_values
 TRAJECTORY_SCHEMA_VERSION = SCHEMA_VERSION
 
 E = TypeVar("E", bound=Event)
+#: A file derived from a closed trajectory (its ATIF document, say), given the
+#: trajectory's path; what it returns is not used.
+View = Callable[[Path], object]
 
 
 class TrajectoryWriter:
     """The cell's trajectory file, and the subscribers every event is delivered to."""
 
-    def __init__(self, path: Path, subscribers: Iterable[Subscriber] = ()) -> None:
+    def __init__(
+        self,
+        path: Path,
+        subscribers: Iterable[Subscriber] = (),
+        views: Iterable[View] = (),
+    ) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
@@ -59,6 +68,7 @@ class TrajectoryWriter:
         #: Every event written, typed (stamped with ``v``, ``seq`` and ``t``).
         self.typed: list[Event] = []
         self._subscribers: list[Subscriber] = list(subscribers)
+        self._views: list[View] = list(views)
         # An agent system's turns are written from the gateway's thread while the runner's
         # thread waits on the system's command: one event at a time, in ``seq`` order.
         self._lock = threading.Lock()
@@ -86,8 +96,17 @@ class TrajectoryWriter:
         return stamped
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        """Close the file, then write the views derived from it. The file stays the
+        record: a view that fails is a warning, never the cell's fault or its loss."""
+        if self._file.closed:
+            return
+        self._file.close()
+        for view in self._views:
+            try:
+                view(self.path)
+            except Exception as exc:  # a derived file: the trajectory and the record stand
+                name = getattr(view, "__name__", repr(view))
+                warnings.warn(f"{self.path}: {name} failed: {exc!r}", stacklevel=2)
 
 
 def end_episode(
