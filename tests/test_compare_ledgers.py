@@ -6,6 +6,7 @@ The script is run as a subprocess, as a user runs it, on ledgers of realistic re
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,19 @@ def test_unreadable_file_and_non_record_line(tmp_path: Path) -> None:
     proc = compare(other, before)
     assert proc.returncode == 2
     assert f"{other}:1: not a cell record" in proc.stderr
+
+
+def test_a_field_added_since_at_its_default_reads_alike(tmp_path: Path) -> None:
+    """A record written before a field existed lacks it; the new one has it as null:
+    the same record. A value other than null is a difference."""
+    before, after = two_runs(tmp_path)
+    lines = [json.loads(line) for line in before.read_text().splitlines()]
+    for line in lines:
+        line.pop("imported_from")
+    before.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    proc = compare(before, after)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    before, after = two_runs(tmp_path / "set", imported_from="elsewhere.json")
+    proc = compare(before, after)
+    assert proc.returncode == 1
+    assert 'imported_from: null -> "elsewhere.json"' in proc.stdout
