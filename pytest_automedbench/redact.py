@@ -33,7 +33,8 @@ _REGISTERED: set[str] = set()
 def register_secrets(values: Iterable[str]) -> None:
     """Make ``values`` secrets of this process (those of :data:`MIN_SECRET_LENGTH` or
     more): :func:`secret_values` of the process's environment lists them from now on, so
-    every redaction of the session masks them (a Harbor task's ``env_file`` values)."""
+    every redaction of the session masks them (values a task format read on the host for
+    its own services, such as a compose file's ``env_file``)."""
     _REGISTERED.update(v for v in values if len(v) >= MIN_SECRET_LENGTH)
 
 
