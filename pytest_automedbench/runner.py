@@ -76,7 +76,7 @@ def run_cell(plan: CellPlan) -> CellResult:
     and re-raised, and the caller records them. Every record the pipeline gives back
     passes through the format's ``finish``."""
     plan.cell_dir.mkdir(parents=True, exist_ok=True)
-    # Also as ATIF once closed (``trajectory.atif.json``), for Harbor's viewer and pipelines.
+    # Also as ATIF once closed (``trajectory.atif.json``), for the tools that read ATIF.
     trajectory = TrajectoryWriter(plan.cell_dir / "trajectory.jsonl", views=[atif_beside])
     try:
         task_format = format_of(plan.task)
