@@ -231,6 +231,8 @@ def test_oracle_and_nop_get_the_rewards_the_verifiers_wrote(
     assert csv.resolved and csv.status == "scored" and csv.tier == "harbor"
     assert csv.overall == pytest.approx(0.5 * (csv.agentic or 0) + 0.5 * 1.0, abs=1e-6)
     assert set(csv.phase_s) == {"environment", "agent", "verifier"}
+    for record in records.values():  # wall_s is the whole attempt, its phases inside it
+        assert record.wall_s >= sum(record.phase_s.values()) - 0.01, record
     assert oracle["basics.hello-pytest"].task_metrics == {"reward": 1.0}  # from reward.txt
     broken = oracle["edge.broken-oracle"]
     assert broken.status == "scored" and broken.reward == 0.0 and broken.passed is False

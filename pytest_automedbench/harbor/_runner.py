@@ -127,6 +127,15 @@ class Phases:
             self.spans[name] = (began, datetime.now(UTC))
             trajectory.write(PhaseEvent.of(name=name, duration_s=seconds, ok=ok))
 
+    def whole_s(self) -> float | None:
+        """Seconds from the first phase's start to the last one's end (the whole attempt:
+        environment, agent and verifier, and what ran between them); None before any."""
+        if not self.spans:
+            return None
+        began = min(start for start, _ in self.spans.values())
+        ended = max(end for _, end in self.spans.values())
+        return round((ended - began).total_seconds(), 3)
+
 
 @dataclass(frozen=True)
 class VerifierRun:
@@ -145,18 +154,22 @@ class HarborFields:
     and whether the attempt passed (None when it was not scored), seconds per phase and
     the task's category. Stored as the record's flat keys (``reward``, ``passed``,
     ``phase_s``, ``category``), which no other format fills, and the backend whose
-    engine ran the task's image."""
+    engine ran the task's image. ``wall_s``, when known, is the whole attempt
+    (environment, agent and verifier), replacing the agent loop's own wall clock."""
 
     phase_s: dict[str, float]
     category: str
     backend: str
     reward: float | None = None
     passed: bool | None = None
+    wall_s: float | None = None
 
     def onto(self, result: CellResult) -> CellResult:
         result.reward, result.passed = self.reward, self.passed
         result.phase_s, result.category = dict(self.phase_s), self.category
         result.backend = self.backend
+        if self.wall_s is not None:
+            result.wall_s = max(result.wall_s, self.wall_s)
         return result
 
 
@@ -371,6 +384,7 @@ class HarborCell:
             backend=self.plan.resolved_backend(),
             reward=reward,
             passed=passed,
+            wall_s=self.phases.whole_s(),
         ).onto(result)
 
 
