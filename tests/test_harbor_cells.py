@@ -519,6 +519,78 @@ def test_a_compose_environment_runs_its_bootstrap_before_the_agent(
     assert not (folder / "tests" / "gold.txt").exists()  # written into the attempt's copy
 
 
+SHEBANG_TASK = {
+    "task.toml": 'version = "1.0"\n[metadata]\ncategory = "scripts"\n',
+    "instruction.md": "Write /app/out.txt.\n",
+    "environment/Dockerfile": "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
+    # Python scripts: their shebang decides the interpreter; relative paths are WORKDIR's.
+    "solution/solve.sh": textwrap.dedent(
+        """\
+        #!/usr/bin/env python3
+        import os
+        print("the oracle ran in", os.getcwd())
+        with open("out.txt", "w") as out:
+            out.write(os.environ.get("DEBIAN_FRONTEND", "unset"))
+        with open("/logs/artifacts/note.txt", "w") as note:
+            note.write("an artifact")
+        """
+    ),
+    "tests/test.sh": textwrap.dedent(
+        """\
+        #!/usr/bin/env python3
+        import json, os, pathlib
+        out = pathlib.Path("out.txt")
+        ok = out.is_file() and out.read_text() == "noninteractive"
+        logs = pathlib.Path("/logs/verifier")
+        (logs / "reward.txt").write_text("1" if ok else "0")
+        (logs / "reward.json").write_text(json.dumps({"reward": 0.5}))  # 0.3.x: txt decides
+        """
+    ),
+}
+NO_SHEBANG_TASK = {
+    "task.toml": 'version = "1.0"\n[metadata]\ncategory = "scripts"\n',
+    "instruction.md": "Write /app/x.txt.\n",
+    "environment/Dockerfile": "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
+    "solution/solve.sh": "printf done > x.txt\n",
+    "tests/test.sh": 'if [[ "$(cat x.txt)" == done ]]; then r=1; else r=0; fi\n'
+    "echo $r > /logs/verifier/reward.txt\n",
+}
+
+
+def _write_task(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
+@pytest.mark.slow
+def test_scripts_run_by_their_shebang_in_workdir_with_the_oracles_log_and_artifacts(
+    tmp_path: Path, base_images: dict[str, str]
+) -> None:
+    """Harbor's way of running scripts: a Python ``solve.sh`` and ``test.sh`` (their
+    shebang decides), scripts without one run by bash, both in the image's WORKDIR; the
+    oracle gets ``DEBIAN_FRONTEND=noninteractive`` and its output goes to
+    ``/logs/agent/oracle.txt``; ``/logs/artifacts`` reaches the trial folder; with both
+    reward files, a 0.3.x-schema task's ``reward.txt`` decides."""
+    tasks = tmp_path / "tasks"
+    _write_task(tasks / "py-scripts", SHEBANG_TASK)
+    _write_task(tasks / "plain-scripts", NO_SHEBANG_TASK)
+    agent_image = base_images["python:3.11-slim-bookworm"]
+    done = _session(tmp_path / "out", "--harbor", str(tasks), "--agent", "oracle",
+                    "--agent", "nop", "--harbor-base",
+                    f"python:3.11-slim-bookworm={agent_image}")  # fmt: skip
+    records = _by(_records(tmp_path / "out"))
+    text = done.stdout[-3000:]
+    for task in ("py-scripts", "plain-scripts"):
+        assert records["oracle", task, 0].passed is True, (task, text)
+        assert records["nop", task, 0].passed is False, (task, text)
+    oracle = records["oracle", "py-scripts", 0]
+    assert oracle.task_metrics == {"reward": 1.0}
+    trial = Path((Path(oracle.cell_dir) / "harbor-trial.txt").read_text().strip())
+    assert "the oracle ran in /app" in (trial / "agent" / "oracle.txt").read_text()
+    assert (trial / "artifacts" / "note.txt").read_text() == "an artifact"
+
+
 @pytest.mark.slow
 def test_claude_code_solves_a_harbor_task_through_the_gateway(
     tmp_path: Path, base_images: dict[str, str], monkeypatch: pytest.MonkeyPatch

@@ -9,10 +9,12 @@ import pytest
 
 from pytest_automedbench.harbor._reward import (
     MAX_REWARD_BYTES,
+    RewardOrder,
     RewardReading,
     VerifierError,
     passed,
     read_reward,
+    reward_order,
 )
 
 
@@ -152,39 +154,59 @@ def test_json_empty(tmp_path: Path, text: str) -> None:
 # ---- both, neither ----------------------------------------------------------------
 
 
-def test_both_agreeing_keep_every_json_key(tmp_path: Path) -> None:
-    folder = _verifier(tmp_path, txt="1\n", js='{"reward": 1.0000000001, "n_tasks": 5}')
-    reading = read_reward(folder)
-    assert reading.source == "reward.txt+reward.json"
-    assert reading.rewards == {"reward": 1.0000000001, "n_tasks": 5.0}
+def test_both_under_harbor_0_3_reward_txt_decides_and_json_is_ignored(tmp_path: Path) -> None:
+    folder = _verifier(tmp_path, txt="0\n", js='{"reward": 0.75, "n_tasks": 5}')
+    reading = read_reward(folder, "txt_first")
+    assert reading.source == "reward.txt" and reading.rewards == {"reward": 0.0}
+    assert read_reward(folder).rewards == {"reward": 0.0}  # 0.3.x is the default
 
 
-def test_both_agreeing_with_single_key_json(tmp_path: Path) -> None:
-    reading = read_reward(_verifier(tmp_path, txt="0.5", js='{"f1": 0.5}'))
-    assert reading.rewards == {"f1": 0.5, "reward": 0.5}
-
-
-def test_both_disagreeing_is_a_conflict_naming_both_values(tmp_path: Path) -> None:
-    error = _error(_verifier(tmp_path, txt="0", js='{"reward": 0.75}'))
-    assert error.kind == "reward_conflict"
-    assert "reward.txt" in error.message and "reward.json" in error.message
-    assert "0.0" in error.message and "0.75" in error.message
+def test_both_under_later_harbor_reward_json_decides_with_every_key(tmp_path: Path) -> None:
+    folder = _verifier(tmp_path, txt="0\n", js='{"reward": 0.75, "n_tasks": 5}')
+    reading = read_reward(folder, "json_first")
+    assert reading.source == "reward.json"
+    assert reading.rewards == {"reward": 0.75, "n_tasks": 5.0}
 
 
 @pytest.mark.parametrize(
-    ("txt", "js", "broken"),
-    [("1", '{"reward": null}', "reward.json"), ("yes", '{"reward": 1}', "reward.txt")],
-)
-def test_both_must_parse(tmp_path: Path, txt: str, js: str, broken: str) -> None:
-    error = _error(_verifier(tmp_path, txt=txt, js=js))
-    assert error.kind == "reward_unreadable"
-    assert error.message.startswith(broken)
+    ("txt", "js", "order", "broken"),
+    [("1", '{"reward": null}', "json_first", "reward.json"),
+     ("yes", '{"reward": 1}', "txt_first", "reward.txt")],
+)  # fmt: skip
+def test_the_deciding_file_must_parse(
+    tmp_path: Path, txt: str, js: str, order: RewardOrder, broken: str
+) -> None:
+    folder = _verifier(tmp_path, txt=txt, js=js)
+    with pytest.raises(VerifierError) as caught:
+        read_reward(folder, order)
+    assert caught.value.kind == "reward_unreadable"
+    assert caught.value.message.startswith(broken)
 
 
-def test_both_with_empty_txt_is_empty(tmp_path: Path) -> None:
+def test_a_broken_file_that_does_not_decide_is_ignored(tmp_path: Path) -> None:
+    folder = _verifier(tmp_path, txt="yes", js='{"reward": 1}')
+    assert read_reward(folder, "json_first").rewards == {"reward": 1.0}
+    (tmp_path / "b").mkdir()
+    folder2 = _verifier(tmp_path / "b", txt="1", js='{"reward": null}')
+    assert read_reward(folder2, "txt_first").rewards == {"reward": 1.0}
+
+
+def test_both_with_empty_deciding_txt_is_empty(tmp_path: Path) -> None:
     error = _error(_verifier(tmp_path, txt="", js='{"reward": 1}'))
     assert error.kind == "reward_empty"
     assert "reward.txt" in error.message
+
+
+@pytest.mark.parametrize(
+    ("version", "renamed", "order"),
+    [("1.0", False, "txt_first"), ("1.1", False, "txt_first"), ("1.2", False, "json_first"),
+     ("1.4", False, "json_first"), ("2.0", False, "json_first"), ("1.0", True, "json_first"),
+     (None, False, "txt_first"), ("draft", False, "txt_first")],
+)  # fmt: skip
+def test_the_declared_schema_version_picks_the_harbor_rule(
+    version: str | None, renamed: bool, order: RewardOrder
+) -> None:
+    assert reward_order(version, renamed) == order
 
 
 def test_neither_is_missing_naming_folder_and_files(tmp_path: Path) -> None:

@@ -1,11 +1,17 @@
 """How a Harbor attempt is timed and run, without Docker: the record's ``wall_s`` is the
-whole attempt (environment, agent and verifier), its phases beside it."""
+whole attempt (environment, agent and verifier), its phases beside it; scripts run as
+Harbor runs them (their shebang decides; bash runs one without)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from pytest_automedbench.harbor._runner import HarborFields, Phases
+import pytest
+
+from pytest_automedbench.harbor._agents import oracle_command
+from pytest_automedbench.harbor._harness import runs_in_harness_shell, script_command
+from pytest_automedbench.harbor._runner import HarborFields, Phases, script_first_line
 from pytest_automedbench.results import CellResult
 
 
@@ -33,3 +39,43 @@ def test_an_attempt_with_no_phase_keeps_the_loops_wall_clock() -> None:
     assert Phases().whole_s() is None
     result = CellResult.model_construct(wall_s=3.0)
     assert HarborFields(phase_s={}, category="c", backend="docker").onto(result).wall_s == 3.0
+
+
+@pytest.mark.parametrize(
+    ("line", "shell", "options"),
+    [("#!/bin/bash", True, []), ("#!/bin/bash -e", True, ["-e"]), ("#!/bin/sh", True, []),
+     ("#!/usr/bin/env bash", True, []), ("#!/usr/bin/env -S bash -eu", True, ["-eu"]),
+     ("echo no shebang", True, []), ("", True, []),
+     ("#!/usr/bin/env python3", False, []), ("#!/usr/bin/python3 -u", False, []),
+     ("#!/usr/bin/env -i", False, [])],
+)  # fmt: skip
+def test_which_scripts_the_harness_shell_runs(line: str, shell: bool, options: list[str]) -> None:
+    assert runs_in_harness_shell(line) == (shell, options)
+
+
+def test_script_commands_run_directly_unless_bash_would() -> None:
+    out = "/logs/verifier/test-stdout.txt"
+    assert script_command("/tests/test.sh", "#!/usr/bin/env python3", out) == (
+        f"/tests/test.sh > {out} 2>&1"
+    )
+    assert script_command("/tests/test.sh", "#!/bin/bash -e", out) == (
+        f'"$0" --noprofile --norc -e /tests/test.sh > {out} 2>&1'
+    )
+    assert script_command("/tests/test.sh", "", out) == (
+        f'"$0" --noprofile --norc /tests/test.sh > {out} 2>&1'
+    )
+
+
+def test_a_scripts_first_line_is_read_bounded(tmp_path: Path) -> None:
+    script = tmp_path / "test.sh"
+    script.write_bytes(b"#!/usr/bin/env python3\r\nprint(1)\n")
+    assert script_first_line(script) == "#!/usr/bin/env python3"
+    script.write_bytes(b"x" * 1000)
+    assert script_first_line(script) == "x" * 256
+    assert script_first_line(tmp_path / "absent.sh") == ""
+
+
+def test_the_oracle_runs_solve_sh_directly_into_its_log() -> None:
+    command = oracle_command()
+    assert command.startswith("/solution/solve.sh > /logs/agent/oracle.txt 2>&1;")
+    assert command.endswith("exit $status") and "bash " not in command

@@ -2,7 +2,8 @@
 (:data:`pytest_automedbench.formats.known.FORMAT_AGENTS`): ``--agent oracle`` and
 ``--agent nop``, for Harbor tasks only.
 
-``oracle`` runs the task's reference solution and submits; ``nop`` submits at once (an
+``oracle`` runs the task's reference solution as Harbor does (:func:`oracle_command`)
+and submits; ``nop`` submits at once (an
 attempt that does nothing: the verifier's reward then says what an empty attempt gets).
 Both are played by the host's tool loop like every scripted agent, so their trajectories,
 stage profiles and codes are recorded as any cell's.
@@ -18,6 +19,21 @@ from pytest_automedbench.agents.steps import ScriptedPolicy, Step
 
 #: Where the oracle's copy of ``solution/`` is put (Harbor's path).
 SOLUTION_DIR = "/solution"
+#: Where the oracle's output goes (Harbor's path; kept in the trial folder's ``agent/``).
+ORACLE_LOG = "/logs/agent/oracle.txt"
+#: How much of the oracle's output its tool call shows (the whole of it is in the log).
+ORACLE_TAIL_BYTES = 8000
+
+
+def oracle_command(solve: str = f"{SOLUTION_DIR}/solve.sh") -> str:
+    """The oracle's command, as Harbor runs it: the script executed directly (made
+    executable by the harness beforehand; its shebang decides the interpreter, and bash
+    runs one that has none), its output to :data:`ORACLE_LOG`; the log's end is shown
+    and the script's exit status kept."""
+    return (
+        f"{solve} > {ORACLE_LOG} 2>&1; status=$?; "
+        f"tail -c {ORACLE_TAIL_BYTES} {ORACLE_LOG}; exit $status"
+    )
 
 
 def harbor_policy(name: str, ctx: AgentContext) -> Policy:
@@ -27,7 +43,7 @@ def harbor_policy(name: str, ctx: AgentContext) -> Policy:
         run = Step(
             "Run the task's reference solution.",
             "execute",
-            {"language": "bash", "code": f"bash {SOLUTION_DIR}/solve.sh", "timeout_s": limit},
+            {"language": "bash", "code": oracle_command(), "timeout_s": limit},
             stage="S4",
         )
         return ScriptedPolicy("oracle", [run, _submit()])

@@ -122,3 +122,51 @@ CLASSIFY_SCRIPT: Final = (
     'elif [ -e "$p" ]; then printf "f\\t%s\\n" "$p"; '
     'else printf -- "-\\t%s\\n" "$p"; fi; done'
 )
+
+
+#: Interpreters that the harness's own static bash stands in for (a shebang naming one,
+#: directly or through ``env``): the script then runs with no program of the image's.
+SHELL_INTERPRETERS: Final = frozenset({"bash", "sh"})
+
+
+def shebang_words(first_line: str) -> list[str] | None:
+    """The words of a script's ``#!`` line (interpreter first), None without one."""
+    if not first_line.startswith("#!"):
+        return None
+    return first_line[2:].strip().split()
+
+
+def runs_in_harness_shell(first_line: str) -> tuple[bool, list[str]]:
+    """Whether a script whose first line is ``first_line`` runs in the harness's bash, and
+    the shell options its shebang gives (``#!/bin/bash -e``: ``["-e"]``).
+
+    Harbor runs a script directly (``bash -c "/tests/test.sh > out 2>&1"``): its shebang
+    decides the interpreter, and a script with none is run by that bash (its fallback for
+    a file the kernel will not execute). Here a script with no shebang, or one naming
+    ``bash`` or ``sh`` (directly or through ``env``), runs in the harness's own static
+    bash, the same language with nothing the agent could have replaced; any other
+    interpreter (``#!/usr/bin/env python3``) is the image's, executed directly."""
+    words = shebang_words(first_line)
+    if not words:
+        return True, []
+    program, args = words[0], words[1:]
+    if program.rsplit("/", 1)[-1] == "env":
+        args = [a for a in args if a != "-S"]
+        if not args or args[0].startswith("-"):
+            return False, []
+        program, args = args[0], args[1:]
+    if program.rsplit("/", 1)[-1] not in SHELL_INTERPRETERS:
+        return False, []
+    return True, [a for a in args if a.startswith("-")]
+
+
+def script_command(script: str, first_line: str, output: str) -> str:
+    """The command line, for the harness's bash (``"$0"``), that runs ``script`` as
+    Harbor does (:func:`runs_in_harness_shell`), stdout and stderr to ``output``."""
+    shell, options = runs_in_harness_shell(first_line)
+    if shell:
+        flags = " ".join(options)
+        program = f'"$0" --noprofile --norc {flags} {script}'.replace("  ", " ")
+    else:
+        program = script
+    return f"{program} > {output} 2>&1"

@@ -3,11 +3,10 @@
 A Harbor task's verifier (``/tests/test.sh``) reports its verdict as files in
 ``/logs/verifier``; the harness copies that folder to the host and this module reads it.
 Harbor itself has changed which file wins when both exist (v0.3.0 reads ``reward.txt``
-first, v0.22 reads ``reward.json`` first), so a task that writes both could pass under
-one Harbor and fail under another. We do not pick a side: when both exist they must
-agree. The folder is written by code running next to the agent, so everything in it is
-treated as hostile input: sizes are capped, links are not followed and every value must
-be a finite number.
+first, v0.22 reads ``reward.json`` first), so the task's declared schema version picks
+the Harbor whose rule applies (:func:`reward_order`). The folder is written by code
+running next to the agent, so everything in it is treated as hostile input: sizes are
+capped, links are not followed and every value must be a finite number.
 
 The rule:
 
@@ -27,9 +26,11 @@ The rule:
     ``reward_empty``.
 
 Both files
-    Both must parse, and the text number must equal the JSON reward (``math.isclose``,
-    ``abs_tol=1e-9``), else ``reward_conflict`` naming both values. The result keeps
-    every key of the JSON object.
+    Which one decides is the rule of the Harbor the task was written for
+    (:func:`reward_order`): Harbor 0.3.x reads ``reward.txt`` first, later Harbor
+    (0.22 on) ``reward.json`` first. The deciding file must parse; the other is read
+    (size, link and file-kind checks apply to it too) but not parsed, as Harbor ignores
+    it, so a broken other file does not matter.
 
 Neither file
     ``reward_missing``, naming the folder and both file names.
@@ -68,15 +69,15 @@ REWARD_KEY = "reward"
 MAX_REWARD_BYTES = 1024 * 1024
 #: How much of an unreadable file's text a message quotes.
 QUOTE_CHARS = 80
-#: Tolerance for reward.txt and reward.json agreeing (both written from one float).
-AGREEMENT_ABS_TOL = 1e-9
 
-VerifierErrorKind = Literal[
-    "reward_missing", "reward_empty", "reward_unreadable", "reward_conflict"
-]
+VerifierErrorKind = Literal["reward_missing", "reward_empty", "reward_unreadable"]
+#: Which reward file decides when a verifier writes both (:func:`reward_order`).
+RewardOrder = Literal["txt_first", "json_first"]
+#: The first task.toml schema version of the Harbor that reads ``reward.json`` first.
+JSON_FIRST_SCHEMA = (1, 2)
 #: ``agent_failure``: no reward could be read and the harness judged that the agent's
 #: doing (``_runner.judge_verifier_failure``), so the reward is 0.
-Source = Literal["reward.txt", "reward.json", "reward.txt+reward.json", "agent_failure"]
+Source = Literal["reward.txt", "reward.json", "agent_failure"]
 
 #: A plain decimal number; stricter than ``float()``, which also takes ``nan``,
 #: ``infinity`` and digit separators (``1_0``) that no verifier means as a score.
@@ -118,8 +119,24 @@ class _Constant:
         self.text = text
 
 
-def read_reward(verifier_dir: Path) -> RewardReading:
-    """Read ``verifier_dir``'s reward.txt and/or reward.json by the module's rule."""
+def reward_order(schema_version: str | None, renamed: bool = False) -> RewardOrder:
+    """Which reward file decides for a task declaring ``schema_version`` in task.toml:
+    Harbor 0.3.x's schema (``version`` "1.0" or "1.1", the default) reads ``reward.txt``
+    first; a later schema (1.2 on), or the key's later name ``schema_version``
+    (``renamed``), means a Harbor that reads ``reward.json`` first. A version that is not
+    dotted numbers is read as 0.3.x's."""
+    if renamed:
+        return "json_first"
+    parts = (schema_version or "").split(".")
+    if not parts or not all(part.isdigit() for part in parts):
+        return "txt_first"
+    numbers = tuple(int(part) for part in parts)
+    return "json_first" if numbers >= JSON_FIRST_SCHEMA else "txt_first"
+
+
+def read_reward(verifier_dir: Path, order: RewardOrder = "txt_first") -> RewardReading:
+    """Read ``verifier_dir``'s reward.txt and/or reward.json by the module's rule, the
+    file that decides when both exist by ``order``."""
     txt_path = verifier_dir / REWARD_TXT
     json_path = verifier_dir / REWARD_JSON
     txt_bytes = _read_capped(txt_path)
@@ -130,15 +147,12 @@ def read_reward(verifier_dir: Path) -> RewardReading:
             f"verifier wrote no reward: neither {REWARD_TXT} nor {REWARD_JSON} "
             f"exists in {printable(str(verifier_dir))}",
         )
-    txt_reward = None if txt_bytes is None else _parse_txt(txt_path, txt_bytes)
-    json_rewards = None if json_bytes is None else _parse_json(json_path, json_bytes)
-    if json_rewards is None:
-        assert txt_reward is not None
-        return RewardReading({REWARD_KEY: txt_reward}, REWARD_TXT)
-    if txt_reward is None:
-        return RewardReading(json_rewards, REWARD_JSON)
-    _check_agreement(txt_reward, json_rewards[REWARD_KEY])
-    return RewardReading(json_rewards, "reward.txt+reward.json")
+    use_json = json_bytes is not None and (txt_bytes is None or order == "json_first")
+    if use_json:
+        assert json_bytes is not None
+        return RewardReading(_parse_json(json_path, json_bytes), REWARD_JSON)
+    assert txt_bytes is not None
+    return RewardReading({REWARD_KEY: _parse_txt(txt_path, txt_bytes)}, REWARD_TXT)
 
 
 def passed(rewards: Mapping[str, float], threshold: float) -> bool:
@@ -269,15 +283,6 @@ def _with_reward_key(path: Path, rewards: dict[str, float]) -> dict[str, float]:
     raise _unreadable(
         path, f"has several keys ({keys}) and no {REWARD_KEY!r} key: which key is the reward?"
     )
-
-
-def _check_agreement(txt_reward: float, json_reward: float) -> None:
-    if not math.isclose(txt_reward, json_reward, rel_tol=0.0, abs_tol=AGREEMENT_ABS_TOL):
-        raise VerifierError(
-            "reward_conflict",
-            f"{REWARD_TXT} says {txt_reward!r} but {REWARD_JSON} says "
-            f"{REWARD_KEY}={json_reward!r}; they must agree",
-        )
 
 
 def _unreadable(path: Path, problem: str) -> VerifierError:

@@ -82,6 +82,10 @@ if TYPE_CHECKING:
 VERIFIER_LOGS = "/logs/verifier"
 AGENT_LOGS = "/logs/agent"
 TESTS_DIR = "/tests"
+#: What the task leaves for the trial folder's ``artifacts/`` (Harbor's path).
+ARTIFACTS = "/logs/artifacts"
+#: Added for the oracle, as Harbor adds it (its ``[solution] env`` may still set it).
+ORACLE_ENVIRONMENT = {"DEBIAN_FRONTEND": "noninteractive"}
 #: Harbor runs agents as the image's user, root as a rule; Claude Code refuses to skip its
 #: permission prompts as root unless told that it is in a sandbox (as Harbor tells it).
 AGENT_ENVIRONMENT = {"IS_SANDBOX": "1"}
@@ -252,11 +256,13 @@ class HarborCell:
         box, task = self.box, self.task
         if is_oracle(self.plan) and task.has_solution:
             box.copy_in(task.solution_dir, SOLUTION_DIR)
+            box.run(["chmod", "+x", f"{SOLUTION_DIR}/solve.sh"], user="root", timeout_s=30)
         with self.phases.phase("agent", self.trajectory):
-            box.run(["mkdir", "-p", PLAN_DIR, VERIFIER_LOGS], user="root", timeout_s=30)
+            folders = [PLAN_DIR, VERIFIER_LOGS, ARTIFACTS]
+            box.run(["mkdir", "-p", *folders], user="root", timeout_s=30)
             if task.config.agent.user is not None:  # the agent may write its plan and logs
                 owner = str(task.config.agent.user)
-                box.run(["chown", "-R", owner, AGENT_LOGS], user="root", timeout_s=30)
+                box.run(["chown", "-R", owner, AGENT_LOGS, ARTIFACTS], user="root", timeout_s=30)
             yield
 
     def check(self, sandbox: Sandbox, outcome: AgentOutcome) -> VerifierRun:
@@ -447,7 +453,7 @@ def redact_copies(plan: CellPlan) -> None:
     from pytest_automedbench.redact import redact_tree
 
     secrets = session_secrets(plan.config)
-    for name in ("verifier", "workspace", "agent-logs"):
+    for name in ("verifier", "workspace", "agent-logs", "artifacts"):
         redact_tree(plan.cell_dir / name, secrets)
 
 
@@ -542,7 +548,7 @@ def open_container(
             **AGENT_ENVIRONMENT,
             **(compose.environment if compose is not None else {}),
             **task.environment_env(),
-            **(task.solution_env() if is_oracle(plan) else {}),
+            **({**ORACLE_ENVIRONMENT, **task.solution_env()} if is_oracle(plan) else {}),
         },
         storage_mb=environment.storage_mb,
         mounts=tuple(compose.mounts) if compose is not None else (),
@@ -642,15 +648,17 @@ def run_verifier(
     or a folder named ``reward.txt`` is gone before the verifier starts), and the static
     bash runs ``test.sh`` with no start-up files, in the task's working directory, with
     :func:`verifier_environment`."""
-    from pytest_automedbench.harbor._harness import HARNESS_BASH, busybox
-    from pytest_automedbench.harbor._reward import VerifierError, read_reward
+    from pytest_automedbench.harbor._harness import HARNESS_BASH, busybox, script_command
+    from pytest_automedbench.harbor._reward import VerifierError, read_reward, reward_order
 
     verifier = task.config.verifier
     user = None if verifier.user is None else str(verifier.user)
     box.harness_run(busybox("rm", "-rf", TESTS_DIR))
     box.copy_in(task.tests_dir, TESTS_DIR)
+    box.harness_run(busybox("chmod", "+x", f"{TESTS_DIR}/test.sh"))
     box.reset_dir(VERIFIER_LOGS, owner=user)
-    command = f'"$0" --noprofile --norc {TESTS_DIR}/test.sh > {VERIFIER_LOGS}/test-stdout.txt 2>&1'
+    first_line = script_first_line(task.tests_dir / "test.sh")
+    command = script_command(f"{TESTS_DIR}/test.sh", first_line, f"{VERIFIER_LOGS}/test-stdout.txt")
     result = box.run(
         [HARNESS_BASH, "--noprofile", "--norc", "-c", command, HARNESS_BASH],
         user=user or "root",
@@ -667,17 +675,36 @@ def run_verifier(
         error = f"the verifier ran past its {verifier.timeout_sec:g} s ([verifier] timeout_sec)"
     else:
         try:
-            reading = read_reward(logs)
+            reading = read_reward(logs, reward_order(*declared_schema(task)))
         except VerifierError as exc:
             output = logs / "test-stdout.txt"
             error = f"{exc.kind}: {exc} (test.sh exit status {result.exit_code}; see {output})"
     return VerifierRun(reading, error, timed_out=result.timed_out), result
 
 
+def script_first_line(path: Path) -> str:
+    """A script's first line (at most 256 bytes, decoded leniently; empty when absent):
+    its shebang decides how it runs (:func:`._harness.script_command`)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(256)
+    except OSError:
+        return ""
+    return head.split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")
+
+
+def declared_schema(task: HarborTask) -> tuple[str, bool]:
+    """The task.toml schema version the task declares, and whether under the key's later
+    name ``schema_version`` (a Harbor newer than 0.3.x)."""
+    renamed = (task.config.model_extra or {}).get("schema_version")
+    return (str(renamed), True) if renamed is not None else (task.config.version, False)
+
+
 def keep_container_files(box: HarborContainer, cell_dir: Path) -> None:
     """The agent's working directory and logs, copied out for the record and the judges
     (bounded; links and special files are not copied)."""
-    for path, name in ((box.workspace_path, "workspace"), (AGENT_LOGS, "agent-logs")):
+    kept = ((box.workspace_path, "workspace"), (AGENT_LOGS, "agent-logs"), (ARTIFACTS, "artifacts"))
+    for path, name in kept:
         dest = cell_dir / name
         if dest.exists():
             shutil.rmtree(dest)
@@ -746,6 +773,7 @@ def _write_trial(
     for source, target in (
         (plan.cell_dir / "verifier", "verifier"),
         (plan.cell_dir / "agent-logs", "agent"),
+        (plan.cell_dir / "artifacts", "artifacts"),
     ):
         if source.is_dir():
             shutil.copytree(source, trial_dir / target, dirs_exist_ok=True)
