@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from pytest_automedbench.evaluators.safe_io import encodable_tree
 from pytest_automedbench.events import (
     EndEvent,
     Event,
@@ -323,7 +324,9 @@ def _write_json_atomically(path: Path, data: Json) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=1, ensure_ascii=False)
+            # A lone surrogate (an undecodable byte of a name the agent made) is spelled as
+            # its escape, as in the records: the document stays UTF-8.
+            json.dump(encodable_tree(data), out, indent=1, ensure_ascii=False)
             out.write("\n")
         os.replace(tmp, path)
     except BaseException:

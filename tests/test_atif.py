@@ -429,3 +429,15 @@ def test_a_failing_view_of_the_trajectory_is_a_warning_and_the_file_stands(
     assert (tmp_path / ATIF_FILENAME).is_file()
     writer.close()  # a second close writes nothing again
     assert seen == [path]
+
+
+def test_a_name_with_an_undecodable_byte_is_written_as_its_escape(tmp_path: Path) -> None:
+    """A lone surrogate in an event (a file name with byte 0xff, say) is spelled
+    ``\\udcff`` in the ATIF document, as in the records, instead of failing the write."""
+    path = tmp_path / "trajectory.jsonl"
+    writer = TrajectoryWriter(path, views=[atif_beside])
+    writer.write(ToolResultEvent.of(call_id="c1", name="bash", content="ls: notes\udcff.md"))
+    writer.write(EndEvent.of(termination="finished", turns=0, tokens_in=0, tokens_out=0))
+    writer.close()
+    text = (tmp_path / ATIF_FILENAME).read_text(encoding="utf-8")
+    assert text.count("notes" + "\\\\" + "udcff.md") == 1  # JSON doubles the backslash
