@@ -120,6 +120,9 @@ class CellResult(BaseModel):
     passed: bool | None = None
     phase_s: dict[str, float] = Field(default_factory=dict)
     category: str | None = None
+    #: A multi-step task's rewards per step, in order (None: the step's verifier left no
+    #: reward); None for a task of one step.
+    step_rewards: dict[str, dict[str, float] | None] | None = None
     #: The catalogue format's (``record_fields`` and ``fill`` of
     #: :mod:`pytest_automedbench.formats.catalogue`), HealthAgentBench-track cells only:
     #: the cases staged and those that passed the category's rule (None when the cell

@@ -557,7 +557,7 @@ NO_SHEBANG_TASK = {
 }
 
 
-def _write_task(folder: Path, files: dict[str, str]) -> None:
+def _write_files(folder: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
@@ -573,8 +573,8 @@ def test_scripts_run_by_their_shebang_in_workdir_with_the_oracles_log_and_artifa
     ``/logs/agent/oracle.txt``; ``/logs/artifacts`` reaches the trial folder; with both
     reward files, a 0.3.x-schema task's ``reward.txt`` decides."""
     tasks = tmp_path / "tasks"
-    _write_task(tasks / "py-scripts", SHEBANG_TASK)
-    _write_task(tasks / "plain-scripts", NO_SHEBANG_TASK)
+    _write_files(tasks / "py-scripts", SHEBANG_TASK)
+    _write_files(tasks / "plain-scripts", NO_SHEBANG_TASK)
     agent_image = base_images["python:3.11-slim-bookworm"]
     done = _session(tmp_path / "out", "--harbor", str(tasks), "--agent", "oracle",
                     "--agent", "nop", "--harbor-base",
@@ -589,6 +589,78 @@ def test_scripts_run_by_their_shebang_in_workdir_with_the_oracles_log_and_artifa
     trial = Path((Path(oracle.cell_dir) / "harbor-trial.txt").read_text().strip())
     assert "the oracle ran in /app" in (trial / "agent" / "oracle.txt").read_text()
     assert (trial / "artifacts" / "note.txt").read_text() == "an artifact"
+
+
+TWO_STEP_TASK = {
+    "task.toml": textwrap.dedent(
+        """\
+        version = "1.0"
+        [metadata]
+        category = "steps"
+        [[steps]]
+        name = "one"
+        min_reward = 1.0
+        [[steps]]
+        name = "two"
+        """
+    ),
+    "instruction.md": "A task of two steps.\n",
+    "environment/Dockerfile": "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
+    # The top-level placeholder that once let nop pass a multi-step task.
+    "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    "steps/one/instruction.md": "Write one.txt holding 1.\n",
+    "steps/one/solution/solve.sh": "#!/bin/bash\necho 1 > one.txt\n",
+    "steps/one/tests/test.sh": "#!/bin/bash\n"
+    'if [ "$(cat /app/one.txt)" = 1 ]; then r=1; else r=0; fi\n'
+    "echo $r > /logs/verifier/reward.txt\n",
+    "steps/two/instruction.md": "Copy seed.txt to two.txt.\n",
+    "steps/two/workdir/setup.sh": "#!/bin/bash\necho planted > seed.txt\n",
+    "steps/two/solution/solve.sh": "#!/usr/bin/env python3\n"
+    "open('two.txt', 'w').write(open('seed.txt').read())\n",
+    "steps/two/tests/test.sh": "#!/bin/bash\n"
+    'if [ "$(cat /app/two.txt)" = planted ] && [ -f /app/one.txt ]; then r=1; else r=0; fi\n'
+    'echo "{\\"reward\\": $r, \\"two_ok\\": $r}" > /logs/verifier/reward.json\n',
+}
+
+
+@pytest.mark.slow
+def test_a_two_step_task_gives_per_step_rewards_and_nop_fails_it(
+    tmp_path: Path, base_images: dict[str, str], harbor_python: Path
+) -> None:
+    """``[[steps]]``: each step staged (its workdir's setup.sh run), its solution run by the
+    oracle and its tests verified in turn; the task's reward the per-key mean over the
+    steps (a key one step lacks counted 0); ``min_reward`` stops nop after the first
+    step; the placeholder top-level test.sh decides nothing. The trial folder has the
+    steps' results as Harbor writes them, and Harbor's TrialResult accepts it."""
+    _write_files(tmp_path / "tasks" / "two-steps", TWO_STEP_TASK)
+    agent_image = base_images["python:3.11-slim-bookworm"]
+    done = _session(tmp_path / "out", "--harbor", str(tmp_path / "tasks"), "--agent", "oracle",
+                    "--agent", "nop", "--harbor-base",
+                    f"python:3.11-slim-bookworm={agent_image}")  # fmt: skip
+    records = _by(_records(tmp_path / "out"))
+    oracle, nop = records["oracle", "two-steps", 0], records["nop", "two-steps", 0]
+    text = done.stdout[-3000:]
+    assert oracle.step_rewards == {
+        "one": {"reward": 1.0}, "two": {"reward": 1.0, "two_ok": 1.0},
+    }, text  # fmt: skip
+    assert oracle.task_metrics == {"reward": 1.0, "two_ok": 0.5} and oracle.passed is True
+    assert nop.step_rewards == {"one": {"reward": 0.0}}, text  # min_reward stopped it
+    assert nop.reward == 0.0 and nop.passed is False
+    assert oracle.phase_s["verifier"] > 0 and oracle.wall_s >= sum(oracle.phase_s.values()) - 0.01
+    trial = Path((Path(oracle.cell_dir) / "harbor-trial.txt").read_text().strip())
+    assert (trial / "steps" / "one" / "verifier" / "reward.txt").read_text().strip() == "1"
+    assert (trial / "steps" / "two" / "agent" / "oracle.txt").is_file()
+    program = (
+        "import sys; from harbor.models.trial.result import TrialResult\n"
+        "r = TrialResult.model_validate_json(open(sys.argv[1]).read())\n"
+        "print([(s.step_name, s.verifier_result.rewards) for s in r.step_results])"
+    )
+    checked = subprocess.run(
+        [str(harbor_python), "-c", program, str(trial / "result.json")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    assert "('two', {'reward': 1" in checked.stdout, checked.stdout
 
 
 @pytest.mark.slow

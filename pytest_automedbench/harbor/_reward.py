@@ -76,8 +76,9 @@ RewardOrder = Literal["txt_first", "json_first"]
 #: The first task.toml schema version of the Harbor that reads ``reward.json`` first.
 JSON_FIRST_SCHEMA = (1, 2)
 #: ``agent_failure``: no reward could be read and the harness judged that the agent's
-#: doing (``_runner.judge_verifier_failure``), so the reward is 0.
-Source = Literal["reward.txt", "reward.json", "agent_failure"]
+#: doing (``_runner.judge_verifier_failure``), so the reward is 0; ``steps``: a multi-step
+#: task's, from its steps' rewards (:mod:`._steps`).
+Source = Literal["reward.txt", "reward.json", "agent_failure", "steps"]
 
 #: A plain decimal number; stricter than ``float()``, which also takes ``nan``,
 #: ``infinity`` and digit separators (``1_0``) that no verifier means as a score.

@@ -12,9 +12,11 @@ The steps, each timed as a phase of the record (``phase_s``) and a ``phase`` eve
 3. **verifier**: only once the agent has ended and every process it started is gone:
    the container's changes against its image read for tampering (:mod:`._tampering`),
    ``tests/`` copied to ``/tests`` (the agent never saw it, nor ``solution/`` unless it is
-   the oracle), ``/logs/verifier`` emptied, ``/tests/test.sh`` run as the verifier's user
-   by the harness's own static bash (never a program the agent could have replaced), its
-   reward file read by the fixed rule of :mod:`._reward`.
+   the oracle), ``/logs/verifier`` emptied, ``/tests/test.sh`` made executable and run as
+   Harbor runs it (its shebang decides; a shell script or one without a shebang by the
+   harness's own static bash, never a program the agent could have replaced) as the
+   verifier's user in the image's WORKDIR, its reward file read by the rule of
+   :mod:`._reward` for the Harbor version the task declares; ``/logs/artifacts`` kept.
 
 Then the pipeline scores the attempt as any cell (S1-S5 and E1-E5 from its trajectory,
 OVERALL = 0.5 AGENTIC + 0.5 reward), and :meth:`HarborCell.finish` writes it as a Harbor
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.harbor._compose import PreparedCompose
     from pytest_automedbench.harbor._environment import HarborContainer
     from pytest_automedbench.harbor._reward import RewardReading
+    from pytest_automedbench.harbor._steps import StepConfig, TaskSteps
     from pytest_automedbench.harbor._tampering import Finding
     from pytest_automedbench.harbor._trial import TrialRecord
     from pytest_automedbench.plan import CellPlan
@@ -127,8 +130,10 @@ class Phases:
             ok = True
         finally:
             seconds = round(time.monotonic() - clock, 3)
-            self.seconds[name] = seconds
-            self.spans[name] = (began, datetime.now(UTC))
+            # A multi-step task runs agent and verifier once per step: their seconds add up.
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 3)
+            first = self.spans[name][0] if name in self.spans else began
+            self.spans[name] = (first, datetime.now(UTC))
             trajectory.write(PhaseEvent.of(name=name, duration_s=seconds, ok=ok))
 
     def whole_s(self) -> float | None:
@@ -167,9 +172,12 @@ class HarborFields:
     reward: float | None = None
     passed: bool | None = None
     wall_s: float | None = None
+    #: A multi-step task's rewards per step run, in order (None: no reward left).
+    step_rewards: dict[str, dict[str, float] | None] | None = None
 
     def onto(self, result: CellResult) -> CellResult:
         result.reward, result.passed = self.reward, self.passed
+        result.step_rewards = self.step_rewards
         result.phase_s, result.category = dict(self.phase_s), self.category
         result.backend = self.backend
         if self.wall_s is not None:
@@ -194,6 +202,10 @@ class HarborCell:
         self._box: HarborContainer | None = None
         self._egress: Path | None = None
         self._reading: RewardReading | None = None
+        self._gateway: Gateway | None = None
+        #: A multi-step task's steps (read in :meth:`prepared`) and their rewards.
+        self._steps: TaskSteps | None = None
+        self._step_rewards: dict[str, dict[str, float] | None] | None = None
         #: The reward and the pass of a scored attempt (set by :meth:`fill`).
         self._verdict: tuple[float, bool] | None = None
 
@@ -211,6 +223,9 @@ class HarborCell:
     def prepared(self) -> Iterator[None]:
         """The task's image (the ``environment`` phase), removed after the attempt; the
         verifier's ``/tests`` is this attempt's copy of ``tests/``."""
+        from pytest_automedbench.harbor._steps import task_steps
+
+        self._steps = task_steps(self.task)
         with self.phases.phase("environment", self.trajectory):
             image = task_image(self.plan, self.task, self.trajectory)
         self.task = image.for_attempt(self.task)
@@ -225,6 +240,7 @@ class HarborCell:
         self, gateway: Gateway | None, egress: Path | None, probe: Path | None
     ) -> Iterator[Sandbox]:
         self._egress = egress
+        self._gateway = gateway
         self._box = open_container(self.plan, self.task, self.image, gateway, egress)
         try:
             self._box.start()
@@ -236,14 +252,26 @@ class HarborCell:
         """``instruction.md`` as the brief; no format pre-check (the tests are hidden).
         The loop measures its wall clock on the trajectory, which began before the image
         was built and the container started: the agent's own time starts now."""
+        steps = self._steps
+        if steps is None:
+            return self._brief(self.task.instruction, self.plan.limits().wall_clock_s)
+        first = steps.steps[0]
+        return self._brief(steps.instruction(first), self._step_limit_s(first))
+
+    def _step_limit_s(self, step: StepConfig) -> float:
+        own = step.agent.timeout_sec
+        return own if own is not None else self.plan.limits().wall_clock_s
+
+    def _brief(self, instruction: str, limit_s: float) -> Brief:
+        """The brief of one agent run on ``instruction``, its time ``limit_s`` from now."""
         ctx = agent_context(self.task, self.box)
         task_limits = self.plan.limits()
         elapsed = self.trajectory.elapsed()
         return Brief(
             ctx=ctx,
             system_prompt=SYSTEM_PROMPT.format(plan_dir=PLAN_DIR),
-            kickoff=kickoff_of(self.task, ctx, task_limits.wall_clock_s),
-            limits=replace(task_limits, wall_clock_s=task_limits.wall_clock_s + elapsed),
+            kickoff=kickoff_text(instruction, ctx, limit_s),
+            limits=replace(task_limits, wall_clock_s=limit_s + elapsed),
             precheck=lambda: NO_PRECHECK,
             observe=dict,
             start_fields={"harbor_task": self.task.name, "image": self.box.image},
@@ -253,8 +281,8 @@ class HarborCell:
     def agent_phase(self, sandbox: Sandbox) -> Iterator[None]:
         """The oracle's copy of ``solution/``, then the ``agent`` phase, its log folders
         made (and the agent's user's) first."""
-        box, task = self.box, self.task
-        if is_oracle(self.plan) and task.has_solution:
+        box, task, steps = self.box, self.task, self._steps
+        if is_oracle(self.plan) and task.has_solution and steps is None:
             box.copy_in(task.solution_dir, SOLUTION_DIR)
             box.run(["chmod", "+x", f"{SOLUTION_DIR}/solve.sh"], user="root", timeout_s=30)
         with self.phases.phase("agent", self.trajectory):
@@ -263,6 +291,8 @@ class HarborCell:
             if task.config.agent.user is not None:  # the agent may write its plan and logs
                 owner = str(task.config.agent.user)
                 box.run(["chown", "-R", owner, AGENT_LOGS, ARTIFACTS], user="root", timeout_s=30)
+            if steps is not None:
+                stage_step(box, task, steps, steps.steps[0], is_oracle(self.plan))
             yield
 
     def check(self, sandbox: Sandbox, outcome: AgentOutcome) -> VerifierRun:
@@ -270,19 +300,80 @@ class HarborCell:
         programs read for tampering, the verifier run; then the container's files kept."""
         box, plan = self.box, self.plan
         box.kill_all()  # nothing the agent started may touch what the verifier checks
-        with self.phases.phase("verifier", self.trajectory):
-            tampering = inspect_image_changes(box, self.trajectory)
-            run = verify(self.task, box, plan.cell_dir, self.trajectory)
-            run = replace(run, tampering=tampering)
+        if self._steps is not None:
+            run = self._check_steps(self._steps, outcome)
+        else:
+            with self.phases.phase("verifier", self.trajectory):
+                tampering = inspect_image_changes(box, self.trajectory)
+                run = verify(self.task, box, plan.cell_dir, self.trajectory)
+                run = replace(run, tampering=tampering)
         keep_container_files(box, plan.cell_dir)
         redact_copies(plan)
         return run
 
+    def _check_steps(self, steps: TaskSteps, outcome: AgentOutcome) -> VerifierRun:
+        """A multi-step task (:mod:`._steps`): the first step's agent run is done; its
+        verifier runs, then each further step is staged, given to the agent as its own
+        run in the same container and verified, until the steps end or one falls short
+        of its ``min_reward``. The task's rewards by the task's strategy."""
+        from pytest_automedbench.harbor._reward import RewardReading
+        from pytest_automedbench.harbor._steps import min_reward_failure, task_rewards
+
+        box, cell_dir = self.box, self.plan.cell_dir
+        per_step: dict[str, dict[str, float] | None] = {}
+        tampering: list[Finding] = []
+        errors: list[str] = []
+        timed_out = False
+        for index, step in enumerate(steps.steps):
+            if index > 0:
+                with self.phases.phase("agent", self.trajectory):
+                    stage_step(box, self.task, steps, step, is_oracle(self.plan))
+                    add_outcome(outcome, self._run_step_agent(steps, step))
+                box.kill_all()
+            with self.phases.phase("verifier", self.trajectory):
+                tampering += inspect_image_changes(box, self.trajectory)
+                run = verify_step(self.task, steps, step, box, cell_dir, self.trajectory)
+            keep_step_files(box, cell_dir / "steps" / step.name)
+            per_step[step.name] = run.reading.rewards if run.reading is not None else None
+            if run.error is not None:
+                errors.append(f"step {step.name!r}: {run.error}")
+            timed_out = timed_out or run.timed_out
+            if min_reward_failure(per_step[step.name], step) is not None:
+                break
+        self._step_rewards = per_step
+        last = cell_dir / "steps" / list(per_step)[-1] / "verifier"
+        if last.is_dir():  # the last step's verifier output, where a cell's is read
+            shutil.copytree(last, cell_dir / "verifier", dirs_exist_ok=True)
+        rewards = task_rewards(list(per_step.values()), steps.strategy)
+        reading = RewardReading(rewards, "steps") if rewards is not None else None
+        error = None if reading is not None else "; ".join(errors) or "no step left a reward"
+        return VerifierRun(reading, error, timed_out=timed_out, tampering=tuple(tampering))
+
+    def _run_step_agent(self, steps: TaskSteps, step: StepConfig) -> AgentOutcome:
+        """One further step's instruction as its own agent run in the same container."""
+        from pytest_automedbench.formats import format_of
+        from pytest_automedbench.runner import run_agent
+
+        brief = self._brief(steps.instruction(step), self._step_limit_s(step))
+        terms = self.plan.terms(format_of(self.task))
+        ctx = brief.ctx
+        policy = replace(terms.violations, public_path=ctx.public_dir, workspace_path=ctx.workspace)
+        return run_agent(self.plan, brief, policy, self.box, self.trajectory, self._gateway)
+
     def recheck(self, checked: object) -> VerifierRun:
-        """A verifier that left no reward: whose failure it is (:func:`judge_verifier_failure`)."""
+        """A verifier that left no reward: whose failure it is (:func:`judge_verifier_failure`;
+        for a multi-step task, the agent's only when it tampered: a control run of one
+        step's verifier on a fresh container says nothing of the steps before it)."""
+        from pytest_automedbench.harbor._reward import RewardReading
+
         assert isinstance(checked, VerifierRun)
         if checked.reading is not None:
             return checked
+        if self._steps is not None:
+            if not checked.tampering:
+                return checked
+            _blame_agent(self.trajectory, checked, "the agent tampered with what the verifier runs")
+            return replace(checked, reading=RewardReading({"reward": 0.0}, "agent_failure"))
         reading = judge_verifier_failure(
             self.plan, self.task, self.image, self._egress, checked, self.trajectory
         )
@@ -391,6 +482,7 @@ class HarborCell:
             reward=reward,
             passed=passed,
             wall_s=self.phases.whole_s(),
+            step_rewards=self._step_rewards,
         ).onto(result)
 
 
@@ -453,7 +545,7 @@ def redact_copies(plan: CellPlan) -> None:
     from pytest_automedbench.redact import redact_tree
 
     secrets = session_secrets(plan.config)
-    for name in ("verifier", "workspace", "agent-logs", "artifacts"):
+    for name in ("verifier", "workspace", "agent-logs", "artifacts", "steps"):
         redact_tree(plan.cell_dir / name, secrets)
 
 
@@ -575,8 +667,12 @@ def agent_context(task: HarborTask, box: HarborContainer) -> AgentContext:
 
 
 def kickoff_of(task: HarborTask, ctx: AgentContext, limit_s: float) -> str:
+    return kickoff_text(task.instruction, ctx, limit_s)
+
+
+def kickoff_text(instruction: str, ctx: AgentContext, limit_s: float) -> str:
     return KICKOFF.format(
-        instruction=task.instruction.strip(),
+        instruction=instruction.strip(),
         workdir=ctx.workspace,
         minutes=max(1, int(limit_s // 60)),
     )
@@ -644,10 +740,11 @@ def run_verifier(
     """``/tests/test.sh`` in ``box`` and its reward, read from a copy at ``logs``.
 
     Everything the harness runs here is its own (``harbor/_harness.py``): busybox
-    replaces ``/tests`` and empties ``/logs/verifier`` (a link, a planted ``reward.json``
-    or a folder named ``reward.txt`` is gone before the verifier starts), and the static
-    bash runs ``test.sh`` with no start-up files, in the task's working directory, with
-    :func:`verifier_environment`."""
+    replaces ``/tests``, makes ``test.sh`` executable and empties ``/logs/verifier`` (a
+    link, a planted ``reward.json`` or a folder named ``reward.txt`` is gone before the
+    verifier starts), and the static bash runs ``test.sh`` as Harbor does
+    (:func:`._harness.script_command`) with no start-up files, in the task's working
+    directory, with :func:`verifier_environment`."""
     from pytest_automedbench.harbor._harness import HARNESS_BASH, busybox, script_command
     from pytest_automedbench.harbor._reward import VerifierError, read_reward, reward_order
 
@@ -680,6 +777,90 @@ def run_verifier(
             output = logs / "test-stdout.txt"
             error = f"{exc.kind}: {exc} (test.sh exit status {result.exit_code}; see {output})"
     return VerifierRun(reading, error, timed_out=result.timed_out), result
+
+
+def stage_step(
+    box: HarborContainer, task: HarborTask, steps: TaskSteps, step: StepConfig, oracle: bool
+) -> None:
+    """Before a step (as root, with the harness's own programs): the oracle's
+    ``/solution`` replaced by the step's (else the task's) solution; the step's
+    ``workdir/`` copied into the working directory and its ``setup.sh`` run there, as
+    the step's agent user, its output to ``/logs/agent/setup.txt``."""
+    from pytest_automedbench.harbor._harness import HARNESS_BASH, busybox, script_command
+
+    solution = steps.solution_dir(step, task.solution_dir)
+    if oracle and (solution / "solve.sh").is_file():
+        box.harness_run(busybox("rm", "-rf", SOLUTION_DIR))
+        box.copy_in(solution, SOLUTION_DIR)
+        box.harness_run(busybox("chmod", "+x", f"{SOLUTION_DIR}/solve.sh"))
+    workdir = steps.dir(step) / "workdir"
+    if not workdir.is_dir():
+        return
+    box.copy_in(workdir, box.workdir)
+    setup = workdir / "setup.sh"
+    if not setup.is_file():
+        return
+    script = f"{box.workdir.rstrip('/')}/setup.sh"
+    box.harness_run(busybox("chmod", "+x", script))
+    command = script_command(script, script_first_line(setup), f"{AGENT_LOGS}/setup.txt")
+    user = step.agent.user if step.agent.user is not None else task.config.agent.user
+    box.run(
+        [HARNESS_BASH, "--noprofile", "--norc", "-c", command, HARNESS_BASH],
+        user=None if user is None else str(user),
+        timeout_s=task.config.agent.timeout_sec,
+    )
+
+
+def verify_step(
+    task: HarborTask,
+    steps: TaskSteps,
+    step: StepConfig,
+    box: HarborContainer,
+    cell_dir: Path,
+    trajectory: TrajectoryWriter,
+) -> VerifierRun:
+    """One step's verifier: the task's ``tests/`` with the step's ``tests/`` over it (its
+    ``test.sh`` run, else the task's), the step's ``[verifier]`` time-out, user and env
+    over the task's (merged in the cell's ``step-tests/<name>``); its output kept in
+    ``steps/<name>/verifier``."""
+    merged = cell_dir / "step-tests" / step.name
+    if merged.exists():
+        shutil.rmtree(merged)
+    merged.mkdir(parents=True)
+    for source in (task.tests_dir, steps.dir(step) / "tests"):
+        if source.is_dir():
+            shutil.copytree(source, merged, dirs_exist_ok=True, symlinks=False)
+    own = step.verifier
+    verifier = task.config.verifier.model_copy(
+        update={
+            "timeout_sec": own.timeout_sec or task.config.verifier.timeout_sec,
+            "user": own.user if own.user is not None else task.config.verifier.user,
+            "env": {**task.config.verifier.env, **own.env},
+        }
+    )
+    config = task.config.model_copy(update={"verifier": verifier})
+    step_task = replace(task, config=config, attempt_tests=merged)
+    return verify(step_task, box, cell_dir / "steps" / step.name, trajectory)
+
+
+def add_outcome(outcome: AgentOutcome, later: AgentOutcome) -> None:
+    """A further step's agent run added to the attempt's outcome: its turns, usage and
+    time add up; its termination and submission are the attempt's from now on."""
+    outcome.turns += later.turns
+    outcome.usage.add(later.usage)
+    outcome.wall_s += later.wall_s
+    outcome.messages.extend(later.messages)
+    outcome.termination, outcome.submitted = later.termination, later.submitted
+
+
+def keep_step_files(box: HarborContainer, step_dir: Path) -> None:
+    """What a step's agent left in ``/logs/agent`` (its logs, the oracle's output), as
+    Harbor keeps it in the trial's ``steps/<name>/agent``."""
+    dest = step_dir / "agent"
+    if dest.exists():
+        shutil.rmtree(dest)
+    with contextlib.suppress(FileNotFoundError):
+        box.copy_out(AGENT_LOGS, dest)
 
 
 def script_first_line(path: Path) -> str:
@@ -765,6 +946,7 @@ def _write_trial(
         phases=_harbor_phase_names(phases),
         n_attempt=plan.key.run,
         job_name=plan.run_id,
+        step_rewards=result.step_rewards,
     )
     trial_dir = job_dir / name
     write_trial(trial_dir, record)
@@ -774,6 +956,7 @@ def _write_trial(
         (plan.cell_dir / "verifier", "verifier"),
         (plan.cell_dir / "agent-logs", "agent"),
         (plan.cell_dir / "artifacts", "artifacts"),
+        (plan.cell_dir / "steps", "steps"),
     ):
         if source.is_dir():
             shutil.copytree(source, trial_dir / target, dirs_exist_ok=True)

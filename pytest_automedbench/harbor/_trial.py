@@ -85,6 +85,8 @@ class TrialRecord:
     phases: dict[str, tuple[datetime, datetime]]
     n_attempt: int
     job_name: str
+    #: A multi-step task's rewards per step run, in order (None: the step left none).
+    step_rewards: dict[str, dict[str, float] | None] | None = None
 
 
 def trial_name_for(task_name: str, unique: str) -> str:
@@ -191,6 +193,11 @@ def trial_result(trial_dir: Path, record: TrialRecord, config: Json) -> Json:
     }
     for phase in PHASES:
         result[phase] = _timing(record.phases.get(phase))
+    if record.step_rewards is not None:
+        result["step_results"] = [
+            {"step_name": name, "verifier_result": None if r is None else {"rewards": r}}
+            for name, r in record.step_rewards.items()
+        ]
     return result
 
 
