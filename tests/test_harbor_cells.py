@@ -520,7 +520,9 @@ def test_a_compose_environment_runs_its_bootstrap_before_the_agent(
 
 
 SHEBANG_TASK = {
-    "task.toml": 'version = "1.0"\n[metadata]\ncategory = "scripts"\n',
+    "task.toml": 'version = "1.0"\nartifacts = ["/app/out.txt", '
+    '{source = "/app/out.txt", destination = "copies/out.txt"}]\n'
+    '[metadata]\ncategory = "scripts"\n',
     "instruction.md": "Write /app/out.txt.\n",
     "environment/Dockerfile": "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
     # Python scripts: their shebang decides the interpreter; relative paths are WORKDIR's.
@@ -589,6 +591,8 @@ def test_scripts_run_by_their_shebang_in_workdir_with_the_oracles_log_and_artifa
     trial = Path((Path(oracle.cell_dir) / "harbor-trial.txt").read_text().strip())
     assert "the oracle ran in /app" in (trial / "agent" / "oracle.txt").read_text()
     assert (trial / "artifacts" / "note.txt").read_text() == "an artifact"
+    for declared in ("app/out.txt", "copies/out.txt"):  # the task's [[artifacts]]
+        assert (trial / "artifacts" / declared).read_text() == "noninteractive"
 
 
 TWO_STEP_TASK = {

@@ -9,9 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from pytest_automedbench.harbor import HarborTaskError, load_harbor_task
 from pytest_automedbench.harbor._agents import oracle_command
 from pytest_automedbench.harbor._harness import runs_in_harness_shell, script_command
-from pytest_automedbench.harbor._runner import HarborFields, Phases, script_first_line
+from pytest_automedbench.harbor._runner import (
+    HarborFields,
+    Phases,
+    declared_artifacts,
+    script_first_line,
+)
+from pytest_automedbench.harbor._task import HarborTask
 from pytest_automedbench.results import CellResult
 
 
@@ -79,3 +86,39 @@ def test_the_oracle_runs_solve_sh_directly_into_its_log() -> None:
     command = oracle_command()
     assert command.startswith("/solution/solve.sh > /logs/agent/oracle.txt 2>&1;")
     assert command.endswith("exit $status") and "bash " not in command
+
+
+def _task_with(tmp_path: Path, toml: str) -> HarborTask:
+    folder = tmp_path / "task"
+    (folder / "environment").mkdir(parents=True)
+    (folder / "environment" / "Dockerfile").write_text("FROM scratch\n")
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test.sh").write_text("#!/bin/bash\n")
+    (folder / "instruction.md").write_text("Do it.\n")
+    (folder / "task.toml").write_text(toml)
+    return load_harbor_task(folder)
+
+
+def test_declared_artifacts_land_where_harbor_puts_them(tmp_path: Path) -> None:
+    toml = (
+        'version = "1.0"\nartifacts = ["/var/log/app.log", "out/", '
+        '{source = "/app/result.json", destination = "results/r.json"}]\n'
+    )
+    assert declared_artifacts(_task_with(tmp_path, toml)) == [
+        ("/var/log/app.log", "var/log/app.log"),
+        ("out/", "out"),
+        ("/app/result.json", "results/r.json"),
+    ]
+    assert declared_artifacts(_task_with(tmp_path / "none", 'version = "1.0"\n')) == []
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ['"/app/../etc/passwd"', '{source = "/app/x", destination = "../x"}',
+     '{source = "/app/x", destination = "/abs"}', '{source = "/x", destination = "manifest.json"}',
+     '{destination = "x"}', '"/"'],
+)  # fmt: skip
+def test_a_malformed_artifact_entry_is_refused_naming_it(tmp_path: Path, entry: str) -> None:
+    task = _task_with(tmp_path, f'version = "1.0"\nartifacts = [{entry}]\n')
+    with pytest.raises(HarborTaskError, match="artifacts entry"):
+        declared_artifacts(task)

@@ -226,6 +226,7 @@ class HarborCell:
         from pytest_automedbench.harbor._steps import task_steps
 
         self._steps = task_steps(self.task)
+        declared_artifacts(self.task)  # a malformed entry ends the attempt before it starts
         with self.phases.phase("environment", self.trajectory):
             image = task_image(self.plan, self.task, self.trajectory)
         self.task = image.for_attempt(self.task)
@@ -308,6 +309,7 @@ class HarborCell:
                 run = verify(self.task, box, plan.cell_dir, self.trajectory)
                 run = replace(run, tampering=tampering)
         keep_container_files(box, plan.cell_dir)
+        collect_artifacts(box, self.task, plan.cell_dir / "artifacts")
         redact_copies(plan)
         return run
 
@@ -777,6 +779,42 @@ def run_verifier(
             output = logs / "test-stdout.txt"
             error = f"{exc.kind}: {exc} (test.sh exit status {result.exit_code}; see {output})"
     return VerifierRun(reading, error, timed_out=result.timed_out), result
+
+
+def declared_artifacts(task: HarborTask) -> list[tuple[str, str]]:
+    """The task's ``artifacts`` (task.toml: a container path, or a table with ``source``
+    and ``destination``) as (source, where under the trial's ``artifacts/``): the
+    destination when given, else the source's own path (``/var/log/x`` lands at
+    ``var/log/x``), as Harbor places them. Raises :class:`HarborTaskError` naming the
+    entry when a path has a ``..`` part, a destination is absolute or ``manifest.json``
+    (Harbor's), or there is no source."""
+    from pytest_automedbench.harbor._task import HarborTaskError
+
+    where = task.folder / "task.toml"
+    raw = (task.config.model_extra or {}).get("artifacts") or []
+    out: list[tuple[str, str]] = []
+    for entry in raw if isinstance(raw, list) else [raw]:
+        table = entry if isinstance(entry, dict) else {"source": entry}
+        source, destination = table.get("source"), table.get("destination")
+        if not isinstance(source, str) or not source.strip("/"):
+            raise HarborTaskError(f"{where}: artifacts entry {entry!r}: no source path")
+        target = destination or source
+        if not isinstance(target, str) or (destination and target.startswith("/")):
+            raise HarborTaskError(f"{where}: artifacts entry {entry!r}: bad destination")
+        target = target.strip("/")
+        if ".." in source.split("/") or ".." in target.split("/") or not target:
+            raise HarborTaskError(f"{where}: artifacts entry {entry!r}: a '..' part or none")
+        if target == "manifest.json":
+            raise HarborTaskError(f"{where}: artifacts entry {entry!r}: manifest.json is Harbor's")
+        out.append((source, target))
+    return out
+
+
+def collect_artifacts(box: HarborContainer, task: HarborTask, dest: Path) -> None:
+    """The task's declared artifacts copied out of the container under ``dest`` (the
+    copy-out bounds of :meth:`HarborContainer.copy_out`; a missing path copies nothing)."""
+    for source, target in declared_artifacts(task):
+        box.copy_out(source, dest / target)
 
 
 def stage_step(
