@@ -236,14 +236,19 @@ def run_agent(
     sandbox: Sandbox,
     trajectory: TrajectoryWriter,
     gateway: Gateway | None = None,
+    *,
+    further: bool = False,
 ) -> AgentOutcome:
     """Run the agent in its sandbox to its end, as its brief says: the trajectory's
     ``start`` event first, every tool call watched for what ``policy`` forbids, and the
-    conversation written whatever happens."""
+    conversation written whatever happens. ``further``: another run of the same cell's
+    agent (a later step of a multi-step task): the first run's start event and violation
+    watch stand, so neither is added again (a violation would be recorded twice)."""
     ctx, limits = brief.ctx, brief.limits
-    start, seen = _start_event(plan, brief, sandbox), _as_seen(plan, brief)
-    trajectory.write(start)
-    trajectory.subscribe(ViolationWatch(policy, trajectory.write))
+    seen = _as_seen(plan, brief)
+    if not further:
+        trajectory.write(_start_event(plan, brief, sandbox))
+        trajectory.subscribe(ViolationWatch(policy, trajectory.write))
     toolbox = Toolbox(
         sandbox=sandbox,
         precheck=brief.precheck,

@@ -654,6 +654,11 @@ def test_a_two_step_task_gives_per_step_rewards_and_nop_fails_it(
     trial = Path((Path(oracle.cell_dir) / "harbor-trial.txt").read_text().strip())
     assert (trial / "steps" / "one" / "verifier" / "reward.txt").read_text().strip() == "1"
     assert (trial / "steps" / "two" / "agent" / "oracle.txt").is_file()
+    # The second step is a further run of the same agent: one start event, one watch.
+    from pytest_automedbench.events import read_events
+
+    kinds = [e.kind for e in read_events(Path(oracle.cell_dir) / "trajectory.jsonl")]
+    assert kinds.count("start") == 1 and kinds.count("end") == 2, kinds
     program = (
         "import sys; from harbor.models.trial.result import TrialResult\n"
         "r = TrialResult.model_validate_json(open(sys.argv[1]).read())\n"

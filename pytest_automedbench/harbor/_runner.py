@@ -360,7 +360,9 @@ class HarborCell:
         terms = self.plan.terms(format_of(self.task))
         ctx = brief.ctx
         policy = replace(terms.violations, public_path=ctx.public_dir, workspace_path=ctx.workspace)
-        return run_agent(self.plan, brief, policy, self.box, self.trajectory, self._gateway)
+        return run_agent(
+            self.plan, brief, policy, self.box, self.trajectory, self._gateway, further=True
+        )
 
     def recheck(self, checked: object) -> VerifierRun:
         """A verifier that left no reward: whose failure it is (:func:`judge_verifier_failure`;
