@@ -245,9 +245,9 @@ def run_agent(
     agent (a later step of a multi-step task): the first run's start event and violation
     watch stand, so neither is added again (a violation would be recorded twice)."""
     ctx, limits = brief.ctx, brief.limits
-    seen = _as_seen(plan, brief)
+    start, seen = _start_event(plan, brief, sandbox), _as_seen(plan, brief)
     if not further:
-        trajectory.write(_start_event(plan, brief, sandbox))
+        trajectory.write(start)
         trajectory.subscribe(ViolationWatch(policy, trajectory.write))
     toolbox = Toolbox(
         sandbox=sandbox,
