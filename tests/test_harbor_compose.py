@@ -531,3 +531,117 @@ def test_collect_only_lists_every_problem_of_a_task_and_none_with_the_folders_na
     allowed = collect(*mounts)
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert "task.toml::test_harbor[category.case-harbor-r0]" in allowed.stdout
+
+
+#: A task folder laid out as HealthAgentBench's are (``<repo>/tasks/<category>/<case>``):
+#: task.toml with ``[metadata]`` and no ``[task]``, a bootstrap that reads a token (bound
+#: from ``${HOME}``) and the repository's ``.env`` and copies the data cache (bound from
+#: ``${HAB_CACHE:-...}``) into a named volume and the gold into ``tests/``; limits on
+#: ``main``; a verifier writing a multi-key ``reward.json``.
+HAB_TASK = {
+    "task.toml": (
+        'version = "1.0"\n[metadata]\nbenchmark = "healthagentbench"\nmode = "test"\n'
+        'task_id = "case_01"\nsubmission_path = "/workspace/output/answer.txt"\n'
+        "[agent]\ntimeout_sec = 120.0\n[environment]\nallow_internet = false\n"
+    ),
+    "instruction.md": (
+        "Read the finding in /workspace/data/case.json and write it to "
+        "/workspace/output/answer.txt.\n"
+    ),
+    "environment/Dockerfile": (
+        "FROM ubuntu:24.04\nWORKDIR /workspace\nCOPY environment/bootstrap.sh /bootstrap.sh\n"
+    ),
+    "environment/bootstrap.sh": (
+        "set -eu\n"
+        'test "$(cat /run/secrets/data_token)" = "token-from-home"\n'
+        'test "$DATA_ACCESS_USER" = "alice-from-dotenv"\n'
+        "cp /cache/case.json /workspace/data/case.json\n"
+        "cp /cache/gold.txt /tests/gold.txt\n"
+    ),
+    "environment/docker-compose.yaml": """
+services:
+  main:
+    build: {context: .., dockerfile: environment/Dockerfile}
+    image: ${COMPOSE_PROJECT_NAME}-img
+    volumes: ["workspace-data:/workspace/data"]
+    deploy:
+      resources:
+        limits: {cpus: '1', memory: 1G}
+    depends_on: {bootstrap: {condition: service_completed_successfully}}
+  bootstrap:
+    image: ${COMPOSE_PROJECT_NAME}-img
+    env_file: ../../../../.env
+    volumes:
+      - workspace-data:/workspace/data
+      - ../tests:/tests:rw
+      - ${HAB_CACHE:-@CACHE@}:/cache
+      - ${HOME}/.hab/data_token:/run/secrets/data_token
+    command: ["/bin/bash", "/bootstrap.sh"]
+volumes:
+  workspace-data:
+""",
+    "tests/test.sh": (
+        "a=$(cat /workspace/output/answer.txt 2>/dev/null); g=$(cat /tests/gold.txt)\n"
+        'if [ "$a" = "$g" ]; then r=1; else r=0; fi\n'
+        "m=$(cat /sys/fs/cgroup/memory.max 2>/dev/null"
+        " || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\n"
+        'echo "{\\"reward\\": $r, \\"accuracy\\": $r, \\"format_ok\\": 1,'
+        ' \\"memory_mb\\": $((m / 1048576))}" > /logs/verifier/reward.json\n'
+    ),
+    "solution/solve.sh": (
+        "mkdir -p /workspace/output\n"
+        "python3 -c \"import json; print(json.load(open('/workspace/data/case.json'))"
+        "['finding'])\" > /workspace/output/answer.txt\n"
+    ),
+}
+
+
+@pytest.mark.slow
+def test_a_healthagentbench_task_folder_runs_unchanged_with_its_folders_named(
+    base: str, tmp_path: Path
+) -> None:
+    """The task folder as published runs with the repository, the data cache and the
+    token folder named (oracle passes with every key of its reward, nop fails); without
+    them its collection fails listing every outside path, and no cell runs."""
+    import os
+    import subprocess
+    import sys
+
+    from pytest_automedbench.results import CellResult
+
+    repo, cache, home = tmp_path / "HealthAgentBench", tmp_path / "cache", tmp_path / "home"
+    folder = repo / "tasks" / "report_correction" / "case_01"
+    for name, text in HAB_TASK.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text.replace("@CACHE@", str(cache)))
+    (repo / ".env").write_text("DATA_ACCESS_USER=alice-from-dotenv\nOPENAI_API_KEY=sk-hab-0001\n")
+    cache.mkdir()
+    (cache / "case.json").write_text('{"finding": "opaque-finding-7"}\n')
+    (cache / "gold.txt").write_text("opaque-finding-7\n")
+    (home / ".hab").mkdir(parents=True)
+    (home / ".hab" / "data_token").write_text("token-from-home\n")
+
+    def session(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "pytest", f"--amb-out={out}", "-p", "no:cacheprovider",
+                   "-q", "--sandbox", "docker", "--harbor", str(repo / "tasks"),
+                   "--agent", "oracle", "--agent", "nop", "--runs", "1",
+                   "--harbor-base", f"{UBUNTU}={base}", *args]  # fmt: skip
+        env = {**os.environ, "HOME": str(home)}
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=900)  # fmt: skip
+
+    refused = session(tmp_path / "refused")
+    text = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "3 problems" in text, text
+    assert not (tmp_path / "refused" / "ledger.jsonl").exists()
+    mounts = [f"--harbor-mount={p}" for p in (repo, cache, home / ".hab")]
+    done = session(tmp_path / "out", *mounts)
+    lines = (tmp_path / "out" / "ledger.jsonl").read_text().splitlines()
+    records = {r.agent: r for r in map(CellResult.model_validate_json, lines)}
+    oracle, nop = records["oracle"], records["nop"]
+    assert oracle.passed is True and nop.passed is False, done.stdout[-3000:]
+    assert oracle.task_metrics["accuracy"] == 1 and oracle.task_metrics["format_ok"] == 1
+    assert nop.task_metrics["accuracy"] == 0
+    assert oracle.task_metrics["memory_mb"] == 1024  # main's deploy limit, below the run's 2048
+    assert not (folder / "tests" / "gold.txt").exists()  # the attempt's copy had it
+    assert "sk-hab-0001" not in (tmp_path / "out" / "ledger.jsonl").read_text()

@@ -576,13 +576,13 @@ class TaskEnvironment:
 def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> TaskEnvironment:
     """The task's image (built once per content hash; the build's lines are events); for
     a docker-compose environment, its services built and its one-shot services run."""
-    from pytest_automedbench.harbor._compose import load_compose, prepare_compose
+    from pytest_automedbench.harbor._compose import prepare_compose
     from pytest_automedbench.harbor._environment import build_task_image, compose_file
 
     environment = task.config.environment
     if environment.docker_image is None and compose_file(task.environment_dir) is not None:
         prepared = prepare_compose(
-            load_compose(task.environment_dir, environ=task.host_environ()),
+            task.compose_plan(),
             base_map=plan.config.harbor_base_map,
             run_id=plan.run_id,
             build_timeout_s=environment.build_timeout_sec,
@@ -622,11 +622,12 @@ def open_container(
     socket = gateway.unix_socket if gateway is not None else None
     staging = plan.cell_dir / "staging"
     staging.mkdir(parents=True, exist_ok=True)
+    limits = image.compose or environment  # a compose file's deploy limits lower the run's
     spec = SandboxSpec(
         public_dir=task.environment_dir if task.environment_dir.is_dir() else task.folder,
         workspace_dir=staging,
-        memory_mb=environment.memory_mb,
-        cpus=environment.cpus,
+        memory_mb=limits.memory_mb,
+        cpus=limits.cpus,
         gpus=plan.config.gpus if environment.gpus else None,
         run_id=plan.run_id,
         docker_base=plan.config.docker_base,
