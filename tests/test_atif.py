@@ -441,3 +441,23 @@ def test_a_name_with_an_undecodable_byte_is_written_as_its_escape(tmp_path: Path
     writer.close()
     text = (tmp_path / ATIF_FILENAME).read_text(encoding="utf-8")
     assert text.count("notes" + "\\\\" + "udcff.md") == 1  # JSON doubles the backslash
+
+
+def test_an_imported_trajectory_cannot_write_outside_its_cell_folder(tmp_path: Path) -> None:
+    """Red team (the ATIF file is the untrusted side): plan files the trajectory shows
+    written land only as direct children of the cell's plan folder; a ``..`` path, a
+    path that climbs out of the plan folder or an absolute one elsewhere writes nothing."""
+    target = tmp_path / "escaped.md"
+    climbing = f"/workspace/plan/../../../../../..{target}"
+    events = [e.record() for e in RECORDED]
+    for path in (climbing, "/workspace/plan/..", str(target)):
+        events.insert(5, {**events[4], "path": path, "content": "pwned", "call_id": "cx"})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(to_atif(_events(*events))))
+    record = import_record(path, VQA, "lite", tmp_path / "out")
+    assert not target.exists()
+    written = sorted(p.name for p in (Path(record.cell_dir) / "workspace" / "plan").iterdir())
+    assert written == ["plan.md"]
+    outside = [p for p in tmp_path.rglob("*") if p.is_file() and "pwned" in p.read_text("utf-8")]
+    assert all(p.name in ("t.json", "imported.atif.json", "trajectory.jsonl", "conversation.json")
+               or p.suffix == ".jsonl" for p in outside), outside  # fmt: skip
