@@ -469,17 +469,78 @@ def test_a_build_that_overruns_is_stopped(base: str, tmp_path: Path) -> None:
         build_task_image(folder, base_map={UBUNTU: base}, build_timeout_s=3, say=lambda _: None)
     assert time.monotonic() - started < 15
 
-    def building() -> list[Any]:
-        return [
-            container
-            for container in docker_client().containers.list(all=True)
-            if marker in " ".join(container.attrs["Config"].get("Cmd") or [])
-        ]
+    def building() -> list[str]:  # BuildKit runs a step as a process of the engine's
+        found = []
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                    found.append(proc.name)
+        return found
 
     deadline = time.monotonic() + 15
     while building() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not building(), "the daemon went on building after the client left"
+
+
+BUILDKIT_DOCKERFILE = f"""# syntax=docker/dockerfile:1.7
+FROM {UBUNTU}
+WORKDIR /app
+RUN <<'PY' python3
+open("/app/from-heredoc.txt", "w").write("made by a heredoc")
+PY
+COPY --chmod=750 run.sh /app/run.sh
+RUN --mount=type=cache,target=/var/cache/amb-test echo cached > /var/cache/amb-test/x \\
+    && cat /var/cache/amb-test/x > /app/from-cache.txt
+"""
+
+
+def test_buildkit_syntax_builds_and_its_output_is_kept(
+    base: str, tmp_path: Path, built_here: list[str], make: Make
+) -> None:
+    """What current Terminal-Bench tasks use: a heredoc RUN, RUN --mount=type=cache,
+    COPY --chmod; the syntax directive (which would pull a frontend) is left out, said so;
+    the whole build output goes to the cell's log, and a second cell's log names the image."""
+    folder = environment(
+        tmp_path, BUILDKIT_DOCKERFILE, **{"run.sh": f"#!/bin/sh\necho {uuid.uuid4().hex}\n"}
+    )
+    said: list[str] = []
+    log = tmp_path / "build.log"
+    tag = build_task_image(folder, base_map={UBUNTU: base}, say=said.append, build_log=log)
+    built_here.append(tag)
+    assert any("left out the Dockerfile's '# syntax=docker/dockerfile:1.7'" in s for s in said)
+    text = log.read_text()
+    assert "buildx build" in text and "RUN <<'PY' python3" in text and "naming to" in text, text
+    box = make(image=tag)
+    seen = box.exec("bash", "cat from-heredoc.txt; echo; cat from-cache.txt; stat -c %a run.sh", 60)
+    assert seen.stdout.splitlines() == ["made by a heredoc", "cached", "750"], seen
+    again = tmp_path / "again.log"
+    assert build_task_image(folder, base_map={UBUNTU: base}, build_log=again) == tag
+    assert again.read_text().startswith(f"{tag}: already built"), again.read_text()
+
+
+def test_a_failed_buildkit_build_names_the_step(base: str, tmp_path: Path) -> None:
+    folder = environment(tmp_path, f"FROM {UBUNTU}\nRUN <<EOF\nexit 7\nEOF\n")
+    with pytest.raises(HarborImageError, match=r"failed \(exit 1\)") as caught:
+        build_task_image(folder, base_map={UBUNTU: base}, say=lambda _: None)
+    assert "exit code: 7" in str(caught.value), caught.value
+
+
+def test_a_host_without_buildkit_is_told_how_to_get_it(
+    base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"  # a Docker CLI whose buildx plugin is missing
+    fake.write_text("#!/bin/sh\necho \"docker: 'buildx' is not a docker command.\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(he, "_BUILDKIT", [])
+    folder = environment(tmp_path, f"FROM {UBUNTU}\nRUN echo {uuid.uuid4().hex}\n")
+    with pytest.raises(HarborImageError, match="needs Docker BuildKit") as caught:
+        build_task_image(folder, base_map={UBUNTU: base}, say=lambda _: None)
+    assert "'buildx' is not a docker command" in str(caught.value)
+    assert "./scripts/system-setup test" in str(caught.value)
 
 
 def test_concurrent_builds_of_one_content_build_once(

@@ -35,13 +35,15 @@ import os
 import posixpath
 import re
 import shutil
-import socket
+import signal
 import stat
+import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -457,6 +459,7 @@ def build_task_image(
     dockerfile: str | None = None,
     build_args: Mapping[str, str] | None = None,
     exclude: Sequence[str] = (),
+    build_log: Path | None = None,
 ) -> str:
     """The local image a Harbor task runs in (its tag), built when missing.
 
@@ -474,7 +477,11 @@ def build_task_image(
     otherwise carry the verifier's ``tests/`` into the agent's image, and the gold a
     bootstrap writes there would change the hash on every attempt). Only a call with
     neither ``context`` nor ``dockerfile`` refuses a compose environment: that call means
-    "the task's one Dockerfile"."""
+    "the task's one Dockerfile".
+
+    The build is BuildKit's (:func:`buildkit_cli`); a ``# syntax=`` directive is left
+    out (it would pull a frontend image). ``build_log`` (the cell's folder) gets the
+    build's whole output appended, or a line naming the image when it was there."""
     client = docker_client()
     if docker_image is not None:
         for candidate in (docker_image, base_map.get(docker_image)):
@@ -509,6 +516,7 @@ def build_task_image(
         return found is not None
 
     text, used = rewrite_from_lines(read_regular(dockerfile_path), base_map, is_local)
+    text, syntax = without_syntax_directive(text)
     for image, local in used.items():
         if not is_local(local):
             raise HarborImageError(
@@ -522,47 +530,88 @@ def build_task_image(
         extra.update({f"arg:{name}": value for name, value in args.items()})
     tag = f"{HARBOR_REPOSITORY}:{_content_hash(context_dir, extra, exclude)}"
     lock = Path(tempfile.gettempdir()) / f"automedbench-{tag.replace('/', '-')}.lock"
-    with FileLock(str(lock), timeout=build_timeout_s + 60):
+    with FileLock(str(lock), timeout=build_timeout_s + 60), _log_file(build_log) as log:
         if _image_id(client, tag) is not None:
+            if log is not None:
+                log.write(f"{tag}: already built from {dockerfile_path} (same content)\n")
             return tag
+        cli = buildkit_cli()  # before anything is copied: a host without it says so
         say(f"building the Harbor task image {tag} from {dockerfile_path}")
+        if syntax is not None:
+            say(
+                f"left out the Dockerfile's '# syntax={syntax}' (nothing is pulled): built "
+                "with the engine's own Dockerfile frontend"
+            )
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="amb-harbor-build-", dir="/var/tmp") as tmp:
             copy = Path(tmp) / "context"  # what is sent is what was hashed: files and folders
             copy_tree(context_dir, copy, what="build context", exclude=exclude)
             (copy / dockerfile_rel).write_text(text)
-            _build(copy, tag, build_timeout_s, dockerfile=dockerfile_rel, build_args=args)
+            if log is not None:
+                log.write(f"$ {' '.join(cli)} ({dockerfile_path}) -> {tag}\n")
+                log.flush()
+            _build(copy, tag, build_timeout_s, dockerfile=dockerfile_rel, build_args=args, log=log)
         say(f"built {tag} in {time.monotonic() - started:.0f} s")
     return tag
 
 
-def _build_client(timeout_s: float) -> Any:
-    """A low-level client of its own for one build that keeps the build's HTTP response,
-    so that an overrunning build can be hung up on: the daemon cancels a build whose
-    client went (closing the SDK's connection pool leaves the open response alone)."""
-    import docker
-    from docker.utils import kwargs_from_env
-
-    class BuildClient(docker.APIClient):  # type: ignore[misc]
-        response: Any = None
-
-        def _stream_helper(self, response: Any, decode: bool = False) -> Any:
-            self.response = response
-            return super()._stream_helper(response, decode)
-
-    return BuildClient(timeout=max(1, int(timeout_s)), **kwargs_from_env())
+@contextlib.contextmanager
+def _log_file(path: Path | None) -> Iterator[IO[str] | None]:
+    if path is None:
+        yield None
+        return
+    with path.open("a", encoding="utf-8", errors="replace") as log:
+        yield log
 
 
-def _hang_up(response: Any) -> None:
-    """Shut the build response's socket down (a reader blocked on it wakes at once)."""
-    raw = getattr(
-        getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None), "raw", None
+def buildkit_cli() -> list[str]:
+    """The command that builds with BuildKit (``docker buildx build``), checked once per
+    process; raises :class:`HarborImageError` saying how to get it when this host lacks
+    the Docker CLI or its buildx plugin (Harbor builds task images through Compose, that
+    is BuildKit: heredoc ``RUN``, ``RUN --mount``, ``COPY --chmod`` need it)."""
+    if _BUILDKIT:
+        return list(_BUILDKIT)
+    docker = shutil.which("docker")
+    why = "there is no docker command on PATH"
+    if docker is not None:
+        try:
+            probe = subprocess.run(
+                [docker, "buildx", "version"], capture_output=True, text=True, timeout=60
+            )
+            if probe.returncode == 0:
+                _BUILDKIT.extend([docker, "buildx", "build"])
+                return list(_BUILDKIT)
+            why = f"`{docker} buildx version` says: {probe.stderr.strip() or probe.stdout.strip()}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            why = f"`{docker} buildx version` failed: {exc}"
+    raise HarborImageError(
+        "building a Harbor task image needs Docker BuildKit (the docker CLI with its buildx "
+        f"plugin), as Harbor builds through Compose; {why}. Install it as root with "
+        "./scripts/system-setup test (on Debian 12 it installs Debian 13's docker-cli and "
+        "docker-buildx), or install Docker's buildx plugin"
     )
-    sock: Any = getattr(raw, "_sock", raw)
-    with contextlib.suppress(Exception):
-        sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(Exception):
-        response.close()
+
+
+_BUILDKIT: list[str] = []
+#: A first-line ``# syntax=`` parser directive: BuildKit would pull that frontend image
+#: from a registry, so the engine's built-in frontend (Dockerfile 1.7 features) is used.
+_SYNTAX = re.compile(r"^#\s*syntax\s*=\s*(\S+)\s*$", re.IGNORECASE)
+
+
+def without_syntax_directive(dockerfile: str) -> tuple[str, str | None]:
+    """The Dockerfile with its ``# syntax=`` directive (if any, among the leading parser
+    directives) blanked to a plain comment on the same line, so line numbers in build
+    errors still match the task's file; and the frontend it named."""
+    lines = dockerfile.splitlines()
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        match = _SYNTAX.match(stripped)
+        if match is not None:
+            lines[index] = "# (syntax directive left out: the built-in frontend builds this)"
+            return "\n".join(lines) + "\n", match.group(1)
+        if not stripped.startswith("#") or "=" not in stripped:
+            break  # parser directives only lead the file
+    return dockerfile, None
 
 
 def _build(
@@ -572,49 +621,58 @@ def _build(
     *,
     dockerfile: str = "Dockerfile",
     build_args: Mapping[str, str] | None = None,
+    log: IO[str] | None = None,
 ) -> None:
-    """``docker build`` through the SDK's streaming low-level call, never pulling, within
-    ``timeout_s``; a failure raises with the end of the build's output."""
-    api = _build_client(timeout_s)
-    lines: list[str] = []
-    errors: list[str] = []
+    """``docker buildx build`` (BuildKit, never pulling a local base) within ``timeout_s``,
+    its plain progress streamed to ``log``; an overrunning build's client is killed (the
+    engine cancels a build whose client went). A failure raises with the output's end."""
+    argv = [
+        *buildkit_cli(),
+        "--progress=plain",
+        "--file",
+        str(context / dockerfile),
+        "--tag",
+        tag,
+        "--label",
+        f"{LABEL}.role=harbor-env",
+    ]
+    for name, value in (build_args or {}).items():
+        argv += ["--build-arg", f"{name}={value}"]
+    argv.append(str(context))
+    tail: deque[str] = deque(maxlen=BUILD_TAIL_LINES)
+    process = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1", "BUILDX_NO_DEFAULT_ATTESTATIONS": "1"},
+    )
 
     def stream() -> None:
-        try:
-            for item in api.build(
-                path=str(context),
-                tag=tag,
-                dockerfile=dockerfile,
-                buildargs=dict(build_args or {}),
-                pull=False,
-                rm=True,
-                forcerm=True,
-                decode=True,
-                labels={f"{LABEL}.role": "harbor-env"},
-            ):
-                if "stream" in item:
-                    lines.extend(str(item["stream"]).splitlines())
-                if "error" in item:
-                    errors.append(str(item["error"]).strip())
-        except Exception as exc:  # the daemon went, the read timed out, or we hung up
-            errors.append(f"{type(exc).__name__}: {exc}")
+        assert process.stdout is not None
+        for line in process.stdout:
+            tail.append(line.rstrip("\n"))
+            if log is not None:
+                log.write(line)
 
     reader = threading.Thread(target=stream, daemon=True)
     reader.start()
-    reader.join(timeout_s)
     try:
-        if reader.is_alive():
-            if api.response is not None:
-                _hang_up(api.response)
-            reader.join(STOP_TIMEOUT_S)
-            tail = "\n".join(lines[-BUILD_TAIL_LINES:])
-            raise HarborImageError(f"building {tag} took over {timeout_s:.0f} s:\n{tail}")
-    finally:
-        with contextlib.suppress(Exception):
-            api.close()
-    if errors:
-        tail = "\n".join(lines[-BUILD_TAIL_LINES:])
-        raise HarborImageError(f"building {tag} failed: {errors[-1]}\n{tail}")
+        code = process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        reader.join(STOP_TIMEOUT_S)
+        raise HarborImageError(
+            f"building {tag} took over {timeout_s:.0f} s:\n" + "\n".join(tail)
+        ) from None
+    reader.join(STOP_TIMEOUT_S)
+    if code != 0:
+        raise HarborImageError(f"building {tag} failed (exit {code}):\n" + "\n".join(tail))
 
 
 def image_workdir(image: str) -> str:
