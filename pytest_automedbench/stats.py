@@ -87,7 +87,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pytest_automedbench.formats import format_of_record
-from pytest_automedbench.results import CellResult
+from pytest_automedbench.results import CellResult, LedgerKey
 from pytest_automedbench.terms import ERROR_CODE_IDS, STAGES
 
 FloatArray = NDArray[np.float64]
@@ -385,7 +385,11 @@ def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
     Records of different sessions (``run_id``) are different samples and all kept: a
     new session of the same configuration is more repeats of its cells (``--amb-resume``
     does not append the cells it takes over, so these are real runs). A differing
-    ``config_hash`` is a different configuration, also kept.
+    ``config_hash`` is a different configuration, also kept. One exception: an
+    infrastructure error is superseded by a record of the same cell across sessions
+    (``ledger_key``: agent, model, task, tier, run, config_hash) that finished later, as
+    when ``--amb-resume`` runs an infra error's cell again: that cell was run once more,
+    not repeated, so the infra error no longer counts.
 
     Returns a new list, each cell at the place of its first record. One dictionary
     lookup per record; times are parsed only for duplicates.
@@ -413,7 +417,26 @@ def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
     finally:
         if collecting:
             gc.enable()
-    return list(chosen.values())
+    return _without_superseded_infra(list(chosen.values()))
+
+
+def _without_superseded_infra(records: list[CellResult]) -> list[CellResult]:
+    """``records`` (one per cell and session) less each infrastructure error that a later
+    record of the same ``ledger_key`` in another session supersedes (a cell run again on
+    resume); the same list when there is no infra error."""
+    failed = {record.ledger_key for record in records if record.status != "scored"}
+    if not failed:
+        return records
+    latest: dict[LedgerKey, float] = {}
+    for record in records:
+        if record.ledger_key in failed:
+            moment = _instant(record.finished_at)
+            latest[record.ledger_key] = max(moment, latest.get(record.ledger_key, -math.inf))
+    return [
+        record
+        for record in records
+        if record.status == "scored" or _instant(record.finished_at) >= latest[record.ledger_key]
+    ]
 
 
 # --------------------------------------------------------------------------- per-run facts
