@@ -43,6 +43,7 @@ from pytest_automedbench.events import (
 from pytest_automedbench.formats import Brief, Crash, FormatCell, format_of
 from pytest_automedbench.plan import CellPlan, CellTerms, harness_versions
 from pytest_automedbench.record import Unfinished, scored_record, unfinished_record
+from pytest_automedbench.report.transcript import transcript_beside
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox import Sandbox
 from pytest_automedbench.sandbox.base import GATEWAY_SOCKET_NAME
@@ -76,8 +77,11 @@ def run_cell(plan: CellPlan) -> CellResult:
     and re-raised, and the caller records them. Every record the pipeline gives back
     passes through the format's ``finish``."""
     plan.cell_dir.mkdir(parents=True, exist_ok=True)
-    # Also as ATIF once closed (``trajectory.atif.json``), for the tools that read ATIF.
-    trajectory = TrajectoryWriter(plan.cell_dir / "trajectory.jsonl", views=[atif_beside])
+    # Also as ATIF once closed (``trajectory.atif.json``), for the tools that read ATIF,
+    # and as an HTML transcript (``transcript.html``), for people.
+    trajectory = TrajectoryWriter(
+        plan.cell_dir / "trajectory.jsonl", views=[atif_beside, transcript_beside]
+    )
     try:
         task_format = format_of(plan.task)
         steps = task_format.cell(plan, trajectory)
