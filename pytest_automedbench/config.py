@@ -180,6 +180,7 @@ class RunConfig(BaseModel):
     harbor: tuple[Path, ...] = _setting("harbor")
     harbor_base: tuple[str, ...] = _setting("harbor_base")
     harbor_env: tuple[str, ...] = _setting("harbor_env")
+    harbor_judge_model: str | None = _setting("harbor_judge_model")
     harbor_mount: tuple[Path, ...] = _setting("harbor_mount")
     data_size: str = _setting("data_size")
     amb_out: Path = Field(default=DEFAULT_OUT, description=BY_FIELD["amb_out"].help)
@@ -431,6 +432,7 @@ _HASHED_WHEN_CHANGED = frozenset(LIMIT_KEYS) | {
     "sandbox_inodes",
     "harbor_base",
     "harbor_env",
+    "harbor_judge_model",
     "holdout",
     "holdout_seed",
 }

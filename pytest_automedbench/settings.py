@@ -411,6 +411,17 @@ SETTINGS: tuple[Setting, ...] = (
         scoring=True,
     ),
     Setting(
+        "harbor_judge_model",
+        "--harbor-judge-model",
+        "the model a Harbor task's LLM-judging verifier is served (a verifier whose "
+        "[verifier] env, or whose compose main service's environment, names OPENAI_API_KEY): "
+        "a model agent's name or a litellm model string, reached through the cell's gateway "
+        "with a lease token, metered as the verifier's; no provider key enters the container "
+        "(default: --judge llm:MODEL; with neither, such tasks are skipped)",
+        metavar="MODEL",
+        scoring=True,
+    ),
+    Setting(
         "harbor_mount",
         "--harbor-mount",
         "a host folder whose contents a Harbor task's docker-compose file may bind and read "

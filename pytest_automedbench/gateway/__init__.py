@@ -23,6 +23,7 @@ from pytest_automedbench.retry import RetryPolicy
 
 from ._config import Budget
 from ._lease import CellLease, Listener
+from ._relay import relay_argv
 from ._server import Gateway
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "Prices",
     "RetryPolicy",
     "Usage",
+    "relay_argv",
 ]

@@ -69,6 +69,14 @@ async def main():
 asyncio.run(main())
 """
 
+
+def relay_argv(python: str, socket_path: str, port_file: str) -> list[str]:
+    """The relay as a command line (``python``: an interpreter where it runs, isolated
+    with ``-I -S``): it serves ``socket_path`` on a loopback port it writes to
+    ``port_file``. For a relay of its own container (a Harbor verifier's judge route)."""
+    return [python, "-I", "-S", "-c", RELAY_PROGRAM, socket_path, port_file]
+
+
 #: How long the launcher waits for the relay's port (in 0.05 s steps).
 RELAY_START_STEPS = 200
 

@@ -64,7 +64,12 @@ class HarborFormat:
         return (HARBOR_TIER,)
 
     def unavailable_reason(self, task: Task, config: RunConfig) -> str | None:
-        return _task(task).unavailable_reason()
+        """The task's own reason (:meth:`HarborTask.unavailable_reason`), or a verifier
+        that calls an LLM judge in a session that names no judge model."""
+        from pytest_automedbench.harbor._judge import unavailable_reason
+
+        harbor_task = _task(task)
+        return harbor_task.unavailable_reason() or unavailable_reason(harbor_task, config)
 
     def refuses(self, entry: AgentEntry) -> str | None:
         """The catalogue's scripted archetypes follow the catalogue's task layout."""

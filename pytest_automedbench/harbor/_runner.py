@@ -17,6 +17,8 @@ The steps, each timed as a phase of the record (``phase_s``) and a ``phase`` eve
    harness's own static bash, never a program the agent could have replaced) as the
    verifier's user in the image's WORKDIR, its reward file read by the rule of
    :mod:`._reward` for the Harbor version the task declares; ``/logs/artifacts`` kept.
+   A verifier that calls an LLM judge gets its model through the cell's gateway, a
+   lease per run, metered as the verifier's (:mod:`._judge`).
 
 Then the pipeline scores the attempt as any cell (S1-S5 and E1-E5 from its trajectory,
 OVERALL = 0.5 AGENTIC + 0.5 reward), and :meth:`HarborCell.finish` writes it as a Harbor
@@ -39,7 +41,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.gateway import Gateway
     from pytest_automedbench.harbor._compose import PreparedCompose
     from pytest_automedbench.harbor._environment import HarborContainer
+    from pytest_automedbench.harbor._judge import Judge, JudgeUsage
     from pytest_automedbench.harbor._reward import RewardReading
     from pytest_automedbench.harbor._steps import StepConfig, TaskSteps
     from pytest_automedbench.harbor._tampering import Finding
@@ -174,10 +177,14 @@ class HarborFields:
     wall_s: float | None = None
     #: A multi-step task's rewards per step run, in order (None: no reward left).
     step_rewards: dict[str, dict[str, float] | None] | None = None
+    #: What the verifier's LLM judge spent (every verifier run's), never the agent's.
+    verifier_judge: JudgeUsage | None = None
 
     def onto(self, result: CellResult) -> CellResult:
         result.reward, result.passed = self.reward, self.passed
         result.step_rewards = self.step_rewards
+        if self.verifier_judge is not None:
+            result.judge = {**result.judge, "verifier": self.verifier_judge.as_dict()}
         result.phase_s, result.category = dict(self.phase_s), self.category
         result.backend = self.backend
         if self.wall_s is not None:
@@ -208,6 +215,9 @@ class HarborCell:
         self._step_rewards: dict[str, dict[str, float] | None] | None = None
         #: The reward and the pass of a scored attempt (set by :meth:`fill`).
         self._verdict: tuple[float, bool] | None = None
+        #: The verifier's LLM judge, when it calls one (made once, in :meth:`judge`).
+        self._judge: Judge | None = None
+        self._judge_made = False
 
     @property
     def image(self) -> TaskEnvironment:
@@ -296,6 +306,25 @@ class HarborCell:
                 stage_step(box, task, steps, steps.steps[0], is_oracle(self.plan))
             yield
 
+    def judge(self) -> Judge | None:
+        """The verifier's LLM judge when it calls one (:mod:`._judge`), served by the
+        cell's gateway (an agent system's) or one of its own."""
+        if not self._judge_made:
+            from pytest_automedbench.harbor._judge import judge_for
+
+            compose = self.image.compose
+            plan = self.plan
+            self._judge = judge_for(
+                self.task,
+                plan.config,
+                plan.key.cell_id,
+                plan.cell_dir,
+                self._gateway,
+                compose.environment if compose is not None else {},
+            )
+            self._judge_made = True
+        return self._judge
+
     def check(self, sandbox: Sandbox, outcome: AgentOutcome) -> VerifierRun:
         """The ``verifier`` phase, once nothing the agent started is left: the image's
         programs read for tampering, the verifier run; then the container's files kept."""
@@ -306,7 +335,7 @@ class HarborCell:
         else:
             with self.phases.phase("verifier", self.trajectory):
                 tampering = inspect_image_changes(box, self.trajectory)
-                run = verify(self.task, box, plan.cell_dir, self.trajectory)
+                run = verify(self.task, box, plan.cell_dir, self.trajectory, self.judge())
                 run = replace(run, tampering=tampering)
         keep_container_files(box, plan.cell_dir)
         collect_artifacts(box, self.task, plan.cell_dir / "artifacts")
@@ -334,7 +363,9 @@ class HarborCell:
                 box.kill_all()
             with self.phases.phase("verifier", self.trajectory):
                 tampering += inspect_image_changes(box, self.trajectory)
-                run = verify_step(self.task, steps, step, box, cell_dir, self.trajectory)
+                run = verify_step(
+                    self.task, steps, step, box, cell_dir, self.trajectory, self.judge()
+                )
             keep_step_files(box, cell_dir / "steps" / step.name)
             per_step[step.name] = run.reading.rewards if run.reading is not None else None
             if run.error is not None:
@@ -379,7 +410,7 @@ class HarborCell:
             _blame_agent(self.trajectory, checked, "the agent tampered with what the verifier runs")
             return replace(checked, reading=RewardReading({"reward": 0.0}, "agent_failure"))
         reading = judge_verifier_failure(
-            self.plan, self.task, self.image, self._egress, checked, self.trajectory
+            self.plan, self.task, self.image, self._egress, checked, self.trajectory, self.judge()
         )
         return replace(checked, reading=reading)
 
@@ -487,6 +518,7 @@ class HarborCell:
             passed=passed,
             wall_s=self.phases.whole_s(),
             step_rewards=self._step_rewards,
+            verifier_judge=self._judge.total() if self._judge is not None else None,
         ).onto(result)
 
 
@@ -497,6 +529,7 @@ def judge_verifier_failure(
     egress_dir: Path | None,
     verdict: VerifierRun,
     trajectory: TrajectoryWriter,
+    judge: Judge | None = None,
 ) -> RewardReading | None:
     """Whose failure a verifier that left no reward is: a reward of 0 when it is the
     agent's, None when it is the harness's or the task's (an infrastructure error).
@@ -519,7 +552,7 @@ def judge_verifier_failure(
     box = open_container(plan, task, image, None, egress_dir)
     try:
         box.start()
-        control, result = run_verifier(task, box, plan.cell_dir / "verifier-control")
+        control, result = run_verifier(task, box, plan.cell_dir / "verifier-control", judge)
     finally:
         box.stop()
     trajectory.write(
@@ -643,7 +676,7 @@ def open_container(
         workdir=compose.working_dir if compose is not None else None,
         env={
             **AGENT_ENVIRONMENT,
-            **(compose.environment if compose is not None else {}),
+            **agent_compose_environment(compose),
             **task.environment_env(),
             **({**ORACLE_ENVIRONMENT, **task.solution_env()} if is_oracle(plan) else {}),
         },
@@ -651,6 +684,16 @@ def open_container(
         mounts=tuple(compose.mounts) if compose is not None else (),
     )
     return HarborContainer.of(plan.resolved_backend(), spec, profile)
+
+
+def agent_compose_environment(compose: PreparedCompose | None) -> dict[str, str]:
+    """``main``'s compose environment as the agent gets it: without the variables through
+    which a verifier finds its LLM judge (:data:`._judge.JUDGE_VARIABLES`: the verifier
+    gets the gateway's, and a provider key read from an env file never enters a run)."""
+    from pytest_automedbench.harbor._judge import JUDGE_VARIABLES
+
+    environment = compose.environment if compose is not None else {}
+    return {k: v for k, v in environment.items() if k not in JUDGE_VARIABLES}
 
 
 def is_oracle(plan: CellPlan) -> bool:
@@ -703,11 +746,17 @@ def inspect_image_changes(
 
 
 def verify(
-    task: HarborTask, box: HarborContainer, cell_dir: Path, trajectory: TrajectoryWriter
+    task: HarborTask,
+    box: HarborContainer,
+    cell_dir: Path,
+    trajectory: TrajectoryWriter,
+    judge: Judge | None = None,
 ) -> VerifierRun:
-    """Run the task's verifier in the container and read its reward (see :mod:`._reward`)."""
-    verdict, result = run_verifier(task, box, cell_dir / "verifier")
+    """Run the task's verifier in the container and read its reward (see :mod:`._reward`);
+    the event says what its LLM judge spent, when it has one."""
+    verdict, result = run_verifier(task, box, cell_dir / "verifier", judge)
     reading = verdict.reading
+    spent = judge.runs[-1].as_dict() if judge is not None and judge.runs else None
     trajectory.write(
         VerifierEvent.of(
             exit_code=result.exit_code,
@@ -716,6 +765,7 @@ def verify(
             rewards=reading.rewards if reading is not None else None,
             source=reading.source if reading is not None else None,
             error=verdict.error,
+            **({"judge": spent} if spent is not None else {}),
         )
     )
     return verdict
@@ -740,7 +790,7 @@ def verifier_environment(task: HarborTask, box: HarborContainer) -> dict[str, st
 
 
 def run_verifier(
-    task: HarborTask, box: HarborContainer, logs: Path
+    task: HarborTask, box: HarborContainer, logs: Path, judge: Judge | None = None
 ) -> tuple[VerifierRun, ExecResult]:
     """``/tests/test.sh`` in ``box`` and its reward, read from a copy at ``logs``.
 
@@ -749,7 +799,8 @@ def run_verifier(
     link, a planted ``reward.json`` or a folder named ``reward.txt`` is gone before the
     verifier starts), and the static bash runs ``test.sh`` as Harbor does
     (:func:`._harness.script_command`) with no start-up files, in the task's working
-    directory, with :func:`verifier_environment`."""
+    directory, with :func:`verifier_environment` and, for a verifier that calls an LLM
+    judge, the route to it (:meth:`._judge.Judge.route`, for this run only)."""
     from pytest_automedbench.harbor._harness import HARNESS_BASH, busybox, script_command
     from pytest_automedbench.harbor._reward import VerifierError, read_reward, reward_order
 
@@ -761,13 +812,17 @@ def run_verifier(
     box.reset_dir(VERIFIER_LOGS, owner=user)
     first_line = script_first_line(task.tests_dir / "test.sh")
     command = script_command(f"{TESTS_DIR}/test.sh", first_line, f"{VERIFIER_LOGS}/test-stdout.txt")
-    result = box.run(
-        [HARNESS_BASH, "--noprofile", "--norc", "-c", command, HARNESS_BASH],
-        user=user or "root",
-        timeout_s=verifier.timeout_sec,
-        env=verifier_environment(task, box),
+    route: AbstractContextManager[dict[str, str]] = (
+        judge.route(box, verifier.timeout_sec) if judge is not None else nullcontext({})
     )
-    box.kill_all()
+    with route as judge_env:
+        result = box.run(
+            [HARNESS_BASH, "--noprofile", "--norc", "-c", command, HARNESS_BASH],
+            user=user or "root",
+            timeout_s=verifier.timeout_sec,
+            env={**verifier_environment(task, box), **judge_env},
+        )
+        box.kill_all()
     if logs.exists():
         shutil.rmtree(logs)
     box.copy_out(VERIFIER_LOGS, logs)
@@ -859,6 +914,7 @@ def verify_step(
     box: HarborContainer,
     cell_dir: Path,
     trajectory: TrajectoryWriter,
+    judge: Judge | None = None,
 ) -> VerifierRun:
     """One step's verifier: the task's ``tests/`` with the step's ``tests/`` over it (its
     ``test.sh`` run, else the task's), the step's ``[verifier]`` time-out, user and env
@@ -881,7 +937,7 @@ def verify_step(
     )
     config = task.config.model_copy(update={"verifier": verifier})
     step_task = replace(task, config=config, attempt_tests=merged)
-    return verify(step_task, box, cell_dir / "steps" / step.name, trajectory)
+    return verify(step_task, box, cell_dir / "steps" / step.name, trajectory, judge)
 
 
 def add_outcome(outcome: AgentOutcome, later: AgentOutcome) -> None:

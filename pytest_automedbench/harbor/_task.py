@@ -336,7 +336,12 @@ class HarborTask:
         return self._env(self.config.environment.env, "[environment].env")
 
     def verifier_env(self) -> dict[str, str]:
-        return self._env(self.config.verifier.env, "[verifier].env")
+        """``[verifier] env`` without the variables of an LLM judge: those are the
+        gateway's route's, never the host's (:mod:`._judge`)."""
+        from pytest_automedbench.harbor._judge import JUDGE_VARIABLES
+
+        env = {k: v for k, v in self.config.verifier.env.items() if k not in JUDGE_VARIABLES}
+        return self._env(env, "[verifier].env")
 
     def solution_env(self) -> dict[str, str]:
         return self._env(self.config.solution.env, "[solution].env")

@@ -1,0 +1,265 @@
+"""A Harbor verifier that calls an LLM judge (HealthAgentBench's report correction does):
+its model is served through the cell's gateway, never with a provider key in a container.
+
+The task says so as Harbor tasks do (``[verifier] env`` naming ``OPENAI_API_KEY``, or the
+compose file's ``main`` environment holding it); the session names the model with
+``--harbor-judge-model`` (or ``--judge llm:MODEL``), else the task is skipped saying so.
+For real: a task folder whose ``tests/test.sh`` runs a Python verifier that posts the
+agent's report to ``$OPENAI_BASE_URL/chat/completions`` with ``$OPENAI_API_KEY`` and
+writes reward 1 when the judge says PASS, run on Docker with ``oracle`` and ``nop``
+against a scripted OpenAI-protocol judge on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_automedbench.config import RunConfig
+from pytest_automedbench.events import VerifierEvent, read_events
+from pytest_automedbench.harbor import load_harbor_task
+from pytest_automedbench.harbor._judge import (
+    JUDGE_OPTION,
+    JudgeUsage,
+    judge_model,
+    unavailable_reason,
+    wants_judge,
+)
+from pytest_automedbench.harbor._runner import agent_compose_environment
+from pytest_automedbench.harbor._task import HarborTask
+
+from .scripted_upstream import Protocol, ScriptedUpstream, StepUsage, Text
+
+#: The provider key of the judge's model: on the host only.
+REAL_KEY = "sk-judge-host-only-5150"
+FINDING = "small left pleural effusion"
+JUDGE_USAGE = StepUsage(input_tokens=321, output_tokens=7)
+#: The judge's model definition's prices (USD per million tokens).
+PRICES = (2.0, 8.0)
+
+TASK_TOML = """\
+version = "1.0"
+[metadata]
+category = "report_correction"
+[verifier]
+timeout_sec = 120.0
+[verifier.env]
+OPENAI_API_KEY = "${OPENAI_API_KEY}"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+JUDGE_MODEL = "gpt-judge-as-the-task-names-it"
+[agent]
+timeout_sec = 120.0
+[environment]
+allow_internet = false
+"""
+
+#: The verifier: prints its environment (each value also reversed: a copy of the real key
+#: kept by the harness would be masked, a reversed one would not), asks the judge, and
+#: writes reward 1 on PASS.
+JUDGE_PY = """\
+import json, os, urllib.request
+env = dict(os.environ)
+print("ENV", json.dumps(env, sort_keys=True))
+print("ENV-REVERSED", json.dumps({k: v[::-1] for k, v in env.items()}, sort_keys=True))
+try:
+    report = open("/app/corrected.txt").read()
+except OSError:
+    report = "(no report)"
+body = {"model": env["JUDGE_MODEL"], "messages": [
+    {"role": "system", "content": "Say PASS if the report is right, else FAIL."},
+    {"role": "user", "content": "Report: " + report}]}
+request = urllib.request.Request(
+    env["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions", data=json.dumps(body).encode(),
+    headers={"Authorization": "Bearer " + env["OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+with urllib.request.urlopen(request, timeout=60) as reply:
+    verdict = json.load(reply)["choices"][0]["message"]["content"].strip()
+print("VERDICT", verdict)
+reward = 1 if verdict == "PASS" else 0
+json.dump({"reward": reward, "judged": 1}, open("/logs/verifier/reward.json", "w"))
+"""
+
+TASK = {
+    "task.toml": TASK_TOML,
+    "instruction.md": f"Write the corrected report to /app/corrected.txt: {FINDING}.\n",
+    "environment/Dockerfile": "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
+    "solution/solve.sh": f"#!/bin/bash\necho '{FINDING.capitalize()}.' > /app/corrected.txt\n",
+    "tests/test.sh": "#!/bin/bash\nexec python3 /tests/judge.py\n",
+    "tests/judge.py": JUDGE_PY,
+}
+
+
+def _write(folder: Path, files: dict[str, str]) -> HarborTask:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return load_harbor_task(folder)
+
+
+def _judge_definition(api_base: str) -> dict[str, Any]:
+    return {"model": "openai/judge-scripted", "api_base": api_base,
+            "api_key_env": "AMB_TEST_JUDGE_KEY", "input_usd_per_mtok": PRICES[0],
+            "output_usd_per_mtok": PRICES[1]}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def test_a_verifier_that_names_the_openai_variables_calls_a_judge(tmp_path: Path) -> None:
+    judged = _write(tmp_path / "judged", TASK)
+    plain = _write(tmp_path / "plain", {**TASK, "task.toml": TASK_TOML.split("[verifier.env]")[0]})
+    assert wants_judge(judged, {}) and not wants_judge(plain, {})
+    # HealthAgentBench's way: the key in main's environment (its env_file), none in task.toml.
+    assert wants_judge(plain, {"OPENAI_API_KEY": "sk-from-env-file", "PYTHONUNBUFFERED": "1"})
+    # The judge's variables are the route's, never the host's: no --harbor-env refusal.
+    assert judged.unavailable_reason() is None
+    assert judged.verifier_env() == {"JUDGE_MODEL": "gpt-judge-as-the-task-names-it"}
+
+
+def test_a_judged_task_is_skipped_naming_the_option_unless_a_model_is_named(
+    tmp_path: Path,
+) -> None:
+    task = _write(tmp_path / "judged", TASK)
+    reason = unavailable_reason(task, RunConfig())
+    assert reason is not None and JUDGE_OPTION in reason and "task.toml" in reason
+    named = RunConfig(harbor_judge_model="judge", agent_definitions={"judge": _judge_definition(
+        "http://127.0.0.1:9/v1")})  # fmt: skip
+    assert unavailable_reason(task, named) is None
+    assert unavailable_reason(task, RunConfig(judge="llm:openai/other")) is None
+
+
+def test_the_judge_model_is_the_option_else_the_sessions_llm_judge() -> None:
+    named = RunConfig(harbor_judge_model="judge", agent_definitions={"judge": _judge_definition(
+        "http://127.0.0.1:9/v1")})  # fmt: skip
+    model = judge_model(named)
+    assert model is not None and model.model == "openai/judge-scripted"
+    assert model.api_key_env == "AMB_TEST_JUDGE_KEY" and model.api_base == "http://127.0.0.1:9/v1"
+    session = judge_model(RunConfig(judge="llm:openai/gpt-x", judge_api_base="http://127.0.0.1:8"))
+    assert session is not None and (session.model, session.api_base) == (
+        "openai/gpt-x", "http://127.0.0.1:8",
+    )  # fmt: skip
+    assert judge_model(RunConfig()) is None  # the rules judge names no model
+
+
+def test_the_agent_never_gets_the_judges_variables_from_mains_environment() -> None:
+    from pytest_automedbench.harbor._compose import PreparedCompose
+
+    compose = PreparedCompose(
+        image="x",
+        environment={"OPENAI_API_KEY": REAL_KEY, "OPENAI_BASE_URL": "https://x/v1", "MODE": "a"},
+        working_dir=None,
+        user=None,
+        mounts=[],
+    )
+    assert agent_compose_environment(compose) == {"MODE": "a"}
+    assert agent_compose_environment(None) == {}
+
+
+def test_judge_usage_adds_up() -> None:
+    one = JudgeUsage("m", 1, 1, 10, 2, 0.5, True)
+    two = JudgeUsage("m", 2, 1, 5, 1, 0.25, False)
+    assert (one + two).as_dict() == {
+        "model": "m", "requests": 3, "served": 2, "tokens_in": 15, "tokens_out": 3,
+        "cost_usd": 0.75, "price_known": False,
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- for real
+
+
+class ReportJudge(ScriptedUpstream):
+    """The scripted upstream as a judge: each chat request takes one verdict step, PASS
+    when the report it was sent names the finding, else FAIL."""
+
+    def answer(
+        self, path: str, protocol: Protocol, headers: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        said = json.dumps(body.get("messages")).lower()
+        verdict = "PASS" if FINDING in said else "FAIL"
+        with self._lock:
+            self._script.append(Text(verdict, JUDGE_USAGE))
+        return super().answer(path, protocol, headers, body)
+
+
+@pytest.fixture(scope="module")
+def python_image() -> str:
+    """The task's ``python:3.11-slim-bookworm`` as the project's local agent image (no
+    registry is reachable here)."""
+    from pytest_automedbench.sandbox.docker import docker_client
+    from pytest_automedbench.sandbox.images import ensure_images
+
+    return ensure_images(docker_client(), "debootstrap").agent
+
+
+@pytest.mark.slow
+def test_an_llm_judging_verifier_is_served_through_the_gateway(
+    tmp_path: Path, python_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Oracle passes and nop fails on the judge's verdicts; the judge's upstream saw the
+    real key only from the gateway, the verifier only a lease token and a loopback URL;
+    the record and the trajectory have the judge's tokens and cost as the verifier's
+    (the agents spent nothing); the relay and the lease are gone after the verifier."""
+    from pytest_automedbench.results import CellKey
+    from pytest_automedbench.runner import CellPlan, run_cell
+    from pytest_automedbench.sandbox.docker import docker_client
+    from pytest_automedbench.sandbox.images import LABEL
+
+    monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
+    task = _write(tmp_path / "tasks" / "judged", TASK)
+    records = {}
+    with ReportJudge([]) as judge:
+        config = RunConfig(
+            amb_out=tmp_path / "out",
+            sandbox="docker",
+            sandbox_network="off",
+            agent_definitions={"judge": _judge_definition(judge.openai_url)},
+            harbor_base=(f"python:3.11-slim-bookworm={python_image}",),
+            harbor_judge_model="judge",
+        )
+        for agent in ("oracle", "nop"):
+            plan = CellPlan(
+                key=CellKey(agent=agent, task=task.id, tier="harbor", run=0),
+                task=task,
+                staged=task.staged(),
+                config=config,
+                run_id="test-harbor-judge",
+                cell_dir=tmp_path / agent,
+            )
+            records[agent] = run_cell(plan)
+        requests = list(judge.requests)
+    oracle, nop = records["oracle"], records["nop"]
+    assert oracle.status == "scored" and nop.status == "scored", (oracle.error, nop.error)
+    assert (oracle.reward, oracle.passed) == (1.0, True)
+    assert (nop.reward, nop.passed) == (0.0, False)
+    # The upstream got the real key, from the gateway, and the configured model.
+    assert [r.step for r in requests] == [Text("PASS", JUDGE_USAGE), Text("FAIL", JUDGE_USAGE)]
+    for request in requests:
+        assert request.headers["authorization"] == f"Bearer {REAL_KEY}"
+        assert request.body["model"] == "judge-scripted"
+    cost = (JUDGE_USAGE.input_tokens * PRICES[0] + JUDGE_USAGE.output_tokens * PRICES[1]) / 1e6
+    for agent, record in records.items():
+        cell = tmp_path / agent
+        log = (cell / "verifier" / "test-stdout.txt").read_text()
+        env = json.loads(log.split("ENV ", 1)[1].splitlines()[0])
+        assert env["OPENAI_API_KEY"].startswith("amb-"), env  # a lease token
+        assert env["OPENAI_BASE_URL"].startswith("http://127.0.0.1:"), env
+        assert REAL_KEY not in log and REAL_KEY[::-1] not in log
+        assert env["JUDGE_MODEL"] == "gpt-judge-as-the-task-names-it"
+        # The judge's spending is the verifier's; the agents (oracle, nop) spent nothing.
+        spent = record.judge["verifier"]
+        assert spent["model"] == "openai/judge-scripted" and spent["served"] == 1, spent
+        assert (spent["tokens_in"], spent["tokens_out"]) == (321, 7), spent
+        assert spent["cost_usd"] == pytest.approx(cost) and spent["price_known"] is True
+        assert (record.tokens_in, record.tokens_out, record.cost_usd) == (0, 0, 0.0)
+        (event,) = [e for e in read_events(cell / "trajectory.jsonl") if e.kind == "verifier"]
+        assert isinstance(event, VerifierEvent) and event.get("judge") == spent
+        (lease_log,) = (cell / "gateway").glob("*-verifier-1.jsonl")  # the verifier's lease
+        logged = [json.loads(line) for line in lease_log.read_text().splitlines()]
+        assert [line["status"] for line in logged] == [200]
+        assert REAL_KEY not in lease_log.read_text()
+    left = docker_client().containers.list(
+        all=True, filters={"label": f"{LABEL}.role=harbor-judge-relay"}
+    )
+    assert not [c for c in left if c.labels.get(f"{LABEL}.run") == "test-harbor-judge"]
