@@ -63,12 +63,13 @@ Kinds and their fields (``turn`` on most of them):
     error), and a request the gateway refused for naming fields that would re-route it
     (``fields``: their names, ``protocol``, ``request_digest``): a violation.
 ``phase``, ``environment``, ``verifier``, ``verifier_control``, ``verifier_failure``,
-``tampering``, ``harbor_trial_error``
+``tampering``, ``harbor_trial_error``, ``oneshot_egress``
     an attempt of a format whose verifier runs in the agent's container: its phases and
     their seconds, the task's image, the verifier's run and rewards (and the control run
     on a fresh container when it left none), a verifier failure blamed on the agent, what
-    the agent changed of the programs the verifier runs (a violation), and a trial folder
-    that could not be written.
+    the agent changed of the programs the verifier runs (a violation), a trial folder
+    that could not be written, and a connection a one-shot compose service (``service``)
+    made through the egress proxy before the agent started (``egress``'s fields).
 ``egress``, ``runtime``
     what the sandbox saw the agent do: a connection through the egress proxy, and what
     the runtime probe recorded in the agent's Python (``probe``: ``optimizer_step``,
@@ -517,6 +518,16 @@ class EgressEvent(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OneShotEgressEvent(EgressEvent):
+    """One connection a task's one-shot compose service (``service``: a bootstrap
+    fetching its data) made through the egress proxy before the agent's container
+    started: the environment's, never the agent's (no violation is read from it)."""
+
+    KIND = "oneshot_egress"
+    service: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeEvent(Event):
     """What the sandbox's runtime probe saw in one of the agent's Python processes (one
     event per process and kind, with its final count): evidence for the inference-only
@@ -637,6 +648,7 @@ for _cls in (
     GatewayTamperingEvent,
     GatewayErrorEvent,
     EgressEvent,
+    OneShotEgressEvent,
     RuntimeEvent,
     PhaseEvent,
     EnvironmentEvent,

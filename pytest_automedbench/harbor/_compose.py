@@ -30,9 +30,19 @@ than run something that only resembles the task:
   (:class:`PreparedCompose`, with main's limits by the same rule); its ``close()``
   removes what it made.
 
-**No network.** Every one-shot runs with ``network_mode=none``, whatever the file says: a
-bootstrap that downloads its data (HealthAgentBench's fetch from PhysioNet, Hugging Face
-or Redivis on a cache miss) fails here; put the data in a named folder beforehand.
+**The network, for a bootstrap only.** A one-shot has no network interface
+(``network_mode=none``). One that *needs the network* (a bootstrap downloading its data
+on a cache miss: HealthAgentBench's fetch from PhysioNet, Hugging Face or Redivis) is one
+whose service does not say ``network_mode: none`` in a task that declares hosts
+(task.toml ``[environment] allowed_hosts``): it gets one route out, this process's egress
+proxy allowed **exactly those hosts** (:class:`~._compose_host.OneShotEgress`, nothing of
+the run's allow-list), through a relay container whose network namespace it joins (the
+relay listens on ``127.0.0.1:3128`` before the one-shot starts; the proxy variables point
+at it), for as long as that one-shot runs. Every connection is a ``oneshot_egress`` event
+of the trajectory and a line of the cell's ``oneshot-egress.jsonl``; a refused one (a host
+the task does not declare) fails the attempt as an infrastructure error naming the host,
+whatever the one-shot's exit. ``main`` (the agent) never shares that namespace or socket:
+its own route is the task's ``allow_internet`` and the session's policy, as before.
 """
 
 from __future__ import annotations
@@ -50,15 +60,21 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_automedbench.egress import ConnectionRecord
 from pytest_automedbench.harbor._compose_host import (
+    HOSTS_KEY,
+    ONE_SHOT_EGRESS_LOG,
     HostPathError,
+    OneShotEgress,
+    OneShotRoute,
     cpu_count,
     host_bind_source,
     lower,
     memory_mb,
     read_env_file,
+    refusals_text,
 )
 from pytest_automedbench.harbor._environment import (
     COMPOSE_FILES,
@@ -66,18 +82,26 @@ from pytest_automedbench.harbor._environment import (
     build_task_image,
     compose_file,
     copy_tree,
+    relay_image_for,
 )
-from pytest_automedbench.harbor.env_names import ENV_OPTION
+from pytest_automedbench.harbor.env_names import ENV_OPTION, MOUNT_OPTION
 from pytest_automedbench.redact import SECRET_NAME, redact
 from pytest_automedbench.sandbox.base import SandboxSpec
 from pytest_automedbench.sandbox.docker import (
+    bind,
     docker_client,
     docker_problem,
     owner_label,
     task_image_options,
 )
+from pytest_automedbench.sandbox.egress import EGRESS_DIR, proxy_environment, with_relay
 from pytest_automedbench.sandbox.images import LABEL
 from pytest_automedbench.sandbox.owner import is_gone
+
+if TYPE_CHECKING:
+    from pytest_automedbench.events import Event
+    from pytest_automedbench.harbor._task import HarborTask
+    from pytest_automedbench.plan import CellPlan
 
 
 class HarborVariableError(HarborImageError):
@@ -125,6 +149,7 @@ DEPLOY_LIMITS = ("cpus", "memory")
 TOP_KEYS = frozenset({"services", "volumes", "version", "name"})
 #: Labels' role values: the stale sweeps find what a dead harness left by these.
 ONE_SHOT_ROLE = "harbor-oneshot"
+ONE_SHOT_RELAY_ROLE = "harbor-oneshot-relay"
 VOLUME_ROLE = "harbor-volume"
 #: Lines of a failed one-shot's output its error carries.
 LOG_TAIL_LINES = 40
@@ -140,6 +165,11 @@ OWNER_FILE = "owner"
 #: Limits of a one-shot container (the agent's own limits come from task.toml).
 ONE_SHOT_PIDS = 1024
 ONE_SHOT_FILE_MB = 16 * 1024
+#: What a one-shot's egress relay prints once its port listens (the relay binds it
+#: before it starts this command), and how long it may take.
+RELAY_READY = "amb-oneshot-relay-ready"
+RELAY_READY_COMMAND = ["sh", "-c", f"echo {RELAY_READY}; exec sleep 2147483647"]
+RELAY_READY_TIMEOUT_S = 30
 
 Condition = Literal["service_completed_successfully", "service_started", "service_healthy"]
 _CONDITIONS = ("service_completed_successfully", "service_started", "service_healthy")
@@ -194,6 +224,9 @@ class ServiceSpec:
     #: ``deploy.resources.limits``: never above the run's own (the lower one wins).
     memory_mb: int | None = None
     cpus: float | None = None
+    #: The file does not say ``network_mode: none``: as a one-shot, it gets the task's
+    #: declared hosts through the egress proxy (when the task declares any).
+    wants_network: bool = False
 
 
 @dataclass(frozen=True)
@@ -443,6 +476,7 @@ class _Loader:
             user=None if data.get("user") is None else str(data["user"]),
             memory_mb=limits[0],
             cpus=limits[1],
+            wants_network=network is None,
         )
 
     def build(self, name: str, value: Any) -> BuildSpec:
@@ -1167,6 +1201,100 @@ def _mounts(
     return mounts
 
 
+@dataclass(frozen=True)
+class _Network:
+    """How a one-shot's container is networked: its create call's options, the variables
+    that send its HTTP clients to the relay, and its route (None: no network)."""
+
+    options: Mapping[str, Any]
+    environment: Mapping[str, str] = field(default_factory=dict)
+    route: OneShotRoute | None = None
+    hosts: tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def _network(
+    client: Any,
+    service: ServiceSpec,
+    egress: OneShotEgress | None,
+    *,
+    run_id: str,
+    prepared: PreparedCompose,
+) -> Iterator[_Network]:
+    """No network interface; or, for a service that wants the network when the task
+    declares hosts (``egress``), the namespace of a relay to the proxy's socket of this
+    service alone, removed (and the socket closed) on leaving."""
+    if egress is None or not service.wants_network:
+        yield _Network({"network_mode": "none", "hostname": service.name})
+        return
+    with egress.opened(service.name) as route:
+        relay = _start_relay(client, egress.docker_base, route, service, run_id, prepared)
+        try:
+            yield _Network(
+                {"network_mode": f"container:{relay}"}, proxy_environment(), route, egress.hosts
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                client.api.remove_container(relay, force=True)
+
+
+def _start_relay(
+    client: Any,
+    docker_base: str,
+    route: OneShotRoute,
+    service: ServiceSpec,
+    run_id: str,
+    prepared: PreparedCompose,
+) -> str:
+    """The one-shot's egress relay: the project's base image (it has python3), no network
+    interface, unprivileged, listening on 127.0.0.1:3128 in its own namespace (which the
+    one-shot joins) and relaying to ``route``'s socket. Returns once it listens."""
+    socket_path = f"{EGRESS_DIR}/{route.socket_name}"
+    try:
+        relay = client.containers.create(
+            relay_image_for(client, docker_base),
+            with_relay(RELAY_READY_COMMAND, "python3", socket_path),
+            init=True,
+            network_mode="none",
+            mounts=[bind(route.folder, EGRESS_DIR, read_only=True)],
+            labels=_labels(ONE_SHOT_RELAY_ROLE, run_id),
+            user="65534:65534",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=64,
+            mem_limit="256m",
+        )
+        prepared.containers.append(str(relay.id))
+        relay.start()
+        _await_ready(str(relay.id))
+    except HarborImageError:
+        raise
+    except Exception as exc:
+        raise HarborImageError(
+            f"the egress relay of the one-shot service {service.name!r} did not start: {exc}"
+        ) from exc
+    return str(relay.id)
+
+
+def _await_ready(relay_id: str) -> None:
+    """Read the relay's output until it says it listens (it prints that after binding);
+    its end, or :data:`RELAY_READY_TIMEOUT_S` without output, is an error."""
+    stream = docker_client(RELAY_READY_TIMEOUT_S).api.logs(
+        relay_id, stream=True, follow=True, stdout=True, stderr=True
+    )
+    seen = b""
+    try:
+        for chunk in stream:
+            seen += chunk
+            if RELAY_READY.encode() in seen:
+                return
+    finally:
+        with contextlib.suppress(Exception):
+            stream.close()
+    raise HarborImageError(f"the egress relay ended before it listened: {seen[-2000:]!r}")
+
+
 def _run_one_shot(
     client: Any,
     plan: ComposePlan,
@@ -1180,10 +1308,13 @@ def _run_one_shot(
     cpus: float | None,
     prepared: PreparedCompose,
     say: Callable[[str], None],
+    egress: OneShotEgress | None = None,
 ) -> None:
     """Run one one-shot service to its end, hardened as the agent's container (no
-    network, no new privileges, fewer capabilities, memory/pids/file-size limits);
-    a non-zero exit or an overrun raises with the end of its output."""
+    network interface, no new privileges, fewer capabilities, memory/pids/file-size
+    limits), with the task's declared hosts through the egress proxy when it wants the
+    network (:func:`_network`); a non-zero exit, an overrun or a refused connection
+    raises with the end of its output."""
     limits = SandboxSpec(  # its folders are never mounted: the limits are what counts
         public_dir=plan.file.parent,
         workspace_dir=plan.file.parent,
@@ -1192,49 +1323,76 @@ def _run_one_shot(
         max_file_mb=ONE_SHOT_FILE_MB,
         cpus=cpus,
     )
-    options = {**task_image_options(limits), "hostname": service.name}
+    options = {k: v for k, v in task_image_options(limits).items() if k != "hostname"}
     say(f"running the one-shot service {service.name!r} of {plan.file} ({image})")
     started = time.monotonic()
-    try:
-        container = client.containers.create(
-            image,
-            command=service.command,
-            entrypoint=service.entrypoint,
-            environment=dict(service.environment),
-            working_dir=service.working_dir,
-            user=service.user or "",
-            network_mode="none",
-            mounts=mounts,
-            labels=_labels(ONE_SHOT_ROLE, run_id),
-            **options,
-        )
-    except Exception as exc:
+    with _network(client, service, egress, run_id=run_id, prepared=prepared) as network:
+        try:
+            container = client.containers.create(
+                image,
+                command=service.command,
+                entrypoint=service.entrypoint,
+                environment={**service.environment, **network.environment},
+                working_dir=service.working_dir,
+                user=service.user or "",
+                mounts=mounts,
+                labels=_labels(ONE_SHOT_ROLE, run_id),
+                **network.options,
+                **options,
+            )
+        except Exception as exc:
+            raise HarborImageError(
+                f"{plan.file}: cannot create the one-shot service {service.name!r}: {exc}"
+            ) from exc
+        prepared.containers.append(str(container.id))
+        exit_code = _wait(container, plan, service, timeout_s)
+    refused = network.route.refused() if network.route is not None else []
+    if exit_code != 0 or refused:
+        logs = docker_client().api.logs(container.id, stdout=True, stderr=True, tail=LOG_TAIL_LINES)
+        what = _failure(network, exit_code, refused, timeout_s)
         raise HarborImageError(
-            f"{plan.file}: cannot create the one-shot service {service.name!r}: {exc}"
-        ) from exc
-    prepared.containers.append(str(container.id))
+            f"{plan.file}: the one-shot service {service.name!r} {what}; its last output:\n"
+            + logs.decode(errors="replace").rstrip()
+        )
+    say(f"{service.name!r} finished in {time.monotonic() - started:.0f} s")
+
+
+def _wait(container: Any, plan: ComposePlan, service: ServiceSpec, timeout_s: float) -> int:
+    """Start the one-shot and wait for its end: its exit status, 124 when it overran
+    (it is killed)."""
     try:
         container.start()
         status = container.wait(timeout=timeout_s)
-        exit_code = int(status.get("StatusCode", -1))
+        return int(status.get("StatusCode", -1))
     except Exception as exc:  # the SDK reports a wait timeout as a connection error
         with contextlib.suppress(Exception):
             container.kill()
-        exit_code = 124 if "timed out" in str(exc).lower() or "timeout" in str(exc).lower() else -1
-        if exit_code != 124:
-            raise HarborImageError(
-                f"{plan.file}: the one-shot service {service.name!r} did not run: {exc}"
-            ) from exc
-    if exit_code != 0:
-        logs = docker_client().api.logs(container.id, stdout=True, stderr=True, tail=LOG_TAIL_LINES)
-        tail = logs.decode(errors="replace").rstrip()
-        why = f"ran over {timeout_s:.0f} s" if exit_code == 124 else f"exited {exit_code}"
+        if "timed out" in str(exc).lower() or "timeout" in str(exc).lower():
+            return 124
         raise HarborImageError(
-            f"{plan.file}: the one-shot service {service.name!r} {why} (it has no network: "
-            "a service that needs the network, to download its data, is not supported yet; "
-            f"mirror the data into a --harbor-mount folder); its last output:\n{tail}"
+            f"{plan.file}: the one-shot service {service.name!r} did not run: {exc}"
+        ) from exc
+
+
+def _failure(
+    network: _Network, exit_code: int, refused: Sequence[ConnectionRecord], timeout_s: float
+) -> str:
+    """How a failed one-shot ended: what the proxy refused it (the hosts named), or its
+    exit and the network it had."""
+    why = {0: "exited 0", 124: f"ran over {timeout_s:.0f} s"}.get(exit_code, f"exited {exit_code}")
+    if refused:
+        return (
+            f"reached for a host the task does not declare ({HOSTS_KEY} = "
+            f"{list(network.hosts)}): {refusals_text(refused)}, refused by the egress proxy "
+            f"(it {why})"
         )
-    say(f"{service.name!r} finished in {time.monotonic() - started:.0f} s")
+    if network.route is not None:
+        return f"{why} (its route out: the egress proxy, to {list(network.hosts)} only)"
+    return (
+        f"{why} (it has no network: a one-shot gets one only through the egress proxy, to "
+        f"the hosts of {HOSTS_KEY}, when its service does not say network_mode: none; or "
+        f"mirror the data into a {MOUNT_OPTION} folder)"
+    )
 
 
 def prepare_compose(
@@ -1247,15 +1405,17 @@ def prepare_compose(
     run_timeout_s: float | None = None,
     memory_mb: int = 2048,
     cpus: float | None = None,
+    egress: OneShotEgress | None = None,
 ) -> PreparedCompose:
     """Build the images, create this attempt's volumes (``amb-<run id>-<random>-<name>``,
     labelled), run the one-shots in order (each within ``run_timeout_s``, default
     ``build_timeout_s``, with ``memory_mb``/``cpus`` or its own lower
-    ``deploy.resources.limits``), and return ``main``'s image, environment, working_dir,
-    user, mounts and limits (the same rule). On any failure what was made is removed
-    before :class:`HarborImageError` is raised (its message with the env files' values
-    masked); otherwise the caller closes it (after the agent's container is gone: a
-    volume in use cannot be removed)."""
+    ``deploy.resources.limits``; those that want the network with ``egress``, the task's
+    declared hosts, when given: :func:`one_shot_egress`), and return ``main``'s image,
+    environment, working_dir, user, mounts and limits (the same rule). On any failure
+    what was made is removed before :class:`HarborImageError` is raised (its message with
+    the env files' values masked); otherwise the caller closes it (after the agent's
+    container is gone: a volume in use cannot be removed)."""
     global _swept
     if (problem := docker_problem()) is not None:
         raise HarborImageError(f"Docker backend unavailable: {problem}")
@@ -1301,6 +1461,7 @@ def prepare_compose(
                 cpus=lower(cpus, service.cpus),
                 prepared=prepared,
                 say=say,
+                egress=egress,
             )
         prepared.mounts = _mounts(plan, main, names, prepared.binds)
     except BaseException as exc:
@@ -1321,6 +1482,31 @@ def prepare_compose(
         with contextlib.suppress(Exception):
             client.api.remove_container(container_id, force=True)
     return prepared
+
+
+def one_shot_egress(
+    plan: CellPlan, task: HarborTask, write: Callable[[Event], object]
+) -> OneShotEgress | None:
+    """The route out of the attempt's one-shot services that want the network: the hosts
+    the task declares (``[environment] allowed_hosts``) through this process's egress
+    proxy, with the run's static host map and address exceptions, each connection written
+    by ``write`` and logged in the cell's :data:`~._compose_host.ONE_SHOT_EGRESS_LOG`.
+    None (no network for any one-shot) when the task declares no host or the run's
+    network is ``off``."""
+    from pytest_automedbench.egress import shared_proxy
+
+    config, hosts = plan.config, tuple(task.network.allow_hosts)
+    if not hosts or config.sandbox_network == "off":
+        return None
+    return OneShotEgress(
+        hosts=hosts,
+        proxy=shared_proxy(config.host_map),
+        cell_id=plan.key.cell_id,
+        docker_base=config.docker_base,
+        allow_networks=tuple(config.sandbox_allow_networks),
+        log_path=plan.cell_dir / ONE_SHOT_EGRESS_LOG,
+        write=write,
+    )
 
 
 @contextlib.contextmanager

@@ -14,24 +14,46 @@ inside such a folder, checked when the file is read and again when the bind is m
   registered as secrets of the process (:func:`~pytest_automedbench.redact.register_secrets`)
   before they are handed back. No error quotes a line of it.
 * :func:`memory_mb` / :func:`cpu_count`: ``deploy.resources.limits`` as numbers.
+* :class:`OneShotEgress`: the one route out a one-shot service that needs the network
+  gets (a bootstrap downloading its data): this process's egress proxy, allowed exactly
+  the task's declared hosts (and the run's address exceptions), on a socket of its own
+  for that service alone (:meth:`OneShotEgress.opened`); each connection is a
+  ``oneshot_egress`` event and a line of the cell's :data:`ONE_SHOT_EGRESS_LOG`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_automedbench.egress import (
+    ConnectionRecord,
+    EgressLease,
+    EgressPolicy,
+    EgressPolicyError,
+    EgressProxy,
+)
+from pytest_automedbench.events import Event, OneShotEgressEvent
 from pytest_automedbench.harbor.env_names import MOUNT_OPTION
 from pytest_automedbench.redact import register_secrets
+from pytest_automedbench.sandbox.egress import EGRESS_SOCKET_NAME
 
 #: The largest env_file read.
 ENV_FILE_MAX_BYTES = 1 << 20
 #: Docker's smallest memory limit (MiB).
 MIN_MEMORY_MB = 6
+#: The cell's log of its one-shot services' connections (``egress.jsonl`` is the agent's).
+ONE_SHOT_EGRESS_LOG = "oneshot-egress.jsonl"
+#: Where a task declares the hosts its one-shot services may reach (named in messages).
+HOSTS_KEY = "task.toml [environment] allowed_hosts"
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*([bkmg]?)b?", re.IGNORECASE)
@@ -159,9 +181,95 @@ def lower(cap: float | None, limit: float | None) -> float | None:
     return min(cap, limit)
 
 
+@dataclass(frozen=True)
+class OneShotRoute:
+    """One one-shot service's route while it runs: the folder holding its proxy socket
+    (bound into its relay) and its lease on the proxy."""
+
+    folder: Path
+    lease: EgressLease
+
+    @property
+    def socket_name(self) -> str:
+        return EGRESS_SOCKET_NAME
+
+    def refused(self) -> list[ConnectionRecord]:
+        """The connections the proxy refused (read once the lease is closed)."""
+        return [record for record in self.lease.records() if not record.allowed]
+
+
+@dataclass(frozen=True)
+class OneShotEgress:
+    """The route out of a task's one-shot services that need the network: ``proxy``
+    (this process's egress proxy) allowed exactly ``hosts`` (the task's declared hosts,
+    ``host`` or ``host:port`` or ``*.domain``; nothing of the default or the run's
+    allow-list) and the run's address exceptions (``allow_networks``: a LAN mirror, a
+    test's server). Each connection is written as a ``oneshot_egress`` event by ``write``
+    and as a line of ``log_path``; ``docker_base`` is the image the relay runs in."""
+
+    hosts: tuple[str, ...]
+    proxy: EgressProxy
+    cell_id: str
+    docker_base: str = "debootstrap"
+    allow_networks: tuple[str, ...] = ()
+    log_path: Path | None = None
+    write: Callable[[Event], object] | None = None
+
+    def policy(self) -> EgressPolicy:
+        """The allow-list of the declared hosts alone (a malformed host: a
+        ``ValueError`` naming it and :data:`HOSTS_KEY`)."""
+        try:
+            return EgressPolicy(
+                mode="allowlist", allow_hosts=self.hosts, allow_networks=self.allow_networks
+            )
+        except EgressPolicyError as exc:
+            raise ValueError(f"{HOSTS_KEY}: {exc}") from None
+
+    @contextmanager
+    def opened(self, service: str) -> Iterator[OneShotRoute]:
+        """A socket of the proxy for ``service`` alone, in a folder of its own (a short
+        path: a socket's name has 107 bytes), closed and removed on leaving."""
+        policy = self.policy()
+        folder = Path(tempfile.mkdtemp(prefix="amb-eg-"))
+        try:
+            folder.chmod(0o755)
+            lease = self.proxy.open_cell(
+                f"{self.cell_id}.{service}",
+                policy,
+                folder / EGRESS_SOCKET_NAME,
+                on_record=lambda record: self._record(service, record),
+                log_path=self.log_path,
+            )
+            try:
+                yield OneShotRoute(folder, lease)
+            finally:
+                lease.close()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _record(self, service: str, connection: ConnectionRecord) -> None:
+        if self.write is None:
+            return
+        fields = connection.as_dict()
+        fields.pop("cell_id", None)
+        self.write(OneShotEgressEvent.of(service=service, **fields))
+
+
+def refusals_text(refused: Sequence[ConnectionRecord]) -> str:
+    """The refused connections as a message names them (each target once, in order)."""
+    seen = dict.fromkeys(
+        f"{record.method} {record.host}:{record.port} ({record.reason})" for record in refused
+    )
+    return "; ".join(seen)
+
+
 __all__ = [
     "ENV_FILE_MAX_BYTES",
+    "HOSTS_KEY",
+    "ONE_SHOT_EGRESS_LOG",
     "HostPathError",
+    "OneShotEgress",
+    "OneShotRoute",
     "cpu_count",
     "host_bind_source",
     "inside",
@@ -169,4 +277,5 @@ __all__ = [
     "memory_mb",
     "parse_env_lines",
     "read_env_file",
+    "refusals_text",
 ]

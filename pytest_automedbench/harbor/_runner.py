@@ -609,7 +609,7 @@ class TaskEnvironment:
 def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> TaskEnvironment:
     """The task's image (built once per content hash; the build's lines are events); for
     a docker-compose environment, its services built and its one-shot services run."""
-    from pytest_automedbench.harbor._compose import prepare_compose
+    from pytest_automedbench.harbor._compose import one_shot_egress, prepare_compose
     from pytest_automedbench.harbor._environment import build_task_image, compose_file
 
     environment = task.config.environment
@@ -622,6 +622,7 @@ def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -
             say=lambda line: _say(trajectory, line),
             memory_mb=environment.memory_mb,
             cpus=environment.cpus,
+            egress=one_shot_egress(plan, task, trajectory.write),
         )
         trajectory.write(EnvironmentEvent.of(image=prepared.image, compose=str(prepared.volumes)))
         return TaskEnvironment(prepared.image, prepared)
