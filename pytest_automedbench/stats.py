@@ -203,10 +203,17 @@ def _boot_means(sums: FloatArray, weights: FloatArray, n_boot: int, seed: int) -
 def _percentile(boot: FloatArray, level: float) -> tuple[FloatArray, FloatArray]:
     alpha = (1.0 - level) / 2.0
     q = np.array([alpha, 1.0 - alpha])
-    bounds = (
-        np.nanquantile(boot, q, axis=0) if np.isnan(boot).any() else np.quantile(boot, q, axis=0)
-    )
-    return bounds[0], bounds[1]
+    if not np.isnan(boot).any():
+        bounds = np.quantile(boot, q, axis=0)
+        return bounds[0], bounds[1]
+    # A column with no value at all (e.g. TASK when every run was a violation) has no
+    # bounds: NaN, without asking numpy for the quantiles of an all-NaN slice (a warning).
+    low, high = np.full(boot.shape[1], _NAN), np.full(boot.shape[1], _NAN)
+    some = ~np.isnan(boot).all(axis=0)
+    if some.any():
+        bounds = np.nanquantile(boot[:, some], q, axis=0)
+        low[some], high[some] = bounds[0], bounds[1]
+    return low, high
 
 
 def _intervals(

@@ -414,7 +414,9 @@ def agents_table(agents: Sequence[GroupStats]) -> str:
                 _e(g.key[0]),
                 str(g.n_runs),
                 str(g.n_infra),
-                f"{_score(overall.mean)} [{_score(overall.low)}, {_score(overall.high)}]",
+                f"{_score(overall.mean)} [{_score(overall.low)}, {_score(overall.high)}]"
+                if overall.n >= 2
+                else f"{_score(overall.mean)} (n={overall.n}, no interval)",
                 *(_score(g.stages[s].scaled().mean) for s in STAGE_IDS),
                 *(str(g.error_codes[c].cells) for c in ERROR_CODE_IDS),
                 _cost(g),
@@ -443,11 +445,9 @@ def _clip(value: float) -> float:
 
 
 def _overall_bar(row: Mapping[str, Any]) -> str:
-    low, mean, high = (_clip(float(row[k])) for k in ("overall_low", "overall", "overall_high"))
-    text = (
-        f"OVERALL {row['overall']:.1f} (95% CI {row['overall_low']:.1f} to "
-        f"{row['overall_high']:.1f})"
-    )
+    mean = _clip(row["overall"] if row["overall"] is not None else math.nan)
+    low, high = (mean if row[k] is None else _clip(row[k]) for k in ("overall_low", "overall_high"))
+    text = f"OVERALL {interval_text(row)}"
     return (
         f'<svg xmlns="{SVG_NS}" class="ci-bar" width="200" height="14" role="img" '
         f'aria-label="{_e(text)}"><title>{_e(text)}</title>'
@@ -471,6 +471,21 @@ def pooled_text(row: Mapping[str, Any]) -> str:
     return f"{100 * rate:.1f}% ({row['successes']}/{row['trials']})"
 
 
+def number_text(value: float | None, digits: int = 1) -> str:
+    """A row's score (0-100) to ``digits`` places; "n/a" when it has none (None)."""
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def interval_text(row: Mapping[str, Any]) -> str:
+    """A row's OVERALL with its 95% interval, e.g. "41.0 [35.2, 46.8]"; one value has no
+    interval ("41.0 (n=1, no interval)"), a row without a score "n/a"."""
+    if row["overall"] is None:
+        return "n/a"
+    if row["overall_low"] is None:
+        return f"{row['overall']:.1f} (n={row['overall_n']}, no interval)"
+    return f"{row['overall']:.1f} [{row['overall_low']:.1f}, {row['overall_high']:.1f}]"
+
+
 def trial_cost_text(row: Mapping[str, Any]) -> str:
     """A row's cost per trial: dollars, or "cost unknown" (never $0 for an unpriced
     model)."""
@@ -490,12 +505,12 @@ def leaderboard_table(table: Sequence[Mapping[str, Any]]) -> str:
             _e(r["agent"]),
             _e(r["track"]) + (" \u2020" if r.get("versions_differ") else ""),
             str(r["runs"]),
-            _e(f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}]"),
+            _e(interval_text(r)),
             _overall_bar(r),
             _e(pooled_text(r)),
-            _e(f"{r['task']:.1f}"),
-            _e(f"{r['agentic']:.1f}"),
-            *(_e(f"{r[s]:.0f}") for s in STAGE_IDS),
+            _e(number_text(r["task"])),
+            _e(number_text(r["agentic"])),
+            *(_e(number_text(r[s], 0)) for s in STAGE_IDS),
             _e(f"{100 * r['pass_at_k']:.0f}% (k={r['k']})"),
             _e(_codes(r)),
             *_system(r),
@@ -534,7 +549,7 @@ def systems_table(systems: Sequence[Mapping[str, Any]]) -> str:
             str(r["infra_errors"]),
             _e(pooled_text(r)),
             _e(trial_cost_text(r)),
-            _e(f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}]"),
+            _e(interval_text(r)),
         ]
         for r in systems
     ]

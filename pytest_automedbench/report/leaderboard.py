@@ -78,10 +78,16 @@ from typing import Any, Literal
 
 from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.report import html_page
-from pytest_automedbench.report.html_page import pooled_text, trial_cost_text
+from pytest_automedbench.report.html_page import (
+    interval_text,
+    number_text,
+    pooled_text,
+    trial_cost_text,
+)
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import (
     GroupStats,
+    Interval,
     Versions,
     attempt_is_trial,
     differing_versions,
@@ -222,7 +228,6 @@ def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, A
             tracks.setdefault(cell.agent, set()).add(cell.track)
     out = []
     for g in sorted(groups, key=lambda g: (-g.overall.mean, g.key)):
-        overall = g.overall.scaled()
         out.append(
             {
                 "agent": g.key[0],
@@ -230,12 +235,23 @@ def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, A
                 "tracks": ", ".join(sorted(tracks[g.key[0]])),
                 **_trials(g),
                 "infra_errors": g.n_infra,
-                "overall": round(overall.mean, 2),
-                "overall_low": round(overall.low, 2),
-                "overall_high": round(overall.high, 2),
+                **_overall(g.overall),
             }
         )
     return out
+
+
+def _overall(interval: Interval) -> dict[str, Any]:
+    """OVERALL (0-100) as a row holds it: the mean (None without a value), its 95%
+    interval (None from fewer than two values: one value has no interval) and ``n``."""
+    scaled = interval.scaled()
+    ranged = scaled.n >= 2
+    return {
+        "overall": _round(scaled.mean, 2),
+        "overall_low": _round(scaled.low, 2) if ranged else None,
+        "overall_high": _round(scaled.high, 2) if ranged else None,
+        "overall_n": scaled.n,
+    }
 
 
 def _row(
@@ -245,19 +261,16 @@ def _row(
     system: Mapping[str, str | None],
 ) -> dict[str, Any]:
     agent, track = group.key
-    overall = group.overall.scaled()
     codes = {code: share.cells for code, share in sorted(group.error_codes.items()) if share.cells}
     return {
         "agent": agent,
         "track": track,
         "runs": group.n_runs,
         "infra_errors": group.n_infra,
-        "overall": round(overall.mean, 2),
-        "overall_low": round(overall.low, 2),
-        "overall_high": round(overall.high, 2),
-        "task": round(group.task.scaled().mean, 2),
-        "agentic": round(group.agentic.scaled().mean, 2),
-        **{s: round(group.stages[s].scaled().mean, 2) for s in STAGES},
+        **{k: v for k, v in _overall(group.overall).items() if k != "overall_n"},
+        "task": _round(group.task.scaled().mean, 2),
+        "agentic": _round(group.agentic.scaled().mean, 2),
+        **{s: _round(group.stages[s].scaled().mean, 2) for s in STAGES},
         "resolved_rate": round(group.resolved_rate, 4),
         "k": group.k,
         "pass_at_k": round(group.pass_at_k, 4),
@@ -271,6 +284,7 @@ def _row(
         # New keys after the old ones, so that CSV columns keep their places.
         **system,
         **_trials(group),
+        "overall_n": group.overall.n,
     }
 
 
@@ -413,12 +427,12 @@ def _markdown(table: list[dict[str, Any]]) -> str:
     )
     lines = [header, "|" + "---|" * 18]
     for r in table:
-        stages = " | ".join(f"{r[s]:.0f}" for s in STAGES)
+        stages = " | ".join(number_text(r[s], 0) for s in STAGES)
         track = _cell_text(r["track"]) + (f" {MARK}" if r["versions_differ"] else "")
         lines.append(
-            f"| {_cell_text(r['agent'])} | {track} | {r['runs']} | {r['overall']:.1f} "
-            f"[{r['overall_low']:.1f}, {r['overall_high']:.1f}] | {pooled_text(r)} | "
-            f"{r['task']:.1f} | {r['agentic']:.1f} | {stages} | "
+            f"| {_cell_text(r['agent'])} | {track} | {r['runs']} | {interval_text(r)} | "
+            f"{pooled_text(r)} | {number_text(r['task'])} | {number_text(r['agentic'])} | "
+            f"{stages} | "
             f"{100 * r['pass_at_k']:.0f}% (k={r['k']}) | {_codes(r)} | {_system_cells(r)} | "
             f"{trial_cost_text(r)} |"
         )
@@ -442,7 +456,7 @@ def _markdown_systems(systems: Sequence[Mapping[str, Any]]) -> str:
         lines.append(
             f"| {_cell_text(r['agent'])} | {_system_cells(r)} | {_cell_text(r['tracks'])} | "
             f"{r['trials']} | {r['infra_errors']} | {pooled_text(r)} | {trial_cost_text(r)} | "
-            f"{r['overall']:.1f} [{r['overall_low']:.1f}, {r['overall_high']:.1f}] |"
+            f"{interval_text(r)} |"
         )
     return "\n".join(lines) + "\n"
 

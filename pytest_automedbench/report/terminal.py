@@ -41,8 +41,13 @@ def _detail_line(group: GroupStats) -> str:
         f"{code} x{share.cells}" for code, share in sorted(group.error_codes.items()) if share.cells
     )
     cost = f"${group.cost_usd:.4f}/run" if group.cost_known else "cost unknown"
+    interval = (
+        f"OVERALL 95% CI [{overall.low:.1f}, {overall.high:.1f}] (n={overall.n})"
+        if overall.n >= 2
+        else f"OVERALL n={overall.n}, no interval"
+    )
     return (
-        f"    OVERALL 95% CI [{overall.low:.1f}, {overall.high:.1f}] (n={overall.n}) | {stages} | "
+        f"    {interval} | {stages} | "
         f"pass@{group.k} {group.pass_at_k * 100:.0f}% | codes: {codes or 'none'} | "
         f"{cost}, {group.tokens_in + group.tokens_out:.0f} tokens/run"
     )
