@@ -423,7 +423,8 @@ class _Loader:
                 where.unsupported(
                     name,
                     "network_mode",
-                    f" ({network!r}: only 'none'; no container here has a network)",
+                    f" ({network!r}: only 'none'; left out, a one-shot gets the hosts of "
+                    f"{HOSTS_KEY} through the egress proxy, and no other network)",
                 )
             )
         build: BuildSpec | None = None
