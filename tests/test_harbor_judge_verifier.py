@@ -263,3 +263,85 @@ def test_an_llm_judging_verifier_is_served_through_the_gateway(
         all=True, filters={"label": f"{LABEL}.role=harbor-judge-relay"}
     )
     assert not [c for c in left if c.labels.get(f"{LABEL}.run") == "test-harbor-judge"]
+
+
+#: HealthAgentBench's way (its report-correction compose files): the repository's ``.env``
+#: as ``main``'s env_file holds the judge's key and endpoint; task.toml names none. The
+#: oracle's solution (Python) prints its environment reversed to its log.
+ENV_FILE_KEY = "sk-env-file-key-7070"
+COMPOSE_TASK = {
+    **TASK,
+    "task.toml": TASK_TOML.replace(
+        'OPENAI_API_KEY = "${OPENAI_API_KEY}"\nOPENAI_BASE_URL = "https://api.openai.com/v1"\n', ""
+    ),
+    "environment/docker-compose.yaml": """
+services:
+  main:
+    build: {context: .., dockerfile: environment/Dockerfile}
+    image: ${COMPOSE_PROJECT_NAME}-img
+    env_file: ../../../../.env
+    environment: [PYTHONUNBUFFERED=1]
+""",
+    "solution/solve.sh": (
+        "#!/usr/bin/env python3\nimport json, os\n"
+        f"open('/app/corrected.txt', 'w').write('{FINDING}')\n"
+        "print(json.dumps({k: v[::-1] for k, v in os.environ.items()}))\n"
+    ),
+}
+
+
+@pytest.mark.slow
+def test_a_judge_key_in_mains_env_file_reaches_neither_agent_nor_verifier(
+    tmp_path: Path, python_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task laid out as HealthAgentBench's, run unchanged with its repository named:
+    the judge is found through main's environment (skipped without a judge model), the
+    oracle passes on the gateway's judge, and the env file's key and endpoint reach no
+    container and no upstream (the agent gets the env file's other variables)."""
+    from pytest_automedbench.results import CellKey
+    from pytest_automedbench.runner import CellPlan, run_cell
+
+    monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
+    repo = tmp_path / "repo"
+    (repo / ".env").parent.mkdir(parents=True)
+    (repo / ".env").write_text(
+        f"OPENAI_API_KEY={ENV_FILE_KEY}\nOPENAI_BASE_URL=https://judge.invalid/v1\nMODE=hab\n"
+    )
+    folder = repo / "tasks" / "report_correction" / "case_01"
+    _write(folder, COMPOSE_TASK)
+    task = load_harbor_task(folder, mounts=(repo,))
+    assert "OPENAI_API_KEY" not in task.config.verifier.env
+    reason = unavailable_reason(task, RunConfig())
+    assert reason is not None and JUDGE_OPTION in reason
+    with ReportJudge([]) as judge:
+        config = RunConfig(
+            amb_out=tmp_path / "out",
+            sandbox="docker",
+            sandbox_network="off",
+            agent_definitions={"judge": _judge_definition(judge.openai_url)},
+            harbor_base=(f"python:3.11-slim-bookworm={python_image}",),
+            harbor_mount=(repo,),
+            harbor_judge_model="judge",
+        )
+        assert unavailable_reason(task, config) is None
+        plan = CellPlan(
+            key=CellKey(agent="oracle", task=task.id, tier="harbor", run=0),
+            task=task,
+            staged=task.staged(),
+            config=config,
+            run_id="test-harbor-judge-compose",
+            cell_dir=tmp_path / "oracle",
+        )
+        record = run_cell(plan)
+        requests = list(judge.requests)
+    assert record.status == "scored" and record.passed is True, record.error
+    assert [r.headers["authorization"] for r in requests] == [f"Bearer {REAL_KEY}"]
+    assert record.judge["verifier"]["served"] == 1
+    agent_env = json.loads((tmp_path / "oracle" / "agent-logs" / "oracle.txt").read_text())
+    assert agent_env["MODE"] == "bah"  # the env file's other variables reach the agent
+    assert "OPENAI_API_KEY" not in agent_env and "OPENAI_BASE_URL" not in agent_env
+    log = (tmp_path / "oracle" / "verifier" / "test-stdout.txt").read_text()
+    env = json.loads(log.split("ENV ", 1)[1].splitlines()[0])
+    assert env["OPENAI_API_KEY"].startswith("amb-") and "127.0.0.1" in env["OPENAI_BASE_URL"]
+    for secret in (ENV_FILE_KEY, REAL_KEY):
+        assert secret not in log and secret[::-1] not in log
