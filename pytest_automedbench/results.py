@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +26,25 @@ class CellKey(BaseModel):
     @property
     def cell_id(self) -> str:
         return f"{self.task}-{self.tier}-r{self.run}"
+
+    @property
+    def agent_folder(self) -> str:
+        """The agent's name as one folder (``folder_name``)."""
+        return folder_name(self.agent)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def folder_name(name: str) -> str:
+    """``name`` as one folder name on any file system: itself when it is already one
+    (letters, digits, ``.``, ``_``, ``-``, not ``.`` or ``..``); otherwise each run of
+    other characters (a ``:`` or ``/`` of ``codex:openai/gpt-5``) becomes ``_`` and a
+    short hash of the name is added, so that two names never share a folder."""
+    if name not in ("", ".", "..") and not _UNSAFE.search(name):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{_UNSAFE.sub('_', name).strip('.')}-{digest}"
 
 
 #: A cell as the ledger knows it across sessions: agent, model, task, tier, run and the

@@ -115,7 +115,7 @@ class AutoMedBenchSession:
         return self.config.amb_out / "data"
 
     def cell_dir(self, key: CellKey) -> Path:
-        return self.config.amb_out / "runs" / self.run_id / key.agent / key.cell_id
+        return self.config.amb_out / "runs" / self.run_id / key.agent_folder / key.cell_id
 
     @property
     def resumed_file(self) -> Path:
