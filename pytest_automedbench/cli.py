@@ -33,6 +33,7 @@ from pytest_automedbench.agents.registry import (
 )
 from pytest_automedbench.config import ConfigError, read_pyproject_agents
 from pytest_automedbench.evaluation import EvaluatorError, evaluate
+from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.fixtures.registry import get_generator, get_stager
 from pytest_automedbench.fixtures.staging import (
     StagingError,
@@ -229,7 +230,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         result = evaluate(spec, args.submission, references, Path(workdir))
     if args.json:
         print(result.model_dump_json(indent=1))
-        return 0
+        return _submission_status(result.format)
     for case in result.cases:
         metrics = ", ".join(
             f"{k} {'n/a' if v is None else f'{v:.4f}'}" for k, v in sorted(case.metrics.items())
@@ -245,7 +246,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         f"{result.format.n_expected} cases valid)"
     )
     print(f"TASK {result.task_score:.4f}  ({headline})")
-    return 0
+    return _submission_status(result.format)
+
+
+#: ``automedbench evaluate``'s exit status for a submission that fails the task's format
+#: check (scored all the same; 2 stays a usage error).
+INVALID_SUBMISSION = 1
+
+
+def _submission_status(report: FormatReport) -> int:
+    """0 for a valid submission; else ``INVALID_SUBMISSION``, after a line on stderr
+    naming the problem (how many cases are valid, the first problems)."""
+    if report.valid:
+        return 0
+    shown = "; ".join(report.problems[:3])
+    more = f" (and {len(report.problems) - 3} more)" if len(report.problems) > 3 else ""
+    print(
+        f"automedbench: the submission is not valid: {report.n_valid}/{report.n_expected} "
+        f"cases valid ({report.n_present} present)" + (f": {shown}{more}" if shown else ""),
+        file=sys.stderr,
+    )
+    return INVALID_SUBMISSION
 
 
 def cmd_docker_images(args: argparse.Namespace) -> int:

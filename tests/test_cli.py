@@ -94,12 +94,14 @@ def test_evaluate_rescores_a_saved_submission(
         "--references",
         str(staged / "private"),
     ]
-    assert main([*argv, "--json"]) == 0
+    assert main([*argv, "--json"]) == 1  # a case is missing: the submission is not valid
     result = json.loads(capsys.readouterr().out)
     assert result["schema_version"] == 1
     assert [c["status"] for c in result["cases"]] == ["ok", "missing"]
     assert result["cases"][0]["metrics"]["kidney_dice"] == 1.0
     assert 0.0 < result["task_score"] < 1.0
-    assert main(argv) == 0
-    text = capsys.readouterr().out
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    text = captured.out
     assert f"{second}: missing" in text and "format valid: False (1/2 cases valid)" in text
+    assert captured.err.startswith("automedbench: the submission is not valid: 1/2 cases valid")

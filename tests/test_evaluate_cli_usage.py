@@ -93,6 +93,21 @@ def test_references_of_the_named_task_are_scored(
     assert json.loads(capsys.readouterr().out)["task_score"] == 1.0
 
 
+@pytest.mark.parametrize("json_output", [False, True])
+def test_an_invalid_submission_exits_non_zero_naming_the_problem(
+    json_output: bool, staged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "answers.json").write_text("[1, 2]")  # a list where the object belongs
+    capsys.readouterr()
+    argv = [*evaluate_argv(TASK, tmp_path, staged / "private")]
+    assert main([*argv, "--json"] if json_output else argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out  # still scored and shown
+    [line] = captured.err.splitlines()
+    assert line.startswith("automedbench: the submission is not valid: 0/4 cases valid")
+    assert "answers.json" in line
+
+
 def test_output_into_a_closed_pipe_ends_quietly(staged: Path, tmp_path: Path) -> None:
     """As ``automedbench evaluate ... | head -1`` once head has gone: no traceback."""
     read_end, write_end = os.pipe()
