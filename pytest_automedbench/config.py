@@ -34,6 +34,7 @@ from pytest_automedbench.agents.registry import (
     read_agents_file,
     resolve_agent,
 )
+from pytest_automedbench.printable import money
 from pytest_automedbench.settings import (
     BY_FIELD,
     BY_PYPROJECT_KEY,
@@ -152,8 +153,10 @@ class RunConfig(BaseModel):
     resume: bool = _setting("resume")
     fail_under: str | None = _setting("fail_under")
     baseline: Path | None = _setting("baseline")
+    baseline_agents: tuple[str, ...] = _setting("baseline_agents")
     max_regression: float = Field(default=0.0, ge=0.0, description=BY_FIELD["max_regression"].help)
     min_scored: float = _setting("min_scored")
+    exit_mode: str = _setting("exit_mode")
     max_turns: int = Field(
         default=BY_FIELD["max_turns"].default, ge=1, description=BY_FIELD["max_turns"].help
     )
@@ -399,7 +402,7 @@ class RunConfig(BaseModel):
     def describe(self) -> list[str]:
         runs = str(self.runs) if self.runs is not None else "task default (1 for scripted agents)"
         if self.runs == "auto":
-            cost = f", ${self.runs_max_cost:g} per group" if self.runs_max_cost else ""
+            cost = f", {money(self.runs_max_cost)} per group" if self.runs_max_cost else ""
             runs = (
                 f"auto (until the OVERALL interval is under {self.runs_width:g} points, "
                 f"{self.runs_min}-{self.runs_max} runs{cost})"
@@ -417,7 +420,7 @@ class RunConfig(BaseModel):
             f"data-root: {self.data_root or f'(synthetic data, {self.data_size})'}{holdout}  "
             f"results: {self.amb_out}  executor: {self.executor}",
             f"limits per cell: {self.max_turns} turns, {self.time_factor:g}x the task's time, "
-            f"{self.max_total_tokens} tokens, ${self.max_cost_usd:g}, "
+            f"{self.max_total_tokens} tokens, {money(self.max_cost_usd)}, "
             f"{self.request_timeout_s:g} s per request (agent definitions may set their own)",
         ]
 

@@ -10,26 +10,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from pytest_automedbench import adaptive
 from pytest_automedbench.cells import Cell, formats_of
-from pytest_automedbench.formats import TaskFormat
+from pytest_automedbench.extras import MissingExtraError
+from pytest_automedbench.formats import TaskFormat, format_of
 from pytest_automedbench.gates import (
+    BaselineMismatch,
+    GateError,
     GateResult,
+    PlannedCell,
+    check_baseline_plan,
     check_coverage,
     check_regression,
     check_thresholds,
+    exit_status,
+    parse_baseline_agents,
     parse_fail_under,
+    reported_gates,
 )
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.progress import LiveProgress, planned_cells
 from pytest_automedbench.report.terminal import summary_lines
+from pytest_automedbench.results import CellResult
 from pytest_automedbench.runner import harness_versions
 from pytest_automedbench.sandbox import SandboxError, capabilities
-from pytest_automedbench.session import AutoMedBenchSession
+from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
 from pytest_automedbench.terms import ERROR_CODES
 
 
@@ -45,6 +54,12 @@ class BenchmarkController:
         self.runs_auto: list[adaptive.RunDecision] = []
         #: The selected cells (after ``-k``/``-m``), those skipped at collection included.
         self.selected: list[tuple[str, Cell]] = []
+        #: Why selected cells were skipped (collection or staging), by node id.
+        self.skipped: dict[str, str] = {}
+        #: The baseline is of another task or other data (``BaselineMismatch``).
+        self.baseline_mismatch = False
+        #: How the exit status came to differ from the cells' own, for the summary.
+        self.exit_note: str | None = None
 
     # ------------------------------------------------------------------ before the cells
 
@@ -80,41 +95,97 @@ class BenchmarkController:
             writer.line(f"automedbench: warning: {problem}")
         for line in selection_lines(cells, reused):
             writer.line(f"automedbench: {line}")
+        self.check_baseline(runnable)
         to_run = [(n, c) for n, c in runnable if n not in reused]
         plan = planned_cells(to_run, self.session)
         self.progress = LiveProgress.begin(self.config, plan, self.session.config.progress_s)
 
+    def check_baseline(self, cells: Sequence[tuple[str, Cell]]) -> None:
+        """``--amb-baseline``, before any cell runs: the baseline holds the agents the
+        session is compared with, and its cells are of the same task and data as the
+        session's (each task's data staged now, as its first cell would): a usage error
+        naming what differs otherwise."""
+        run = self.session.config
+        if run.baseline is None:
+            return
+        try:
+            mapping = parse_baseline_agents(run.baseline_agents, run.agents)
+            planned = [self._planned(cell) for _, cell in cells]
+            check_baseline_plan(Ledger(run.baseline).records(), planned, mapping)
+        except GateError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def _planned(self, cell: Cell) -> PlannedCell:
+        try:
+            data_hash = self.session.staged(cell.task).data_hash
+        except (DataUnavailable, MissingExtraError):  # the cell says so when it runs
+            data_hash = None
+        task_hash = format_of(cell.task).task_hash(cell.task, cell.key.tier)
+        key = cell.key
+        return PlannedCell(key.agent, key.task, key.tier, cell.task.track, task_hash, data_hash)
+
     # ------------------------------------------------------------------ after the cells
 
-    def gate_results(self) -> list[GateResult]:
-        run = self.session.config
-        if run.fail_under is None and run.baseline is None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Why a cell was skipped (its agent's key or its data missing), for the
+        coverage gate's message (under xdist too: the workers' reports come here)."""
+        if report.skipped and isinstance(report.longrepr, tuple):
+            self.skipped[report.nodeid] = str(report.longrepr[2]).removeprefix("Skipped: ")
+
+    def gate_results(self, cells_pass: bool) -> list[GateResult]:
+        """The gates the session reports: coverage always checked (reported as
+        :func:`~pytest_automedbench.gates.reported_gates` says), then those asked for;
+        none when the session only collects (``--collect-only``: nothing was to run)."""
+        if self.config.getoption("collectonly", False):
             return []
+        run = self.session.config
         records = self.session.session_records()
         selected = [c.key for _, c in self.selected]
         not_needed = adaptive.skipped_keys(self.session) if run.runs == "auto" else set()
-        results = [check_coverage(records, selected, run.min_scored, not_needed)]
+        reasons = {c.key: self.skipped[n] for n, c in self.selected if n in self.skipped}
+        coverage = check_coverage(records, selected, run.min_scored, not_needed, reasons)
+        others: list[GateResult] = []
         if run.fail_under is not None:
             thresholds = parse_fail_under(run.fail_under)
-            results += check_thresholds(records, thresholds, agents=run.agents)
+            others += check_thresholds(records, thresholds, agents=run.agents)
         if run.baseline is not None:
-            baseline = Ledger(run.baseline).records()
-            results += check_regression(records, baseline, run.max_regression)
-        return results
+            others += self._regression(records)
+        return reported_gates(coverage, others, run.exit_mode, cells_pass)
+
+    def _regression(self, records: list[CellResult]) -> list[GateResult]:
+        """The regression gates; a baseline of another task or other data is one failed
+        gate naming the cells, and makes the session a usage error."""
+        run = self.session.config
+        assert run.baseline is not None
+        try:
+            mapping = parse_baseline_agents(run.baseline_agents, run.agents)
+            return check_regression(
+                records, Ledger(run.baseline).records(), run.max_regression,
+                baseline_agents=mapping,
+            )  # fmt: skip
+        except BaselineMismatch as exc:
+            self.baseline_mismatch = True
+            return [GateResult("regression", False, f"regression: usage error: {exc}")]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Gates, once, after every cell: each is reported as a test of its own (so the
         terminal's count, JUnit XML and the exit status all say it), before JUnit
-        writes its file."""
-        self.gates = self.gate_results()
+        writes its file. ``--amb-exit`` says whether the cells, the gates or both decide
+        the exit status (:func:`~pytest_automedbench.gates.exit_status`)."""
+        passing = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+        self.gates = self.gate_results(cells_pass=session.exitstatus in passing)
         self.runs_auto = adaptive.finish(self.session)
         self._report_gates()
         self._allure_session_files()
-        failed = any(not r.passed for r in self.gates)
-        passing = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
-        if failed and session.exitstatus in passing:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        mode = self.session.config.exit_mode
+        status = exit_status(mode, session.exitstatus, self.gates, self.baseline_mismatch)
+        if status != session.exitstatus:
+            self.exit_note = (
+                f"exit status {int(status)} (--amb-exit {mode}; the cells alone: "
+                f"{int(session.exitstatus)})"
+            )
+        session.exitstatus = status
 
     def _report_gates(self) -> None:
         """Each gate as a test of its own: a ``<testcase>`` in JUnit XML (failing with
@@ -153,7 +224,9 @@ class BenchmarkController:
             "data": str(run.data_root) if run.data_root else f"synthetic ({run.data_size})",
             **{f"version.{k}": v for k, v in harness_versions().items()},
         }
-        write_session_files(Path(allure_dir), self.session.run_id, environment, ERROR_CODES)
+        write_session_files(
+            Path(allure_dir), self.session.run_id, environment, ERROR_CODES, self.gates
+        )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         records = self.session.session_records()
@@ -167,7 +240,9 @@ class BenchmarkController:
         if self.gates:
             terminalreporter.section("AutoMedBench gates")
             for gate in self.gates:
-                terminalreporter.write_line(("" if gate.passed else "GATE FAILED: ") + gate.message)
+                terminalreporter.write_line(gate_line(gate))
+        if self.exit_note is not None:
+            terminalreporter.write_line(f"automedbench: {self.exit_note}")
 
     def pytest_unconfigure(self) -> None:
         """A session that ends, however it ends (Ctrl-C included), stops what its
@@ -205,6 +280,12 @@ def gate_reports(gate: GateResult) -> list[pytest.TestReport]:
     the gate, the message the reason; its teardown carries the gate's properties (JUnit
     XML writes a test's properties from its teardown report)."""
     name = f"gate[{gate.gate}]"
+    outcome: Literal["passed", "failed", "skipped"] = (
+        "skipped" if gate.undecided else "passed" if gate.passed else "failed"
+    )
+    longrepr: Any = None if gate.passed else gate.message
+    if gate.undecided:  # a skip's report carries (path, line, reason)
+        longrepr = ("automedbench", 0, gate.message)
     common: dict[str, Any] = {
         "nodeid": f"automedbench::{name}",
         "location": ("automedbench", None, name),
@@ -213,8 +294,8 @@ def gate_reports(gate: GateResult) -> list[pytest.TestReport]:
     return [
         pytest.TestReport(
             **common,
-            outcome="passed" if gate.passed else "failed",
-            longrepr=None if gate.passed else gate.message,
+            outcome=outcome,
+            longrepr=longrepr,
             when="call",
         ),
         pytest.TestReport(
@@ -222,6 +303,24 @@ def gate_reports(gate: GateResult) -> list[pytest.TestReport]:
             outcome="passed",
             longrepr=None,
             when="teardown",
-            user_properties=[("amb_gate", gate.gate), ("amb_gate_passed", str(gate.passed))],
+            user_properties=[
+                ("amb_gate", gate.gate),
+                ("amb_gate_passed", str(gate.passed)),
+                ("amb_gate_verdict", verdict_of(gate)),
+            ],
         ),
     ]
+
+
+def verdict_of(gate: GateResult) -> str:
+    """``passed``, ``failed`` or ``not enough evidence``."""
+    if gate.undecided:
+        return "not enough evidence"
+    return "passed" if gate.passed else "failed"
+
+
+def gate_line(gate: GateResult) -> str:
+    """A gate's line in the terminal summary."""
+    if gate.undecided:
+        return f"GATE UNDECIDED: {gate.message}"
+    return ("" if gate.passed else "GATE FAILED: ") + gate.message

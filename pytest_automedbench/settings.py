@@ -303,9 +303,22 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="LEDGER",
     ),
     Setting(
+        "baseline_agents",
+        "--amb-baseline-agent",
+        "gate: the --amb-baseline agent to compare with: NAME for every agent of the "
+        "session, or OLD=NEW (repeatable) to gate the session's NEW against the baseline's "
+        "OLD (default: the agent of the same name)",
+        default=(),
+        key="baseline_agent",
+        metavar="NAME|OLD=NEW",
+        repeatable=True,
+    ),
+    Setting(
         "max_regression",
         "--amb-max-regression",
-        "gate: the largest tolerated drop against --amb-baseline (default 0)",
+        "gate: the largest tolerated drop against --amb-baseline, in OVERALL points: "
+        "PASSED when the paired interval lies above -POINTS, REGRESSED when below, else "
+        "'not enough evidence' (default 0)",
         default=0.0,
         type=float,
         metavar="POINTS",
@@ -313,11 +326,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "min_scored",
         "--amb-min-scored",
-        "gate: the share (0-1) of the selected cells that must be scored, else any gate "
-        "fails (default 1.0; 0.9 tolerates a flaky provider)",
+        "the share (0-1) of the selected cells that must be scored, always checked: a "
+        "session scoring fewer (a missing key, missing data, infrastructure errors) "
+        "fails, naming why (default 1.0; 0.9 tolerates a flaky provider)",
         default=1.0,
         type=float,
         metavar="SHARE",
+    ),
+    Setting(
+        "exit_mode",
+        "--amb-exit",
+        "what decides the exit status: both (default: a failed cell or a failed gate "
+        "fails), gates (cells are reported, only the gates decide) or cells (gates are "
+        "reported, only the cells decide)",
+        default="both",
+        key="exit",
+        choices=("both", "gates", "cells"),
+        metavar="both|gates|cells",
     ),
     Setting(
         "max_turns",

@@ -78,7 +78,7 @@ import math
 import operator
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
@@ -1160,6 +1160,110 @@ def _side_cells(records: Iterable[CellResult]) -> dict[tuple[str, str], _SideCel
     return cells
 
 
+def hash_conflict(a: Mapping[str, Collection[str]], b: Mapping[str, Collection[str]]) -> str | None:
+    """The first of ``HASH_FIELDS`` whose known hashes, on the two sides together, are
+    more than one (another task, else other data), or None: the rule that decides
+    whether two sides' records of a cell can be paired."""
+    return next((f for f in HASH_FIELDS if len({*a.get(f, ()), *b.get(f, ())}) > 1), None)
+
+
+def scored_cell_hashes(records: Iterable[CellResult]) -> dict[tuple[str, str], dict[str, set[str]]]:
+    """The known ``task_hash`` and ``data_hash`` of the scored records per cell
+    (task, tier)."""
+    return {cell: side.hashes for cell, side in _side_cells(records).items()}
+
+
+@dataclass(frozen=True)
+class CellPair:
+    """One cell (task, tier) both sides scored on the same task and data: each side's
+    OVERALL per scored run, the track (side a's) and whether some run carries no hash
+    (``unchecked``: records written before the hashes were)."""
+
+    task: str
+    tier: str
+    track: str
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    unchecked: bool = False
+
+    @property
+    def mean_a(self) -> float:
+        return math.fsum(self.a) / len(self.a)
+
+    @property
+    def mean_b(self) -> float:
+        return math.fsum(self.b) / len(self.b)
+
+
+@dataclass(frozen=True)
+class HashMismatch:
+    """A cell both sides scored whose runs carry more than one known hash of ``field``
+    (``task_hash``: another version of the task; ``data_hash``, the task agreeing: other
+    data), with the hashes each side's runs carry."""
+
+    task: str
+    tier: str
+    track: str
+    field: str
+    a: frozenset[str]
+    b: frozenset[str]
+
+
+@dataclass(frozen=True)
+class UnpairedCell:
+    """A cell (task, tier) only one side scored, with that side's track."""
+
+    task: str
+    tier: str
+    track: str
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Two sides' scored cells matched by (task, tier), task hash and data hash
+    (:func:`pair_cells`)."""
+
+    pairs: tuple[CellPair, ...]
+    only_a: tuple[UnpairedCell, ...]
+    only_b: tuple[UnpairedCell, ...]
+    mismatched: tuple[HashMismatch, ...]
+
+
+def pair_cells(records_a: Iterable[CellResult], records_b: Iterable[CellResult]) -> Pairing:
+    """The one pairing of two sides that ``compare`` and the regression gate share.
+
+    Each side's scored runs are gathered per cell (task, tier) (whatever records it is
+    given: the caller picks one agent and model per side and passes them through
+    ``latest_per_cell``; infra errors left out). A cell both sides have is paired unless
+    its runs, on the two sides together, carry more than one known ``task_hash`` (a
+    different task) or, the task agreeing, ``data_hash`` (different data): those are
+    ``mismatched``. Every list is sorted by (task, tier)."""
+    side_a = _side_cells(records_a)
+    side_b = _side_cells(records_b)
+    pairs: list[CellPair] = []
+    only_a: list[UnpairedCell] = []
+    only_b: list[UnpairedCell] = []
+    mismatched: list[HashMismatch] = []
+    for cell in sorted(side_a.keys() | side_b.keys()):
+        in_a, in_b = side_a.get(cell), side_b.get(cell)
+        if in_b is None:
+            only_a.append(UnpairedCell(*cell, side_a[cell].track))
+            continue
+        if in_a is None:
+            only_b.append(UnpairedCell(*cell, in_b.track))
+            continue
+        differing = hash_conflict(in_a.hashes, in_b.hashes)
+        if differing is not None:
+            a_hashes, b_hashes = in_a.hashes[differing], in_b.hashes[differing]
+            mismatched.append(
+                HashMismatch(*cell, in_a.track, differing, frozenset(a_hashes), frozenset(b_hashes))
+            )
+            continue
+        unchecked = in_a.unhashed or in_b.unhashed
+        pairs.append(CellPair(*cell, in_a.track, tuple(in_a.values), tuple(in_b.values), unchecked))
+    return Pairing(tuple(pairs), tuple(only_a), tuple(only_b), tuple(mismatched))
+
+
 def compare(
     records_a: Iterable[CellResult],
     records_b: Iterable[CellResult],
@@ -1172,52 +1276,38 @@ def compare(
 ) -> list[Comparison]:
     """Paired comparison of two sides (an agent, a release, a configuration) on OVERALL.
 
-    Pairing: each side's scored runs are averaged per cell (task, tier), over all its
-    runs there (the caller picks one agent and model per side: this pools whatever it is
-    given; infra errors left out); the cells both sides have are paired unless their
-    runs, on the two sides together, carry more than one known ``task_hash`` or
-    ``data_hash`` (see ``Comparison``). The difference b - a per cell is bootstrapped over
-    cells (percentile CI, seeded) when a group has at least ``min_pairs`` pairs. ``by``
-    groups the cells ("track", "tier", "task"; None: one group "all"); the group of a
-    cell is taken from side a's records. Sorted by group.
+    Pairing: :func:`pair_cells`; each side's runs of a paired cell are averaged (see
+    ``Comparison`` for the cells left out). The difference b - a per cell is
+    bootstrapped over cells (percentile CI, seeded) when a group has at least
+    ``min_pairs`` pairs. ``by`` groups the cells ("track", "tier", "task"; None: one
+    group "all"); the group of a cell is taken from side a's records (side b's for a
+    cell only b has). Sorted by group.
     """
     _check(n_boot, level)
     if by not in (None, "track", "tier", "task"):
         raise ValueError(f"compare groups by 'track', 'tier', 'task' or None, not {by!r}")
     if min_pairs < 2:
         raise ValueError(f"min_pairs must be at least 2, not {min_pairs}")
-    side_a = _side_cells(records_a)
-    side_b = _side_cells(records_b)
+    pairing = pair_cells(records_a, records_b)
 
-    def group_of(cell: tuple[str, str], track: str) -> str:
+    def group_of(cell: CellPair | HashMismatch | UnpairedCell) -> str:
         if by is None:
             return "all"
         if by == "track":
-            return track
-        return cell[0] if by == "task" else cell[1]
+            return cell.track
+        return cell.task if by == "task" else cell.tier
 
     paired: dict[str, list[tuple[float, float]]] = defaultdict(list)
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for cell in sorted(side_a.keys() | side_b.keys()):
-        in_a, in_b = side_a.get(cell), side_b.get(cell)
-        if in_b is None:
-            counts[group_of(cell, side_a[cell].track)]["only_a"] += 1
-            continue
-        if in_a is None:
-            counts[group_of(cell, in_b.track)]["only_b"] += 1
-            continue
-        group = group_of(cell, in_a.track)
-        task_hashes = in_a.hashes["task_hash"] | in_b.hashes["task_hash"]
-        data_hashes = in_a.hashes["data_hash"] | in_b.hashes["data_hash"]
-        if len(task_hashes) > 1:
-            counts[group]["dropped_task"] += 1
-        elif len(data_hashes) > 1:
-            counts[group]["dropped_data"] += 1
-        else:
-            counts[group]["unchecked"] += in_a.unhashed or in_b.unhashed
-            mean_a = math.fsum(in_a.values) / len(in_a.values)
-            mean_b = math.fsum(in_b.values) / len(in_b.values)
-            paired[group].append((mean_a, mean_b))
+    for side, unpaired in (("only_a", pairing.only_a), ("only_b", pairing.only_b)):
+        for alone in unpaired:
+            counts[group_of(alone)][side] += 1
+    for mismatch in pairing.mismatched:
+        counts[group_of(mismatch)][f"dropped_{mismatch.field.removesuffix('_hash')}"] += 1
+    for pair in pairing.pairs:
+        group = group_of(pair)
+        counts[group]["unchecked"] += pair.unchecked
+        paired[group].append((pair.mean_a, pair.mean_b))
     out: list[Comparison] = []
     for group in sorted(paired.keys() | counts.keys()):
         values = paired.get(group, [])
@@ -1245,3 +1335,47 @@ def compare(
             )
         )
     return out
+
+
+def paired_runs_interval(
+    pairs: Sequence[CellPair], *, seed: int = 0, n_boot: int = 2000, level: float = 0.95
+) -> Interval:
+    """Mean over ``pairs`` of the per-cell difference b - a (each side's mean over its
+    runs), with a two-level percentile-bootstrap CI: each resample draws the cells with
+    replacement and, within each drawn cell, each side's runs with replacement. The run
+    level carries the noise of repeats into the interval: a side with several differing
+    runs widens it, whereas a single run cannot (its noise is unknown, so few cells are
+    never enough, see ``MIN_PAIRS``). Seeded; the cells are taken in (task, tier) order
+    and their runs sorted, so the result does not depend on the order of the records.
+    No pair gives ``EMPTY``."""
+    _check(n_boot, level)
+    if not pairs:
+        return EMPTY
+    cells = sorted(pairs, key=lambda p: (p.task, p.tier))
+    rng = np.random.default_rng(seed)
+    # (n_boot x cells): each cell's difference in each resample of its runs.
+    diffs = np.empty((n_boot, len(cells)))
+    for j, pair in enumerate(cells):
+        a = np.sort(np.asarray(pair.a, dtype=np.float64))
+        b = np.sort(np.asarray(pair.b, dtype=np.float64))
+        mean_a = a[rng.integers(0, a.size, size=(n_boot, a.size))].mean(axis=1)
+        mean_b = b[rng.integers(0, b.size, size=(n_boot, b.size))].mean(axis=1)
+        diffs[:, j] = mean_b - mean_a
+    n = len(cells)
+    counts = np.bincount(
+        (rng.integers(0, n, size=(n_boot, n)) + (np.arange(n_boot) * n)[:, None]).ravel(),
+        minlength=n_boot * n,
+    ).reshape(n_boot, n)
+    boot = (counts * diffs).sum(axis=1) / n
+    low, high = _percentile(boot[:, None], level)
+    point = [p.mean_b - p.mean_a for p in cells]
+    lo, hi = min(point), max(point)
+    # Bounds stay within the range any resample could reach.
+    reach_lo = min(min(p.b) - max(p.a) for p in cells)
+    reach_hi = max(max(p.b) - min(p.a) for p in cells)
+    return Interval(
+        mean=float(np.clip(math.fsum(point) / n, lo, hi)),
+        low=float(np.clip(low[0], reach_lo, reach_hi)),
+        high=float(np.clip(high[0], reach_lo, reach_hi)),
+        n=n,
+    )

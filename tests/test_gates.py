@@ -86,11 +86,13 @@ def test_thresholds_use_the_mean_per_agent_and_ignore_infrastructure_errors() ->
 
 
 def test_regression_against_a_baseline_pairs_cells() -> None:
-    baseline = [record("a", "t1", 0.80), record("a", "t2", 0.60), record("a", "t9", 0.10)]
-    same = [record("a", "t1", 0.79), record("a", "t2", 0.60)]
+    tasks = [f"t{i}" for i in range(6)]
+    baseline = [record("a", t, 0.70) for t in tasks] + [record("a", "t9", 0.10)]
+    same = [record("a", t, 0.70 - 0.01 * (i % 2)) for i, t in enumerate(tasks)]
     (ok,) = check_regression(same, baseline, max_points=2)
-    assert ok.passed and "OVERALL 69.5 vs baseline 70.0 over 2 cells" in ok.message
-    worse = [record("a", "t1", 0.70), record("a", "t2", 0.60)]
+    assert ok.passed and "OVERALL 69.5 vs baseline 70.0 over 6 cells" in ok.message
+    assert ok.message.endswith("PASSED")
+    worse = [record("a", t, 0.65) for t in tasks]
     (bad,) = check_regression(worse, baseline, max_points=2)
     assert not bad.passed and "-5.0 points" in bad.message and "REGRESSED" in bad.message
     (alone,) = check_regression([record("z", "t1", 0.9)], baseline, max_points=2)
@@ -122,7 +124,7 @@ def test_passing_cells_can_fail_the_gate(
 
 
 @pytest.mark.slow
-def test_baseline_regression_fails_and_within_tolerance_passes(
+def test_a_one_cell_baseline_regression_is_not_enough_evidence(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     first = tmp_path / "first"
@@ -131,17 +133,15 @@ def test_baseline_regression_fails_and_within_tolerance_passes(
     # A baseline that scored 5 points more on the same cell.
     better = tmp_path / "better.jsonl"
     better.write_text(json.dumps({**cell, "overall": cell["overall"] + 0.05}) + "\n")
+    # One cell against one: a 5-point drop is not evidence of a regression.
     regressed = run(
         pytester, tmp_path / "second", f"--amb-baseline={better}", "--amb-max-regression=2"
     )
-    regressed.assert_outcomes(passed=2, failed=1)  # the cell and coverage; the regression
-    assert regressed.ret == pytest.ExitCode.TESTS_FAILED
-    regressed.stdout.fnmatch_lines(["GATE FAILED: regression vqa [[]reference]: *REGRESSED"])
-    tolerated = run(
-        pytester, tmp_path / "third", f"--amb-baseline={better}", "--amb-max-regression=6"
+    regressed.assert_outcomes(passed=2, skipped=1)  # the cell and coverage; the regression
+    assert regressed.ret == pytest.ExitCode.OK
+    regressed.stdout.fnmatch_lines(
+        ["GATE UNDECIDED: regression vqa [[]reference]: *-5.0 points: not enough evidence*"]
     )
-    assert tolerated.ret == pytest.ExitCode.OK
-    tolerated.stdout.fnmatch_lines(["regression vqa [[]reference]: *within tolerance"])
     missing = run(pytester, tmp_path / "fourth", f"--amb-baseline={tmp_path / 'nope.jsonl'}")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["*--amb-baseline: ledger * does not exist*"])
