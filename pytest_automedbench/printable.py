@@ -8,10 +8,13 @@ the line a terminal is on and ``\\n`` starts a new one, so a file name could pri
 its escape, visibly and reversibly (``\\x1b``, ``\\r``, ``\\u202e``; an undecodable byte
 read with ``surrogateescape`` as its lone surrogate, ``\\udc9b``). Everything else,
 non-ASCII letters included, is kept as it is; a backslash is not doubled.
+
+Money is shown by one rule too (:func:`money`): to the cent it means.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 
@@ -51,3 +54,23 @@ def printable_bytes(data: bytes) -> bytes:
     """A text file's bytes as UTF-8 text with :func:`printable` (multi-line) applied."""
     text = data.decode("utf-8", errors="surrogateescape")
     return printable(text, multiline=True).encode("utf-8")
+
+
+#: Significant digits shown of an amount under a dollar (cents would round it away).
+MONEY_SIGNIFICANT = 3
+
+
+def money(usd: float) -> str:
+    """US dollars as every report prints them: to the cent from a dollar up (``$12.35``),
+    and below a dollar to :data:`MONEY_SIGNIFICANT` significant digits, at least to the
+    cent (``$0.50``, ``$0.123``, ``$0.005``, ``$0.000001``), so that a small amount or
+    budget is never shown as ``$0.00`` nor rounded up to a cent it does not reach.
+    Exactly zero is ``$0.00``."""
+    sign = "-" if usd < 0 else ""
+    amount = abs(usd)
+    if amount == 0 or amount >= 1 or not math.isfinite(amount):
+        return f"{sign}${amount:.2f}"
+    decimals = max(2, MONEY_SIGNIFICANT - 1 - math.floor(math.log10(amount)))
+    text = f"{amount:.{decimals}f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"{sign}${whole}.{cents.ljust(2, '0')}"
