@@ -154,10 +154,8 @@ class RunConfig(BaseModel):
     fail_under: str | None = _setting("fail_under")
     baseline: Path | None = _setting("baseline")
     baseline_agents: tuple[str, ...] = _setting("baseline_agents")
-    baseline_agents: tuple[str, ...] = _setting("baseline_agents")
     max_regression: float = Field(default=0.0, ge=0.0, description=BY_FIELD["max_regression"].help)
     min_scored: float = _setting("min_scored")
-    exit_mode: str = _setting("exit_mode")
     exit_mode: str = _setting("exit_mode")
     max_turns: int = Field(
         default=BY_FIELD["max_turns"].default, ge=1, description=BY_FIELD["max_turns"].help
