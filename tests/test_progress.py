@@ -201,8 +201,8 @@ def test_the_line_names_each_running_cell_longest_first() -> None:
     cells = [running("a", 5), running("b", 130), running("done", 9, "finished")]
     line = status_line(cells, done=5, total=72, clock="12:03:10", width=200)
     assert line == (
-        "[automedbench 12:03:10] 2 running, 5/72 done | b S3 turn 7 2m10s $0.12 | "
-        "a S3 turn 7 5s $0.12"
+        "[automedbench 12:03:10] 2 running, 5/72 done | b S3 turn 7 2m10s $0.123 | "
+        "a S3 turn 7 5s $0.123"
     )
     starting = CellProgress("c", "starting", None, 0, 0.0, 3)
     evaluating = CellProgress("d", "evaluating", None, 9, 1.5, 3700)

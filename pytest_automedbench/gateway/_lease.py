@@ -25,6 +25,7 @@ from typing import Any
 import litellm
 
 from pytest_automedbench.metering import LimitReached, Prices, Usage
+from pytest_automedbench.printable import money
 from pytest_automedbench.redact import redact
 
 from ._config import Budget
@@ -120,8 +121,8 @@ class CellLease:
         detail = {
             "token_limit": f"token budget of {budget.max_tokens} tokens exhausted "
             f"({usage.tokens} used)",
-            "cost_limit": f"cost budget of ${budget.max_cost} exhausted "
-            f"(${usage.cost_usd:.6f} used)",
+            "cost_limit": f"cost budget of {money(budget.max_cost or 0.0)} exhausted "
+            f"({money(usage.cost_usd)} used)",
             "time_limit": f"wall-clock deadline of {budget.deadline_s} s passed",
             "turn_limit": f"limit of {budget.max_requests} model replies reached",
         }[limit]
