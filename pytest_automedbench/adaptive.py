@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from pytest_automedbench.printable import money
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.stats import bootstrap_ci, cost_known, latest_per_cell
 
@@ -146,13 +147,13 @@ def decide(
             "cost cap",
             f"{where} stopped {after}: cost unknown (a run's model has no price or is not "
             f"metered), so it "
-            f"cannot be shown to be under --runs-max-cost ${cap:g}",
+            f"cannot be shown to be under --runs-max-cost {money(cap)}",
         )
     if cap is not None and cost is not None and cost >= cap:
         return decision(
             False,
             "cost cap",
-            f"{where} stopped {after}: measured cost ${cost:.4f} >= --runs-max-cost ${cap:g}",
+            f"{where} stopped {after}: measured cost {money(cost)} >= --runs-max-cost {money(cap)}",
         )
     if run >= config.runs_max:
         return decision(

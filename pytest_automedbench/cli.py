@@ -46,6 +46,7 @@ from pytest_automedbench.fixtures.staging import (
     write_manifest,
 )
 from pytest_automedbench.ledger import LedgerError, LedgerProblem
+from pytest_automedbench.printable import money
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox.base import SandboxError
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
@@ -497,7 +498,7 @@ def _compare_side(
     if not scored:
         cost = "no scored run"
     elif all(cost_known(r) for r in records):
-        cost = f"${sum(r.cost_usd for r in scored) / len(scored):.4f}/run"
+        cost = f"{money(sum(r.cost_usd for r in scored) / len(scored))}/run"
     else:
         cost = "cost unknown (a model without a price)"
     ((name, model_label),) = found

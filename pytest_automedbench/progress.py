@@ -6,9 +6,9 @@ process) prints two things:
 * a **pre-flight line** once the cells are known, before any starts (one line; the
   ``x`` are multiplication signs)::
 
-    automedbench: 72 cells (2 agents x 24 tasks x 3 tiers x 1 run), wall-clock budget
-    ≤ 36.0 h total (≈ 4.5 h with 8 workers), cost budget ≤ $3600.00 (72 model cells x
-    $50.00 limit)
+    automedbench: 72 cells (2 agents x 24 tasks x 3 tiers x 1 run), at most 5.5 h with
+    8 workers if every cell runs to its time limit, cost budget ≤ $3600.00 (72 model
+    cells x $50.00 limit)
 
 * a **progress line** every ``--amb-progress`` seconds while cells run::
 
@@ -51,6 +51,7 @@ from pytest_automedbench.events import (
     parse_event,
     parse_events,
 )
+from pytest_automedbench.printable import money
 from pytest_automedbench.results import CellKey
 from pytest_automedbench.scoring.attribution import attributed_calls
 from pytest_automedbench.scoring.rules import JudgeContext
@@ -132,9 +133,21 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def wall_clock_bound(limits: Sequence[float], workers: int = 1) -> float:
+    """The longest a session of cells with these time limits can take on ``workers``
+    workers that each take the next cell when free: every cell running to its limit,
+    the sum over one worker, else the sum's share plus what the longest cell can leave
+    the others waiting (the list-scheduling bound), never more than the sum."""
+    total = sum(limits)
+    if workers <= 1 or not limits:
+        return total
+    return min(total, total / workers + (1 - 1 / workers) * max(limits))
+
+
 def preflight_line(plan: Sequence[PlannedCell], workers: int = 1) -> str:
-    """What the session will run: cells, the wall-clock budget (the sum of the tasks'
-    time limits, and its share per worker) and the cost budget (the agents' limits)."""
+    """What the session will run: cells, the most it can take (``wall_clock_bound``: every
+    cell to its time limit, given the workers; not an estimate) and the cost budget (the
+    agents' limits)."""
     agents = {c.key.agent for c in plan}
     tasks = {c.key.task for c in plan}
     tiers = {c.key.tier for c in plan}
@@ -153,11 +166,9 @@ def preflight_line(plan: Sequence[PlannedCell], workers: int = 1) -> str:
         0
     ] == len(plan)
     shape = f" {TIMES} ".join([*dims, runs]) if rectangular else ", ".join([*dims, runs])
-    total = sum(c.time_limit_s for c in plan)
-    wall = f"wall-clock budget ≤ {fmt_hours(total)} total"
-    if workers > 1:
-        longest = max((c.time_limit_s for c in plan), default=0.0)
-        wall += f" (≈ {fmt_hours(max(total / workers, longest))} with {workers} workers)"
+    bound = fmt_hours(wall_clock_bound([c.time_limit_s for c in plan], workers))
+    shared = f" with {workers} workers" if workers > 1 else ""
+    wall = f"at most {bound}{shared} if every cell runs to its time limit"
     return f"automedbench: {_count(len(plan), 'cell')} ({shape}), {wall}, {cost_text(plan)}"
 
 
@@ -167,9 +178,9 @@ def cost_text(plan: Sequence[PlannedCell]) -> str:
     parts: list[str] = []
     if metered:
         limits = sorted(set(metered))
-        each = f"${limits[0]:.2f}" if len(limits) == 1 else f"${limits[0]:.2f}-${limits[-1]:.2f}"
+        each = money(limits[0]) if len(limits) == 1 else f"{money(limits[0])}-{money(limits[-1])}"
         parts.append(
-            f"cost budget ≤ ${sum(metered):.2f} ({_count(len(metered), 'model cell')} {TIMES} "
+            f"cost budget ≤ {money(sum(metered))} ({_count(len(metered), 'model cell')} {TIMES} "
             f"{each} limit)"
         )
     if unmetered:
@@ -350,7 +361,7 @@ def cell_text(cell: CellProgress) -> str:
             words.append(cell.stage)
     else:
         words.append(cell.phase)
-    cost = "cost unknown" if cell.cost_usd is None else f"${cell.cost_usd:.2f}"
+    cost = "cost unknown" if cell.cost_usd is None else money(cell.cost_usd)
     words += [f"turn {cell.turn}", fmt_elapsed(cell.elapsed_s), cost]
     return " ".join(words)
 

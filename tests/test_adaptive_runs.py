@@ -111,7 +111,7 @@ def test_the_cost_cap_stops_the_group_once_reached(tmp_path: Path) -> None:
     decision = decide(config, dear, 3)  # $1.20
     assert not decision.needed and decision.stop == "cost cap"
     assert decision.cost_usd == pytest.approx(1.2)
-    assert "measured cost $1.2000 >= --runs-max-cost $1" in decision.reason
+    assert "measured cost $1.20 >= --runs-max-cost $1.00" in decision.reason
     # An infrastructure error was paid for too.
     failed = [*cheap[:3], rec(3, status="infra_error", cost_usd=0.5, price_known=True)]
     assert decide(config, failed, 4).stop == "cost cap"

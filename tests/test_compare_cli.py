@@ -84,8 +84,8 @@ def test_the_output_names_side_a_and_side_b(
     code, out, _ = run(capsys, a, b)
     assert code == 0
     first, second, legend = out.splitlines()[:3]
-    assert first == f"A: old (model m) from {a}: 2 cells, 2 scored runs, $0.0000/run"
-    assert second == f"B: new (model m2) from {b}: 2 cells, 2 scored runs, $0.5000/run"
+    assert first == f"A: old (model m) from {a}: 2 cells, 2 scored runs, $0.00/run"
+    assert second == f"B: new (model m2) from {b}: 2 cells, 2 scored runs, $0.50/run"
     assert legend.startswith("B-A: mean OVERALL (0-100) of B minus A")
 
 
@@ -186,7 +186,7 @@ def test_an_unpriced_side_shows_cost_unknown(
     code, out, _ = run(capsys, a, b)
     assert code == 0
     first, second = out.splitlines()[:2]
-    assert first.endswith("$0.2500/run")
+    assert first.endswith("$0.25/run")
     assert second.endswith("cost unknown (a model without a price)") and "$" not in second
 
 

@@ -154,17 +154,17 @@ def test_terminal_prints_harbor_lines_per_category_and_the_pooled_headline() -> 
     assert lines[:5] == [
         "alpha | ct_abnormality (harbor): 6 trials, 2 passed, pooled 2/6 (33.3%) | pass@3 50% "
         "| pass^3 0% | 1 infra errors (1 verifier) | OVERALL 40.0 | AGENTIC 50.0 "
-        "| $0.1000/trial",
+        "| $0.10/trial",
         phases,
         "alpha | ehrshot (harbor): 3 trials, 2 passed, pooled 2/3 (66.7%) | pass@3 100% "
         "| pass^3 0% | 0 infra errors (0 verifier) | OVERALL 66.7 | AGENTIC 50.0 "
-        "| $0.1000/trial",
+        "| $0.10/trial",
         phases,
-        "alpha | harbor (all categories): pooled 4/9 (44.4%) | $0.1000/trial",
+        "alpha | harbor (all categories): pooled 4/9 (44.4%) | $0.10/trial",
     ]
     assert "beta | harbor (all categories): pooled 4/9 (44.4%) | cost unknown" in lines
-    assert lines[-1] == "gamma | harbor (all categories): pooled 3/3 (100.0%) | $0.1000/trial"
-    assert not any("$0.0000" in line for line in lines)
+    assert lines[-1] == "gamma | harbor (all categories): pooled 3/3 (100.0%) | $0.10/trial"
+    assert not any("$0.00/" in line for line in lines)
 
 
 def test_terminal_keeps_the_catalogue_lines_beside_harbor_ones() -> None:
@@ -178,7 +178,7 @@ def test_terminal_keeps_the_catalogue_lines_beside_harbor_ones() -> None:
     assert alone[0] in mixed and alone[1] in mixed
     # alpha's pooled line comes after all of alpha's groups, the catalogue's one included.
     assert mixed.index(alone[0]) < mixed.index(
-        "alpha | harbor (all categories): pooled 4/9 (44.4%) | $0.1000/trial"
+        "alpha | harbor (all categories): pooled 4/9 (44.4%) | $0.10/trial"
     )
 
 
@@ -275,7 +275,7 @@ def test_a_ledger_without_harbor_records_prints_what_it_printed_before() -> None
     # Captured before the Harbor figures were added.
     x_detail = (
         "    OVERALL 95% CI [30.0, 50.0] (n=3) | S1 100 S2 50 S3 40 S4 100 S5 0 | pass@3 100% "
-        "| codes: none | $0.2000/run, 10 tokens/run"
+        "| codes: none | $0.20/run, 10 tokens/run"
     )
     y_detail = (
         "    OVERALL 95% CI [60.0, 80.0] (n=3) | S1 100 S2 50 S3 70 S4 100 S5 0 | pass@3 100% "

@@ -198,7 +198,7 @@ def test_cost_score_points_follow_cost_and_score() -> None:
     assert (x_b - x_g) / (1.25 - 0.10) == pytest.approx((x_a - x_g) / (0.50 - 0.10), rel=1e-3)
     alpha = next(g for g in agents if g.key == ("alpha",)).overall.scaled()
     tip = title_of(points["alpha"])
-    assert f"OVERALL {alpha.mean:.1f}" in tip and "$0.5000 per run" in tip
+    assert f"OVERALL {alpha.mean:.1f}" in tip and "$0.50 per run" in tip
     assert f"95% CI {alpha.low:.1f} to {alpha.high:.1f}" in tip
     lines = [ln for ln in points["alpha"].iter(f"{{{SVG_NS}}}line") if ln.get("class") == "ci"]
     assert len(lines) == 3  # the error bar and its two caps

@@ -115,16 +115,16 @@ def test_the_terminal_summary_says_cost_unknown_for_an_unpriced_model() -> None:
     lines = summary_lines(unpriced())
     heads, rest = lines[::2], lines[1::2]
     details = {head.split(" | ")[0]: line for head, line in zip(heads, rest, strict=True)}
-    assert details["priced"].endswith("$0.2500/run, 1000 tokens/run")
+    assert details["priced"].endswith("$0.25/run, 1000 tokens/run")
     assert details["free"].endswith("cost unknown, 1000 tokens/run")
-    assert "$0.0000" not in details["free"]
+    assert "$0.00" not in details["free"]
 
 
 def test_old_records_of_a_model_that_spent_tokens_for_nothing_are_unknown() -> None:
     old = [record("old", 0.5, cost_usd=0.0, price_known=None)]  # tokens recorded at $0
     assert "cost unknown" in summary_lines(old)[1]
     scripted = [record("s", 0.5, cost_usd=0.0, price_known=None, tokens_in=0)]
-    assert "$0.0000/run" in summary_lines(scripted)[1]
+    assert "$0.00/run" in summary_lines(scripted)[1]
 
 
 def test_the_leaderboard_command_prints_marker_footnote_and_unknown_cost(

@@ -36,6 +36,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_automedbench.printable import money
 from pytest_automedbench.scoring.models import ERROR_CODES
 from pytest_automedbench.stats import STAGE_IDS, GroupStats
 from pytest_automedbench.terms import ERROR_CODE_IDS
@@ -365,7 +366,7 @@ def cost_score_svg(agents: Sequence[GroupStats]) -> str:
         low, high = y_of(overall.low), y_of(overall.high)
         tip = (
             f"{g.key[0]}: OVERALL {_score(overall.mean)} (95% CI {_score(overall.low)} to "
-            f"{_score(overall.high)}, n={overall.n}), ${g.cost_usd:.4f} per run"
+            f"{_score(overall.high)}, n={overall.n}), {money(g.cost_usd)} per run"
         )
         label_x = x - 8 if right else x + 8
         leader = (

@@ -77,6 +77,7 @@ from html import escape
 from typing import Any, Literal
 
 from pytest_automedbench.formats import format_of_record
+from pytest_automedbench.printable import money
 from pytest_automedbench.report import html_page
 from pytest_automedbench.report.html_page import (
     interval_text,
@@ -737,7 +738,7 @@ def _imported_texts(row: Mapping[str, Any]) -> list[str]:
         str(row["turns"]),
         str(row["tokens_in"]),
         str(row["tokens_out"]),
-        "unknown" if cost is None else f"${cost:.4f}",
+        "unknown" if cost is None else money(cost),
         str(row["imported_from"]),
     ]
 

@@ -30,6 +30,7 @@ from statistics import mean
 
 from pytest_automedbench.adaptive import RunDecision
 from pytest_automedbench.formats import format_of_record
+from pytest_automedbench.printable import money
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import GroupStats, attempt_is_trial, latest_per_cell, summarise
 
@@ -40,7 +41,7 @@ def _detail_line(group: GroupStats) -> str:
     codes = ", ".join(
         f"{code} x{share.cells}" for code, share in sorted(group.error_codes.items()) if share.cells
     )
-    cost = f"${group.cost_usd:.4f}/run" if group.cost_known else "cost unknown"
+    cost = f"{money(group.cost_usd)}/run" if group.cost_known else "cost unknown"
     interval = (
         f"OVERALL 95% CI [{overall.low:.1f}, {overall.high:.1f}] (n={overall.n})"
         if overall.n >= 2
@@ -73,7 +74,7 @@ def _pooled(group: GroupStats) -> str:
 def _trial_cost(group: GroupStats) -> str:
     """The cost per trial, or "cost unknown" (an unpriced model never costs $0)."""
     cost = group.cost_per_trial
-    return "cost unknown" if cost is None else f"${cost:.4f}/trial"
+    return "cost unknown" if cost is None else f"{money(cost)}/trial"
 
 
 def _percent(value: float) -> str:
