@@ -1127,11 +1127,13 @@ def _images(
     base_map: Mapping[str, str],
     build_timeout_s: float,
     say: Callable[[str], None],
+    build_log: Path | None = None,
 ) -> dict[str, str]:
-    """Each service's local image. A service with ``build`` gets the built tag, and its
-    ``image:`` name becomes an alias of that tag for the services that name it without a
-    build (HealthAgentBench's ``bootstrap`` reuses ``main``'s ``${COMPOSE_PROJECT_NAME}-img``
-    this way); any other ``image`` must be local or mapped, never pulled."""
+    """Each service's local image (builds' output appended to ``build_log``). A service
+    with ``build`` gets the built tag, and its ``image:`` name becomes an alias of that tag
+    for the services that name it without a build (HealthAgentBench's ``bootstrap`` reuses
+    ``main``'s ``${COMPOSE_PROJECT_NAME}-img`` this way); any other ``image`` must be
+    local or mapped, never pulled."""
     built: dict[str, str] = {}
     images: dict[str, str] = {}
     for name, service in plan.services.items():
@@ -1155,6 +1157,7 @@ def _images(
             dockerfile=build.dockerfile,
             build_args=build.args,
             exclude=exclude,
+            build_log=build_log,
         )
         images[name] = tag
         if service.image is not None:
@@ -1407,12 +1410,14 @@ def prepare_compose(
     memory_mb: int = 2048,
     cpus: float | None = None,
     egress: OneShotEgress | None = None,
+    build_log: Path | None = None,
 ) -> PreparedCompose:
     """Build the images, create this attempt's volumes (``amb-<run id>-<random>-<name>``,
     labelled), run the one-shots in order (each within ``run_timeout_s``, default
     ``build_timeout_s``, with ``memory_mb``/``cpus`` or its own lower
     ``deploy.resources.limits``; those that want the network with ``egress``, the task's
-    declared hosts, when given: :func:`one_shot_egress`), and return ``main``'s image,
+    declared hosts, when given: :func:`one_shot_egress`; the builds' output appended to
+    ``build_log``), and return ``main``'s image,
     environment, working_dir, user, mounts and limits (the same rule). On any failure
     what was made is removed before :class:`HarborImageError` is raised (its message with
     the env files' values masked); otherwise the caller closes it (after the agent's
@@ -1427,7 +1432,7 @@ def prepare_compose(
             sweep_stale_volumes(client)
         with contextlib.suppress(Exception):
             sweep_stale_binds()
-    images = _images(plan, base_map, build_timeout_s, say)
+    images = _images(plan, base_map, build_timeout_s, say, build_log)
     main = plan.main
     prepared = PreparedCompose(
         image=images[MAIN],
