@@ -150,7 +150,7 @@ class BenchmarkController:
             others += check_thresholds(records, thresholds, agents=run.agents)
         if run.baseline is not None:
             others += self._regression(records)
-        return reported_gates(coverage, others, run.exit_mode, cells_pass)
+        return reported_gates(coverage, others, run.exit_mode, cells_pass, len(selected))
 
     def _regression(self, records: list[CellResult]) -> list[GateResult]:
         """The regression gates; a baseline of another task or other data is one failed

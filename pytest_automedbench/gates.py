@@ -390,15 +390,20 @@ def check_regression(
 
 
 def reported_gates(
-    coverage: GateResult, others: Sequence[GateResult], mode: str, cells_pass: bool
+    coverage: GateResult,
+    others: Sequence[GateResult],
+    mode: str,
+    cells_pass: bool,
+    selected: int = 1,
 ) -> list[GateResult]:
     """The gates the session reports (each a test of its own): coverage, always checked,
     is reported with any other gate, under ``--amb-exit gates``, and otherwise (no gate
     asked for) when it fails a session whose cells alone would pass (cells skipped for a
-    missing key or data): a session whose cells already fail says why through them."""
+    missing key or data): a session whose cells already fail says why through them, and
+    one that selected no cell (``selected``) has nothing to cover."""
     if others or mode == EXIT_GATES:
         return [coverage, *others]
-    if not coverage.passed and cells_pass and mode == EXIT_BOTH:
+    if not coverage.passed and cells_pass and mode == EXIT_BOTH and selected > 0:
         return [coverage]
     return []
 

@@ -223,6 +223,7 @@ def test_coverage_is_reported_with_gates_under_exit_gates_or_when_it_alone_fails
     # Cells that failed already say why; --amb-exit cells lets the cells alone decide.
     assert reported_gates(not_met, [], "both", cells_pass=False) == []
     assert reported_gates(not_met, [], "cells", cells_pass=True) == []
+    assert reported_gates(not_met, [], "both", cells_pass=True, selected=0) == []
 
 
 @pytest.mark.parametrize(

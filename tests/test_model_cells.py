@@ -144,5 +144,8 @@ def test_a_missing_key_skips_the_cell_and_names_the_variable(
         f"--agents-file={agents_file(tmp_path)}",
         "-rs",
     )
-    result.assert_outcomes(skipped=1)
+    # Skipped, and nothing scored: the coverage check fails the session, naming the key.
+    result.assert_outcomes(skipped=1, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*AMB_FAKE_PROVIDER_KEY*not set*"])
+    result.stdout.fnmatch_lines(["GATE FAILED: coverage: 0 of 1 *AMB_FAKE_PROVIDER_KEY*"])
