@@ -4,23 +4,34 @@ Framework-neutral inputs (a ``CellResult``, its task and staged data) are turned
 allure-pytest's dynamic API calls; the plugin calls :func:`report_cell` while the cell's
 test runs, and only when ``--alluredir`` is given and allure-pytest is installed.
 
+* the title names the agent (``test_cell[AGENT-TASK-TIER-rRUN]``), as a session of
+  several agents names its tests, so one-agent sessions of different agents do not give
+  the same names;
 * labels: epic = track, feature = task, story = tier; tags for the agent, the modality
   and the error codes; severity from the rating (F critical, C normal, A/B minor);
   parameters agent/task/tier/run (nothing secret is a parameter) so the history id is
-  stable across runs;
+  stable across runs, and cost, tokens and turns (left out of the history id);
 * one step per stage (score and weight) with a sub-step per rubric item (its score and
-  evidence), plus one per error code;
-* attachments: plan.md and the plan diagram, the trajectory, the per-case metric table
-  (CSV), the judge's verdicts, and the track's pictures (:mod:`.pictures`): segmentation
-  contours, detection boxes, enhancement input | output | reference.
+  evidence), plus one per error code; a stage scored under :data:`STEP_PASS` (and such
+  an item, and every error code) is a failed step;
+* attachments: the transcript (:mod:`.transcript`), plan.md and the plan diagram, the
+  trajectory, the per-case metric table (CSV), the judge's verdicts, and the track's
+  pictures (:mod:`.pictures`): segmentation contours, detection boxes, enhancement
+  input | output | reference.
+
+For the session, :func:`write_session_files` writes the environment, the executor, the
+E-code categories (``categories.json`` for Allure 2, and for Allure 3
+:data:`ALLURE3_FILE`, with the session's gates as Allure 3 quality-gate results), read by
+``scripts/allure-report``.
 
 Two things allure-pytest cannot know are set as the cell's result is written (an
 allure-commons ``report_result`` hook that runs before its file writer): the test's start
 is when the cell started, since the cell runs in its fixture's set-up and allure-pytest
 times the call phase alone; and a failed cell's status message is its account
 (:func:`~pytest_automedbench.outcome.describe_result`), the one-line reason first, rather
-than the exception's type followed by it. Every string of the result (names, steps,
-parameters, the message and trace) then goes through
+than the exception's type followed by it; and the steps of failed stages are marked
+failed (allure-pytest marks a step failed only when an exception leaves it). Every string
+of the result (names, steps, parameters, the message and trace) then goes through
 :func:`~pytest_automedbench.printable.printable`, and text attachments too: what the
 agent named cannot act on whoever views the report.
 """
@@ -30,6 +41,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,14 +49,25 @@ from typing import Any
 from pluggy import HookimplMarker
 
 from pytest_automedbench.formats import format_of_record
+from pytest_automedbench.gates import GateResult
 from pytest_automedbench.outcome import describe_result
 from pytest_automedbench.printable import printable, printable_bytes
 from pytest_automedbench.report.pictures import cell_pictures
+from pytest_automedbench.report.transcript import TRANSCRIPT_FILENAME
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring.models import STAGE_WEIGHTS
 
 SEVERITY = {"F": "critical", "C": "normal", "B": "minor", "A": "trivial"}
 MAX_ATTACHMENT_BYTES = 5 * 1024**2
+#: The transcript is attached up to this size (a long run's is larger than other files).
+MAX_TRANSCRIPT_BYTES = 32 * 1024**2
+#: A stage (or rubric item) scored under this share is a failed step.
+STEP_PASS = 0.5
+#: Allure 3's part of the session's files: the categories and the quality-gate results,
+#: which ``scripts/allure-report`` hands to Allure 3 (its config and its gate plugin).
+ALLURE3_FILE = "automedbench-allure3.json"
+#: The Allure 3 category of cells the harness could not finish (not the agent's fault).
+INFRA_CATEGORY = "Infrastructure errors (not the agent's fault)"
 #: allure-commons' hook marker (``allure_commons.hookimpl``), without importing Allure.
 allure_hookimpl = HookimplMarker("allure")
 #: Fields of an Allure result that are text of several lines (the rest are one line).
@@ -54,6 +77,47 @@ MULTILINE_FIELDS = frozenset({"message", "trace", "description", "descriptionHtm
 def cell_parameter(result: CellResult) -> str:
     """The ``cell`` parameter of a cell's Allure result: its key in one line."""
     return f"{result.agent}/{result.task}/{result.tier}/r{result.run}"
+
+
+def cell_title(result: CellResult) -> str:
+    """A cell's Allure title: its test's name in a session of several agents."""
+    return f"test_cell[{result.agent}-{result.task}-{result.tier}-r{result.run}]"
+
+
+#: A step's place among the test's steps: the names from the top step down.
+StepPath = tuple[str, ...]
+
+
+def _stage_name(stage: str, score: float, weight: float) -> str:
+    return f"{stage} {100 * score:.1f} (weight {weight:.2f})"
+
+
+def _item_name(question: str, mark: str, evidence: str) -> str:
+    return f"{question}: {mark} ({evidence})"
+
+
+def _code_name(code: str, rule: str, evidence: str) -> str:
+    return f"{code} {rule}: {evidence}"
+
+
+def failed_steps(result: CellResult) -> dict[StepPath, str]:
+    """The steps :func:`report_cell` makes that failed, each with why (the message of
+    its failure; empty for an item, whose name says it): a stage or a rubric item scored
+    under :data:`STEP_PASS`, and every error code."""
+    failed: dict[StepPath, str] = {}
+    if result.stages is not None:
+        scores = result.stages.by_stage()
+        for stage, weight in STAGE_WEIGHTS.items():
+            name = _stage_name(stage, scores[stage], weight)
+            if scores[stage] < STEP_PASS:
+                failed[(name,)] = f"{stage} scored {100 * scores[stage]:.1f} of 100"
+            for item in (i for i in result.stages.items if i.stage == stage):
+                if not item.auto and item.score < STEP_PASS:
+                    step = _item_name(item.question, f"{item.score:.2f}", item.evidence)
+                    failed[(name, step)] = ""  # the step's name says its evidence
+    for code in result.error_codes:
+        failed[(_code_name(code.code, code.rule, code.evidence),)] = f"{code.code} diagnosed"
+    return failed
 
 
 @dataclass
@@ -84,7 +148,22 @@ class CellResults:
         failed = cell.status == "scored" and not cell.resolved
         if result.status == "failed" and failed and details is not None:
             details.message = describe_result(cell)
+        mark_failed_steps(result.steps, failed_steps(cell))
         escape_strings(result)
+
+
+def mark_failed_steps(steps: list[Any], failed: dict[StepPath, str], above: StepPath = ()) -> None:
+    """Allure step results (in place) marked failed, with the reason as their message,
+    where ``failed`` names their path (before their names are escaped)."""
+    from allure_commons.model2 import Status, StatusDetails
+
+    for step in steps:
+        path = (*above, step.name)
+        if path in failed:
+            step.status = Status.FAILED
+            if failed[path]:
+                step.statusDetails = StatusDetails(message=failed[path])
+        mark_failed_steps(step.steps, failed, path)
 
 
 def escape_strings(node: Any, name: str = "") -> Any:
@@ -128,6 +207,7 @@ def report_cell(
 
     cell_results().expect(result, started)
     dynamic: Any = allure.dynamic  # allure-pytest ships no type hints
+    dynamic.title(cell_title(result))
     dynamic.epic(result.track)
     dynamic.feature(result.task)
     dynamic.story(result.tier)
@@ -142,8 +222,24 @@ def report_cell(
     # The parametrized ``cell`` fixture's value would be shown as the repr of the whole
     # task (its briefs included); the cell's key says the same in one line.
     dynamic.parameter("cell", cell_parameter(result))
+    for name, value in spent(result).items():  # what the cell spent: not its identity
+        dynamic.parameter(name, value, excluded=True)
     _stage_steps(allure, result)
     _attachments(allure, result, task, public_dir, private_dir)
+
+
+def spent(result: CellResult) -> dict[str, str]:
+    """The cell's cost, tokens and turns, as its Allure parameters show them."""
+    known = result.price_known is not False
+    cost = result.cost_usd
+    dollars = (f"${cost:.2f}" if cost == 0 or cost >= 1 else f"${cost:.3g}") if known else (
+        "unknown (unpriced model)"
+    )  # fmt: skip
+    return {
+        "cost": dollars,
+        "tokens": f"{result.tokens_in:,} in / {result.tokens_out:,} out",
+        "turns": str(result.turns),
+    }
 
 
 def _stage_steps(allure: Any, result: CellResult) -> None:
@@ -151,13 +247,13 @@ def _stage_steps(allure: Any, result: CellResult) -> None:
         return
     scores = result.stages.by_stage()
     for stage, weight in STAGE_WEIGHTS.items():
-        with allure.step(f"{stage} {100 * scores[stage]:.1f} (weight {weight:.2f})"):
+        with allure.step(_stage_name(stage, scores[stage], weight)):
             for item in (i for i in result.stages.items if i.stage == stage):
                 mark = "auto" if item.auto else f"{item.score:.2f}"
-                with allure.step(f"{item.question}: {mark} ({item.evidence})"):
+                with allure.step(_item_name(item.question, mark, item.evidence)):
                     pass
     for code in result.error_codes:
-        with allure.step(f"{code.code} {code.rule}: {code.evidence}"):
+        with allure.step(_code_name(code.code, code.rule, code.evidence)):
             pass
 
 
@@ -177,6 +273,9 @@ def _attachments(
     cell = Path(result.cell_dir)
     own = format_of_record(result)
     plan = own.plan_folder(cell)
+    transcript = cell / TRANSCRIPT_FILENAME  # escaped when written, with a no-script policy
+    if transcript.is_file() and transcript.stat().st_size <= MAX_TRANSCRIPT_BYTES:
+        allure.attach(transcript.read_bytes(), name="transcript", attachment_type=kinds.HTML)
     _attach_file(allure, plan / "plan.md", "plan.md", kinds.TEXT)
     _attach_file(allure, plan / "plan.png", "plan diagram", kinds.PNG)
     _attach_file(allure, plan / "plan.svg", "plan diagram", kinds.SVG)
@@ -255,18 +354,11 @@ def _metric_table(evaluation: Path) -> str:
     return buffer.getvalue()
 
 
-def write_session_files(
-    allure_dir: Path, run_id: str, environment: dict[str, str], categories: dict[str, str]
-) -> None:
-    """The report's ``environment.properties``, ``categories.json`` (one category per error
-    code, and one for infrastructure errors) and ``executor.json``; written once, by the
-    xdist controller, after every cell."""
-    allure_dir.mkdir(parents=True, exist_ok=True)
-    lines = [f"{key.replace(' ', '_')}={value}" for key, value in environment.items()]
-    (allure_dir / "environment.properties").write_text("\n".join(lines) + "\n")
-    rules = [
+def _allure2_categories(categories: dict[str, str]) -> list[dict[str, Any]]:
+    """Allure 2's ``categories.json``: by status and the failure message."""
+    rules: list[dict[str, Any]] = [
         {
-            "name": "Infrastructure errors (not the agent's fault)",
+            "name": INFRA_CATEGORY,
             "matchedStatuses": ["broken"],
             # [\s\S] rather than a dot with a flag: Java and JavaScript both read it.
             "messageRegex": r"[\s\S]*(CellInfrastructureError|infrastructure error|Timeout)"
@@ -281,6 +373,62 @@ def write_session_files(
         }
         for code, meaning in categories.items()
     ]
+    return rules
+
+
+def allure3_categories(categories: dict[str, str]) -> list[dict[str, Any]]:
+    """Allure 3's categories (its config's ``categories``): a failed cell by its error
+    code's tag (the first of its codes in ``categories``' order), a broken one (the
+    harness could not finish it) as an infrastructure error; one group per category
+    rather than one per message (every cell's message is its own)."""
+    rules: list[dict[str, Any]] = [
+        {"id": "amb-infrastructure", "name": INFRA_CATEGORY, "groupByMessage": False,
+         "matchers": {"statuses": ["broken"]}}
+    ]  # fmt: skip
+    rules += [
+        {"id": f"amb-{code}", "name": f"{code}: {meaning}", "groupByMessage": False,
+         "matchers": {"statuses": ["failed"], "labels": {"tag": f"^{code}$"}}}
+        for code, meaning in categories.items()
+    ]  # fmt: skip
+    return rules
+
+
+def quality_gate_results(gates: Sequence[GateResult]) -> list[dict[str, Any]]:
+    """The session's gates as Allure 3 quality-gate results (``rule``, ``success``,
+    ``message``, ``expected``, ``actual``): a gate without enough evidence either way
+    passes, saying so."""
+    results = []
+    for gate in gates:
+        undecided = bool(getattr(gate, "undecided", False))
+        actual = "not enough evidence" if undecided else ("met" if gate.passed else "not met")
+        results.append({
+            "rule": printable(gate.gate), "success": gate.passed,
+            "message": printable(gate.message), "expected": "met", "actual": actual,
+            "testResults": [],
+        })  # fmt: skip
+    return results
+
+
+def write_session_files(
+    allure_dir: Path,
+    run_id: str,
+    environment: dict[str, str],
+    categories: dict[str, str],
+    gates: Sequence[GateResult] = (),
+) -> None:
+    """The report's ``environment.properties``, ``categories.json`` (one category per error
+    code, and one for infrastructure errors), ``executor.json`` and :data:`ALLURE3_FILE`
+    (the categories and ``gates`` for Allure 3); written once, by the xdist controller,
+    after every cell."""
+    allure_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f"{key.replace(' ', '_')}={value}" for key, value in environment.items()]
+    (allure_dir / "environment.properties").write_text("\n".join(lines) + "\n")
+    rules = _allure2_categories(categories)
     (allure_dir / "categories.json").write_text(json.dumps(rules, indent=1))
     executor = {"name": "AutoMedBench", "type": "pytest", "buildName": run_id}
     (allure_dir / "executor.json").write_text(json.dumps(executor, indent=1))
+    allure3 = {
+        "categories": allure3_categories(categories),
+        "qualityGateResults": quality_gate_results(gates),
+    }
+    (allure_dir / ALLURE3_FILE).write_text(json.dumps(allure3, indent=1))
