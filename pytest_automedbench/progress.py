@@ -6,7 +6,7 @@ process) prints two things:
 * a **pre-flight line** once the cells are known, before any starts (one line; the
   ``x`` are multiplication signs)::
 
-    automedbench: 72 cells (2 agents x 24 tasks x 3 tiers x 1 run), at most 5.5 h with
+    automedbench: 72 cells (2 agents x 24 tasks x 3 tiers x 1 run), at most 9.0 h with
     8 workers if every cell runs to its time limit, cost budget ≤ $3600.00 (72 model
     cells x $50.00 limit)
 
@@ -136,12 +136,15 @@ def _count(n: int, noun: str) -> str:
 def wall_clock_bound(limits: Sequence[float], workers: int = 1) -> float:
     """The longest a session of cells with these time limits can take on ``workers``
     workers that each take the next cell when free: every cell running to its limit,
-    the sum over one worker, else the sum's share plus what the longest cell can leave
-    the others waiting (the list-scheduling bound), never more than the sum."""
+    the sum over one worker; else the smallest of the sum, the sum's share plus what the
+    longest cell can leave the others waiting (the list-scheduling bound), and rounds of
+    ``workers`` cells each at most the longest limit."""
     total = sum(limits)
     if workers <= 1 or not limits:
         return total
-    return min(total, total / workers + (1 - 1 / workers) * max(limits))
+    longest = max(limits)
+    rounds = -(-len(limits) // workers)
+    return min(total, total / workers + (1 - 1 / workers) * longest, rounds * longest)
 
 
 def preflight_line(plan: Sequence[PlannedCell], workers: int = 1) -> str:

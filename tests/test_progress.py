@@ -25,6 +25,7 @@ from pytest_automedbench.progress import (
     parse_chunk,
     preflight_line,
     status_line,
+    wall_clock_bound,
 )
 from pytest_automedbench.results import CellKey
 
@@ -243,7 +244,7 @@ def planned(
     return PlannedCell(f"t.py::test_cell[{key.cell_id}]", key, Path("/x"), limit, cost)
 
 
-def test_preflight_counts_cells_and_sums_the_limits() -> None:
+def test_preflight_counts_cells_and_bounds_the_wall_clock() -> None:
     plan = [
         planned(a, t, tier, cost=50.0)
         for a in ("gpt54", "opus46")
@@ -252,9 +253,16 @@ def test_preflight_counts_cells_and_sums_the_limits() -> None:
     ]
     assert preflight_line(plan, workers=8) == (
         "automedbench: 12 cells (2 agents × 2 tasks × 3 tiers × 1 run), "  # noqa: RUF001
-        "wall-clock budget ≤ 12.0 h total (≈ 1.5 h with 8 workers), "
+        "at most 2.0 h with 8 workers if every cell runs to its time limit, "
         "cost budget ≤ $600.00 (12 model cells × $50.00 limit)"  # noqa: RUF001
     )
+    # Not the sum of the limits as a "budget": the most the session can take, given -n.
+    assert wall_clock_bound([3600.0] * 20) == 20 * 3600.0
+    assert wall_clock_bound([3600.0] * 20, workers=20) == 3600.0
+    assert wall_clock_bound([60.0, 3600.0], workers=1) == 3660.0  # one worker: the sum
+    # 9 cells, 2 workers: the share plus the longest cell's wait (2500 + 900), under 5 rounds.
+    assert wall_clock_bound([1800.0] + [400.0] * 8, workers=2) == 5000.0 / 2 + 900.0
+    assert wall_clock_bound([], workers=4) == 0.0
 
 
 def test_preflight_of_an_uneven_plan_without_models() -> None:
@@ -263,11 +271,11 @@ def test_preflight_of_an_uneven_plan_without_models() -> None:
     plan[-1] = PlannedCell(plan[-1].nodeid, plan[-1].key, Path("/x"), 1800, None)
     line = preflight_line(plan, workers=8)
     assert line.startswith("automedbench: 5 cells (2 agents, 2 tasks, 2 tiers, 1-3 runs), ")
-    # 6600 s over 8 workers is less than the longest cell: the longest cell it is.
-    assert "wall-clock budget ≤ 1.8 h total (≈ 30 min with 8 workers)" in line
+    # 5 cells on 8 workers: one round, as long as the longest cell (not the 1.8 h sum).
+    assert "at most 30 min with 8 workers if every cell runs to its time limit, " in line
     assert line.endswith("cost of 1 command-agent cell not metered")
     assert preflight_line(plan[:1]).endswith(
-        "wall-clock budget ≤ 20 min total, cost: none (no model agents)"
+        "at most 20 min if every cell runs to its time limit, cost: none (no model agents)"
     )
 
 
@@ -373,7 +381,7 @@ def test_a_session_prints_its_plan_and_the_running_cell(
     check_progress(
         session_output(pytester, tmp_path),
         "automedbench: 1 cell (1 agent × 1 task × 1 tier × 1 run), "  # noqa: RUF001
-        "wall-clock budget ≤ 1.0 h total, cost: none (no model agents)",
+        "at most 1.0 h if every cell runs to its time limit, cost: none (no model agents)",
     )
 
 
@@ -384,6 +392,6 @@ def test_the_xdist_controller_prints_its_workers_plan_and_progress(
     check_progress(
         session_output(pytester, tmp_path, "-n", "2"),
         "automedbench: 1 cell (1 agent × 1 task × 1 tier × 1 run), "  # noqa: RUF001
-        "wall-clock budget ≤ 1.0 h total (≈ 1.0 h with 2 workers), "
+        "at most 1.0 h with 2 workers if every cell runs to its time limit, "
         "cost: none (no model agents)",
     )
