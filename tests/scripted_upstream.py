@@ -15,6 +15,9 @@ not the agent's conversation (no shell tool to call: title generation, quota pro
 not take a step: they get a short text with ``side_usage``. Every request is recorded and
 the usage of every 200 reply is summed, so a test can check the gateway's ledger
 against what was served.
+
+``chat_only=True`` plays a server that speaks only Chat Completions (vLLM, Ollama,
+llama.cpp's server): ``/responses`` and ``/v1/messages`` answer 404, as they do there.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ PATHS: dict[str, Protocol] = {
     "/chat/completions": "chat",
     "/v1/chat/completions": "chat",
 }
+#: The routes a Chat-Completions-only server serves.
+CHAT_PATHS = frozenset(path for path, protocol in PATHS.items() if protocol == "chat")
 #: Tool names agent systems give their shell tool (Claude Code, Codex, mini-swe-agent).
 SHELL_NAMES = ("Bash", "bash", "shell", "shell_command", "exec_command", "local_shell")
 
@@ -268,7 +273,9 @@ class ScriptedUpstream(LocalServer):
         *,
         side_usage: StepUsage | None = None,
         default: Text | None = None,
+        chat_only: bool = False,
     ) -> None:
+        self.chat_only = chat_only
         self.side_usage = side_usage or StepUsage(input_tokens=50, output_tokens=5)
         self.default = default or Text("done")
         self.requests: list[RecordedRequest] = []
@@ -322,7 +329,7 @@ class ScriptedUpstream(LocalServer):
 def _handler_for(server: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
     class Handler(JSONHandler):
         def do_POST(self) -> None:
-            request = self.read_json(PATHS)
+            request = self.read_json(CHAT_PATHS if server.chat_only else PATHS)
             if request is None:
                 return
             path, body = request

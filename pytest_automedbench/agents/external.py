@@ -207,6 +207,12 @@ def _rejected(line: Mapping[str, Any], *, served: int) -> bool:
     return rejected_request(status, served)
 
 
+def _never_answered(failed: int, last: Mapping[str, Any] | None) -> str:
+    """The provider error of a cell whose model never answered usably."""
+    error = str((last or {}).get("error") or "")[:2000]
+    return f"the model never answered usably: {failed} request(s) failed upstream; last: {error}"
+
+
 class GatewayRoute:
     """An agent system's route to its model for one cell: a lease on the cell's gateway
     (the upstream, the prices, the cell's budgets), the variables the system is given,
@@ -300,7 +306,9 @@ class GatewayRoute:
         system's doing: ``request_rejected``, scored; see
         :func:`~pytest_automedbench.agents.base.rejected_request`), the last request
         failed at the provider past the gateway's retries (infrastructure), else the
-        system finished on its own."""
+        system finished on its own. A model that never answered usably (every request
+        that reached the upstream failed: ``LeaseCounts.never_answered``) is a provider
+        error whatever the system did next."""
         if result.exit_code == RELAY_FAILED_EXIT and RELAY_FAILED_TEXT in result.stderr:
             trajectory.write(GatewayErrorEvent.of(error=result.stderr[-2000:]))
             return "gateway_error"
@@ -328,6 +336,16 @@ class GatewayRoute:
             )
             return limit
         last = self._last_line
+        counts = self.lease.counts()
+        if counts.never_answered:
+            trajectory.write(
+                ProviderErrorEvent.of(
+                    turns=turns,
+                    error=_never_answered(counts.failed, last),
+                    attempts=list((last or {}).get("attempts") or []),
+                )
+            )
+            return "provider_error"
         if last is not None and _rejected(last, served=turns):
             trajectory.write(
                 RequestRejectedEvent.of(

@@ -49,6 +49,25 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class LeaseCounts:
+    """A lease's requests by how they ended: ``served`` with a usable model reply,
+    ``failed`` at the upstream (it was called and gave no usable reply, after the
+    gateway's retries), ``refused`` by the gateway itself (budget, size, refused
+    fields) without calling the upstream."""
+
+    requests: int
+    served: int
+    failed: int
+    refused: int
+
+    @property
+    def never_answered(self) -> bool:
+        """Whether the model never answered usably though it was asked: every request
+        that reached the upstream failed (an infrastructure error, not the agent's)."""
+        return self.served == 0 and self.failed > 0
+
+
+@dataclass(frozen=True)
 class Priced:
     cost: float
     price_known: bool
@@ -74,6 +93,8 @@ class CellLease:
     requests: int = 0
     served: int = 0
     attempts: int = 0
+    #: Requests that reached the upstream and got no usable reply (see :class:`LeaseCounts`).
+    failed: int = 0
     #: Told of every request as it is logged (the live trajectory of an agent system).
     listener: Listener | None = field(default=None, repr=False)
     #: The first exception the listener raised (the log line was written all the same).
@@ -100,6 +121,21 @@ class CellLease:
     def anthropic_base_url(self) -> str:
         """``base_url`` / ``ANTHROPIC_BASE_URL`` for Anthropic SDKs and Claude Code."""
         return self.url
+
+    def counts(self) -> LeaseCounts:
+        """The lease's requests so far by how they ended."""
+        with self._lock:
+            refused = self.requests - self.served - self.failed
+            return LeaseCounts(self.requests, self.served, self.failed, refused)
+
+    def bridge_to_chat(self) -> bool:
+        """From now on, translate every request to chat completions (the endpoint said it
+        has no route for the protocol's own). Whether this changed anything."""
+        with self._lock:
+            if self.upstream.chat_only:
+                return False
+            self.upstream = replace(self.upstream, chat_only=True)
+            return True
 
     def usage(self) -> Usage:
         """The cell's tokens and cost so far (a copy). ``price_known`` is false as soon
@@ -186,7 +222,9 @@ class CellLease:
         """Add one request to the totals and append its line to the log. ``request`` is
         what the log keeps of the body (whole when served; see :mod:`._log`); ``extra``
         adds fields to the line (``dropped_fields``, ``refused_fields``,
-        ``request_digest``, ``tampering``)."""
+        ``request_digest``, ``tampering``, ``translated_to``). A request without a reply
+        that has ``attempts`` failed at the upstream; one without attempts was refused
+        by the gateway."""
         priced = self.price(tokens) if reply is not None else Priced(0.0, True)
         requested = request.get("model")
         line = {
@@ -216,6 +254,7 @@ class CellLease:
         with self._lock:
             self.requests += 1
             self.served += reply is not None
+            self.failed += reply is None and bool(attempts)
             self.attempts += len(attempts)
             self._usage.add(
                 Usage(

@@ -7,6 +7,15 @@ protocol's SSE event stream. The upstream call is always non-streaming: the gate
 needs the whole reply to meter and budget it before the agent sees any of it, and a
 replayed stream of a finished reply is well-formed for every client we target (it only
 loses time-to-first-token, which the benchmark does not score).
+
+Translation: an upstream that speaks only Chat Completions (vLLM, Ollama, llama.cpp's
+server, most proxies: :attr:`Upstream.chat_only`) serves all three protocols. litellm
+translates a Responses body to a chat request (its ``use_chat_completions_api`` bridge,
+tools and tool calls included) and a Messages body to one (its Anthropic adapter); the
+gateway only makes sure both stay on ``/chat/completions`` (:func:`_chat_route`), since
+litellm's defaults for ``openai/`` models detour through ``/responses``. A reply is
+checked before it is served (:meth:`WireProtocol.problem`): a body that is not a reply
+of the protocol is the upstream's failure, never a model turn.
 """
 
 from __future__ import annotations
@@ -27,10 +36,10 @@ from ._fields import GATEWAY_FIELDS, ProtocolName
 @dataclass(frozen=True)
 class Upstream:
     """Where a cell's requests go. ``chat_only`` says the endpoint serves only
-    ``/chat/completions`` (most self-hosted servers): Responses requests then take
-    litellm's chat-completions bridge (``use_chat_completions_api``) instead of
-    litellm's default for ``openai/`` models, the native ``/responses``. (Messages
-    requests for non-Anthropic models always go to chat completions; see the server.)"""
+    ``/chat/completions`` (most self-hosted servers): every protocol is then translated
+    to chat completions (:func:`_chat_route`). The gateway sets it for a lease whose
+    endpoint answers a Responses or Messages call with "no such route"
+    (:meth:`~._lease.CellLease.bridge_to_chat`)."""
 
     model: str
     api_key: str | None = field(repr=False)
@@ -53,13 +62,28 @@ class WireProtocol(Protocol):
 
     def usage(self, reply: Mapping[str, Any]) -> TokenCounts: ...
 
+    def problem(self, reply: Mapping[str, Any]) -> str | None:
+        """Why ``reply`` is not a reply of this protocol a client can use (None: it is)."""
+        ...
+
     def error(self, status: int, kind: str, message: str) -> dict[str, Any]: ...
 
     def stream(self, reply: Mapping[str, Any], request: Mapping[str, Any]) -> Iterator[str]: ...
 
 
+def _chat_route(upstream: Upstream) -> dict[str, Any]:
+    """litellm's settings that keep a call on ``/chat/completions`` when the upstream
+    serves nothing else: no detour of litellm's through the Responses API (it takes one
+    for some ``openai/`` models and for Messages bodies); parameters the chat endpoint
+    has no name for (Codex's ``text.verbosity``) are dropped, not refused."""
+    if not upstream.chat_only:
+        return {}
+    return {"_skip_responses_api_bridge": True, "drop_params": True}
+
+
 def _bridge(upstream: Upstream) -> dict[str, Any]:
-    return {"use_chat_completions_api": True} if upstream.chat_only else {}
+    """For a Responses body: litellm's chat-completions bridge as well."""
+    return {"use_chat_completions_api": True, **_chat_route(upstream)} if upstream.chat_only else {}
 
 
 def _upstream_request(upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,8 +138,20 @@ class ChatCompletions:
     name: ProtocolName = "chat"
 
     async def call(self, upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
-        reply = await litellm.acompletion(**_upstream_request(upstream, body))
+        reply = await litellm.acompletion(
+            **_upstream_request(upstream, body), **_chat_route(upstream)
+        )
         return _as_dict(reply)
+
+    def problem(self, reply: Mapping[str, Any]) -> str | None:
+        choices = reply.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return "the reply has no choices"
+        if not all(
+            isinstance(c, Mapping) and isinstance(c.get("message"), Mapping) for c in choices
+        ):
+            return "a choice of the reply has no message"
+        return None
 
     def usage(self, reply: Mapping[str, Any]) -> TokenCounts:
         usage = _sub(reply, "usage")
@@ -177,6 +213,13 @@ class Responses:
     async def call(self, upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
         reply = await litellm.aresponses(**_upstream_request(upstream, body), **_bridge(upstream))
         return _as_dict(reply)
+
+    def problem(self, reply: Mapping[str, Any]) -> str | None:
+        if not isinstance(reply.get("output"), list):
+            return "the reply has no output list"
+        if reply.get("status") == "failed" or reply.get("error"):
+            return f"the reply says the response failed: {str(reply.get('error'))[:500]}"
+        return None
 
     def usage(self, reply: Mapping[str, Any]) -> TokenCounts:
         usage = _sub(reply, "usage")
@@ -244,8 +287,15 @@ class Messages:
     name: ProtocolName = "messages"
 
     async def call(self, upstream: Upstream, body: Mapping[str, Any]) -> dict[str, Any]:
-        reply = await anthropic_messages.acreate(**_upstream_request(upstream, body))
+        reply = await anthropic_messages.acreate(
+            **_upstream_request(upstream, body), **_chat_route(upstream)
+        )
         return _as_dict(reply)
+
+    def problem(self, reply: Mapping[str, Any]) -> str | None:
+        if reply.get("type") == "error" or not isinstance(reply.get("content"), list):
+            return "the reply has no content list"
+        return None
 
     def usage(self, reply: Mapping[str, Any]) -> TokenCounts:
         """Anthropic's ``input_tokens`` excludes cache reads and writes; the gateway's input

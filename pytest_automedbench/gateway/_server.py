@@ -61,9 +61,30 @@ class UpstreamError(Exception):
         self.status = status
 
 
+class UnusableReply(Exception):
+    """The upstream answered, but not with a reply of the protocol a client can use."""
+
+
+#: Statuses with which an endpoint says it has no route for a protocol (it does not
+#: speak it): the gateway then translates to chat completions (:meth:`Gateway._call`).
+NO_ROUTE: Final = frozenset({404, 405, 501})
+
+
 def _status_of(exc: BaseException) -> int:
+    """The HTTP status a failed call is answered with: the upstream's error status, or
+    502 (Bad Gateway) where there is none (a connection failure) or the upstream said
+    200 over a body that is no reply: a failed request never reads as a success."""
     status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) and 100 <= status < 600 else 502
+    return status if isinstance(status, int) and 400 <= status < 600 else 502
+
+
+def _answered(exc: BaseException) -> bool:
+    """Whether the upstream answered with a success status before the call failed (its
+    body could not be read as a reply): the upstream's failure, never the request's."""
+    if isinstance(exc, UnusableReply):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and 200 <= status < 300
 
 
 #: Python errors that, at the root of a failed call with no network error in its chain,
@@ -82,7 +103,7 @@ def _translation_fault(exc: BaseException) -> bool:
     while current is not None and len(chain) < 16:
         chain.append(current)
         current = current.__cause__ or current.__context__
-    if any(isinstance(link, OSError | httpx.TransportError) for link in chain):
+    if any(isinstance(link, OSError | httpx.TransportError) or _answered(link) for link in chain):
         return False
     return any(isinstance(link, _TRANSLATION_ERRORS) for link in chain)
 
@@ -376,6 +397,8 @@ class Gateway:
             return refused(exc.status, "upstream_error", message, attempts, logged, extra)
         # Round-trip through the redaction: a reply that quotes the key loses it here.
         reply = json.loads(lease.redact(json.dumps(reply, default=str)))
+        if protocol.name != "chat" and lease.upstream.chat_only:
+            dropped = {**dropped, "translated_to": "chat"}
         lease.record(
             protocol=protocol.name,
             stream=stream,
@@ -420,27 +443,51 @@ class Gateway:
         body: Mapping[str, Any],
         attempts: list[Attempt],
     ) -> dict[str, Any]:
-        """The upstream call with bounded retries; every try is appended to ``attempts``."""
+        """The upstream call with bounded retries; every try is appended to ``attempts``.
+
+        A try fails when the call raises or its reply is unusable
+        (:meth:`WireProtocol.problem`). It is retried, with backoff, where the status
+        says another try may succeed (429, 408, 409, 5xx: connection failures and
+        unusable replies are 502); any other 4xx is final. An endpoint with no route for
+        a Responses or Messages call (:data:`NO_ROUTE`) speaks only chat completions:
+        the lease is bridged to it (:meth:`CellLease.bridge_to_chat`) and the request
+        tried again at once, outside the retry budget."""
         policy = self.retry
-        for attempt in range(1, policy.max_attempts + 1):
+        tries = 0
+        while True:
+            tries += 1
             began = time.monotonic()
+            upstream = lease.upstream
             try:
-                reply = await protocol.call(lease.upstream, body)
+                reply = await protocol.call(upstream, body)
+                problem = protocol.problem(reply)
+                if problem is not None:
+                    raise UnusableReply(problem)
             except Exception as exc:  # litellm maps provider failures to many types
-                status = _status_of(exc)
-                message = lease.redact(f"{type(exc).__name__}: {exc}")
-                if _translation_fault(exc):
-                    attempts.append(Attempt(400, time.monotonic() - began, message))
-                    raise UpstreamError(
-                        400,
-                        "AutoMedBench gateway: the request could not be translated for the "
-                        f"model's provider (a field of the wrong shape?): {message}",
-                    ) from exc
+                status, message = self._failure(protocol, lease, exc)
                 attempts.append(Attempt(status, time.monotonic() - began, message))
-                if not policy.retryable(status) or attempt == policy.max_attempts:
+                if status in NO_ROUTE and protocol.name != "chat" and lease.bridge_to_chat():
+                    tries -= 1
+                    continue
+                if not policy.retryable(status) or tries >= policy.max_attempts:
                     raise UpstreamError(status, message) from exc
-                await asyncio.sleep(policy.delay_after(attempt, exc))
+                await asyncio.sleep(policy.delay_after(tries, exc))
                 continue
             attempts.append(Attempt(200, time.monotonic() - began))
             return reply
-        raise AssertionError("unreachable: the loop returns or raises")
+
+    @staticmethod
+    def _failure(protocol: WireProtocol, lease: CellLease, exc: Exception) -> tuple[int, str]:
+        """The status and message a failed try is recorded (and answered) with."""
+        message = lease.redact(f"{type(exc).__name__}: {exc}")
+        if _answered(exc):
+            return 502, (
+                f"AutoMedBench gateway: the upstream's answer is not a usable {protocol.name} "
+                f"reply: {message}"
+            )
+        if _translation_fault(exc):
+            return 400, (
+                "AutoMedBench gateway: the request could not be translated for the "
+                f"model's provider (a field of the wrong shape?): {message}"
+            )
+        return _status_of(exc), message
