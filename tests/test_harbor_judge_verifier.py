@@ -36,6 +36,7 @@ from .scripted_upstream import Protocol, ScriptedUpstream, StepUsage, Text
 REAL_KEY = "sk-judge-host-only-5150"
 FINDING = "small left pleural effusion"
 JUDGE_USAGE = StepUsage(input_tokens=321, output_tokens=7)
+AGENT_USAGE = StepUsage(input_tokens=1000, output_tokens=50)
 #: The judge's model definition's prices (USD per million tokens).
 PRICES = (2.0, 8.0)
 
@@ -171,15 +172,17 @@ def test_judge_usage_adds_up() -> None:
 
 class ReportJudge(ScriptedUpstream):
     """The scripted upstream as a judge: each chat request takes one verdict step, PASS
-    when the report it was sent names the finding, else FAIL."""
+    when the report it was sent names the finding, else FAIL; a request that sends no
+    report (an agent's own) is answered with :data:`AGENT_USAGE`."""
 
     def answer(
         self, path: str, protocol: Protocol, headers: dict[str, str], body: dict[str, Any]
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         said = json.dumps(body.get("messages")).lower()
         verdict = "PASS" if FINDING in said else "FAIL"
+        usage = JUDGE_USAGE if "report: " in said else AGENT_USAGE
         with self._lock:
-            self._script.append(Text(verdict, JUDGE_USAGE))
+            self._script.append(Text(verdict, usage))
         return super().answer(path, protocol, headers, body)
 
 
@@ -345,3 +348,58 @@ def test_a_judge_key_in_mains_env_file_reaches_neither_agent_nor_verifier(
     assert env["OPENAI_API_KEY"].startswith("amb-") and "127.0.0.1" in env["OPENAI_BASE_URL"]
     for secret in (ENV_FILE_KEY, REAL_KEY):
         assert secret not in log and secret[::-1] not in log
+
+
+#: An agent system of its own command: one request to its model through the cell's
+#: gateway (its own lease), then the corrected report.
+AGENT_COMMAND = """python3 - <<'PY'
+import json, os, urllib.request
+body = {"model": "any", "messages": [{"role": "user", "content": "hello"}]}
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+urllib.request.urlopen(request, timeout=60).read()
+open("/app/corrected.txt", "w").write("Small left pleural effusion.")
+PY"""
+
+
+@pytest.mark.slow
+def test_an_agent_systems_cell_serves_the_judge_on_its_gateway_with_its_own_lease(
+    tmp_path: Path, python_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent system's cell has a gateway already: the verifier's judge gets a lease of
+    its own on it; the agent's request is the agent's usage, the judge's the verifier's."""
+    from pytest_automedbench.results import CellKey
+    from pytest_automedbench.runner import CellPlan, run_cell
+
+    monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
+    task = _write(tmp_path / "tasks" / "judged", TASK)
+    with ReportJudge([]) as judge:
+        system = {"command": AGENT_COMMAND, "model": "judge"}
+        config = RunConfig(
+            amb_out=tmp_path / "out",
+            sandbox="docker",
+            sandbox_network="off",
+            agent_definitions={"judge": _judge_definition(judge.openai_url), "writer": system},
+            harbor_base=(f"python:3.11-slim-bookworm={python_image}",),
+            harbor_judge_model="judge",
+        )
+        plan = CellPlan(
+            key=CellKey(agent="writer", task=task.id, tier="harbor", run=0),
+            task=task,
+            staged=task.staged(),
+            config=config,
+            run_id="test-harbor-judge-system",
+            cell_dir=tmp_path / "cell",
+        )
+        record = run_cell(plan)
+        requests = list(judge.requests)
+    assert record.status == "scored" and record.passed is True, record.error
+    assert [r.step for r in requests] == [Text("FAIL", AGENT_USAGE), Text("PASS", JUDGE_USAGE)]
+    assert (record.tokens_in, record.tokens_out) == (1000, 50)  # the agent's request only
+    spent = record.judge["verifier"]
+    assert (spent["tokens_in"], spent["tokens_out"], spent["served"]) == (321, 7, 1), spent
+    # Two leases, two logs: the agent's and the verifier's.
+    logs = {path.name for path in (tmp_path / "cell" / "gateway").glob("*.jsonl")}
+    assert logs == {"judged-harbor-r0.jsonl", "judged-harbor-r0-verifier-1.jsonl"}, logs
