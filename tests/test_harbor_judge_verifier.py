@@ -403,3 +403,55 @@ def test_an_agent_systems_cell_serves_the_judge_on_its_gateway_with_its_own_leas
     # Two leases, two logs: the agent's and the verifier's.
     logs = {path.name for path in (tmp_path / "cell" / "gateway").glob("*.jsonl")}
     assert logs == {"judged-harbor-r0.jsonl", "judged-harbor-r0-verifier-1.jsonl"}, logs
+
+
+def test_the_judges_lease_serves_only_while_the_verifier_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """The route's token is served through the gateway during the verifier run and
+    refused (401) once it ends; the run's usage is kept, the provider key was the host's.
+    (The relay sidecar is Docker's; here its URL is the gateway's own loopback one.)"""
+    import shutil
+    import tempfile
+    from collections.abc import Iterator
+    from contextlib import contextmanager
+
+    import httpx
+
+    from pytest_automedbench.gateway import Gateway
+    from pytest_automedbench.harbor import _judge
+
+    monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
+    folder = Path(tempfile.mkdtemp(prefix="amb-k2-"))  # a short path: a socket's name
+    request.addfinalizer(lambda: shutil.rmtree(folder, ignore_errors=True))
+    with ReportJudge([]) as upstream, Gateway(tmp_path / "gw", unix_socket=folder / "g.sock") as gw:
+
+        @contextmanager
+        def loopback_relay(box: object, socket_dir: Path) -> Iterator[str]:
+            assert socket_dir == folder  # the socket's folder is what the relay binds
+            yield gw.url
+
+        monkeypatch.setattr(_judge, "relay_sidecar", loopback_relay)
+        config = RunConfig(harbor_judge_model="judge", agent_definitions={
+            "judge": _judge_definition(upstream.openai_url)})  # fmt: skip
+        model = judge_model(config)
+        assert model is not None
+        judge = _judge.Judge(
+            model, "cell", tmp_path / "gw", gw, request_timeout_s=30, max_cost_usd=1.0
+        )
+        body = {"model": "m", "messages": [{"role": "user", "content": f"Report: {FINDING}"}]}
+
+        def ask(env: dict[str, str]) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {env['OPENAI_API_KEY']}"}
+            url = f"{env['OPENAI_BASE_URL']}/chat/completions"
+            return httpx.post(url, json=body, headers=headers, timeout=30)
+
+        with judge.route(box=None, timeout_s=60) as env:  # type: ignore[arg-type]
+            served = ask(env)
+            assert env["OPENAI_API_KEY"] != REAL_KEY and env["OPENAI_API_BASE"].endswith("/v1")
+        assert served.status_code == 200, served.text
+        assert served.json()["choices"][0]["message"]["content"] == "PASS"
+        assert ask(env).status_code == 401  # the lease ended with the verifier run
+    assert [r.headers["authorization"] for r in upstream.requests] == [f"Bearer {REAL_KEY}"]
+    cost = (JUDGE_USAGE.input_tokens * PRICES[0] + JUDGE_USAGE.output_tokens * PRICES[1]) / 1e6
+    assert judge.total() == JudgeUsage("openai/judge-scripted", 1, 1, 321, 7, pytest.approx(cost))
