@@ -96,6 +96,10 @@ class PlannedCell:
     #: The agent's cost limit per cell: 0.0 for agents that call no model (scripted,
     #: replay), None where the cost is not metered (command agents).
     cost_limit_usd: float | None
+    #: False when the cell's model has no price (``budgets.priced``): its cost is
+    #: unknown from the start, never "$0.00" until its first reply; True when priced,
+    #: None when no model is metered.
+    price_known: bool | None = None
 
 
 def planned_cells(
@@ -103,8 +107,12 @@ def planned_cells(
 ) -> list[PlannedCell]:
     """The monitor's plan from the session's (node id, cell) pairs: each cell's folder
     and limits."""
+    from pytest_automedbench.budgets import metered_model, priced
+
     config = session.config
     entries = {a: config.agent(a) for a in {c.key.agent for _, c in cells}}
+    models = {a: metered_model(entry) for a, entry in entries.items()}
+    prices = {a: None if model is None else priced(model) for a, model in models.items()}
     planned = []
     for nodeid, cell in cells:
         entry = entries[cell.key.agent]
@@ -120,6 +128,7 @@ def planned_cells(
                 cost_limit_usd=limits.max_cost_usd
                 if entry.cost_limit_usd
                 else entry.cost_limit_usd,
+                price_known=prices[cell.key.agent],
             )
         )
     return planned
@@ -302,16 +311,19 @@ def cell_progress(
     mtime: float | None,
     now: float,
     result_written: bool = False,
+    price_known: bool | None = None,
 ) -> CellProgress:
     """Where a cell stands, from its events so far. ``mtime`` (the trajectory file's)
     dates the last event, whose ``t`` is seconds since the cell started, so the elapsed
-    time is ``t_last + (now - mtime)``; before any event, ``now - mtime``."""
+    time is ``t_last + (now - mtime)``; before any event, ``now - mtime``. The cost is
+    unknown (None) when ``price_known`` is False (the plan's: the model has no price)
+    or any reply so far was unpriced: once unknown, it stays unknown."""
     typed = parse_events(events)
     kinds = [e.kind for e in typed]
     turn = max((e.turn for e in typed if e.turn is not None), default=0)
     usages = [e.usage for e in typed if isinstance(e, MessageEvent) and e.usage is not None]
     cost = sum(u.cost_usd or 0.0 for u in usages)
-    priced = all(u.price_known is not False for u in usages)
+    priced = price_known is not False and all(u.price_known is not False for u in usages)
     end = next((e for e in typed if isinstance(e, EndEvent)), None)
     if end is not None:
         turn = max(turn, end.turns or 0)
@@ -457,6 +469,7 @@ class ProgressMonitor:
                 mtime=tail.mtime,
                 now=now,
                 result_written=(planned.cell_dir / "result.json").is_file(),
+                price_known=planned.price_known,
             )
             if progress.phase == "finished":
                 self._over[nodeid] = tail.inode

@@ -103,6 +103,25 @@ def test_an_unpriced_models_running_cost_is_unknown_not_zero() -> None:
     assert progress.cost_usd is None
     line = status_line([progress], 1, 2, clock="12:00:00", width=200) or ""
     assert "cost unknown" in line and "$0.00" not in line
+    # Known from the plan to have no price: unknown from the start, not $0.00 until the
+    # first reply; and later priced-looking replies do not make it known.
+    for upto in (1, 2, 4):
+        early = cell_progress("c", events(start, *PIPELINE[1:upto]), mtime=0.0, now=0.0,
+                              price_known=False)  # fmt: skip
+        assert early.cost_usd is None, upto
+    assert cell_progress("c", events(start), mtime=0.0, now=0.0).cost_usd == 0.0
+
+
+def test_the_monitor_shows_an_unpriced_cells_cost_unknown_before_its_first_reply(
+    tmp_path: Path,
+) -> None:
+    key = CellKey(agent="local", task="t", tier="lite", run=0)
+    cell = PlannedCell("t::c[t]", key, tmp_path, 3600, 1.0, price_known=False)
+    (tmp_path / "trajectory.jsonl").write_bytes(lines(*events(*PIPELINE[:1])))
+    written = os.stat(tmp_path / "trajectory.jsonl").st_mtime
+    monitor = ProgressMonitor([cell], width=lambda: 300, clock=lambda: written)
+    line = monitor.poll() or ""
+    assert line.endswith("| t-lite-r0 turn 0 0s cost unknown"), line
 
 
 def test_elapsed_is_the_last_events_time_plus_the_time_since_it_was_written() -> None:
