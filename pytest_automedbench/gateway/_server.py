@@ -397,8 +397,7 @@ class Gateway:
             return refused(exc.status, "upstream_error", message, attempts, logged, extra)
         # Round-trip through the redaction: a reply that quotes the key loses it here.
         reply = json.loads(lease.redact(json.dumps(reply, default=str)))
-        if protocol.name != "chat" and lease.upstream.chat_only:
-            dropped = {**dropped, "translated_to": "chat"}
+        translated = protocol.name != "chat" and lease.upstream.chat_only
         lease.record(
             protocol=protocol.name,
             stream=stream,
@@ -409,7 +408,7 @@ class Gateway:
             error=None,
             latency_s=time.monotonic() - started,
             attempts=attempts,
-            extra=dropped,
+            extra={**dropped, **({"translated_to": "chat"} if translated else {})},
         )
         if stream:
             return StreamingResponse(
