@@ -122,9 +122,12 @@ def test_a_verifier_that_names_the_openai_variables_calls_a_judge(tmp_path: Path
 def test_a_judged_task_is_skipped_naming_the_option_unless_a_model_is_named(
     tmp_path: Path,
 ) -> None:
+    from pytest_automedbench.harbor._format import FORMAT
+
     task = _write(tmp_path / "judged", TASK)
     reason = unavailable_reason(task, RunConfig())
     assert reason is not None and JUDGE_OPTION in reason and "task.toml" in reason
+    assert FORMAT.unavailable_reason(task, RunConfig()) == reason  # what collection skips with
     named = RunConfig(harbor_judge_model="judge", agent_definitions={"judge": _judge_definition(
         "http://127.0.0.1:9/v1")})  # fmt: skip
     assert unavailable_reason(task, named) is None
