@@ -51,7 +51,7 @@ from pluggy import HookimplMarker
 from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.gates import GateResult
 from pytest_automedbench.outcome import describe_result
-from pytest_automedbench.printable import printable, printable_bytes
+from pytest_automedbench.printable import money, printable, printable_bytes
 from pytest_automedbench.report.pictures import cell_pictures
 from pytest_automedbench.report.transcript import TRANSCRIPT_FILENAME
 from pytest_automedbench.results import CellResult
@@ -231,12 +231,8 @@ def report_cell(
 def spent(result: CellResult) -> dict[str, str]:
     """The cell's cost, tokens and turns, as its Allure parameters show them."""
     known = result.price_known is not False
-    cost = result.cost_usd
-    dollars = (f"${cost:.2f}" if cost == 0 or cost >= 1 else f"${cost:.3g}") if known else (
-        "unknown (unpriced model)"
-    )  # fmt: skip
     return {
-        "cost": dollars,
+        "cost": money(result.cost_usd) if known else "unknown (unpriced model)",
         "tokens": f"{result.tokens_in:,} in / {result.tokens_out:,} out",
         "turns": str(result.turns),
     }

@@ -37,7 +37,7 @@ from pytest_automedbench.events import (
     ToolResultEvent,
     parse_event,
 )
-from pytest_automedbench.printable import printable
+from pytest_automedbench.printable import money, printable
 
 __all__ = [
     "MAX_TEXT_CHARS",
@@ -141,10 +141,7 @@ class Totals:
 
 
 def _cost(cost: float, known: bool) -> str:
-    """Dollars to the cent from a dollar up, else to three significant digits."""
-    if not known:
-        return "cost unknown (unpriced model)"
-    return f"${cost:.2f}" if cost == 0 or cost >= 1 else f"${cost:.3g}"
+    return money(cost) if known else "cost unknown (unpriced model)"
 
 
 def _summary(totals: Totals) -> str:
