@@ -410,6 +410,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             systems=systems,
             trials=board,
             imported=imported,
+            cells=records,
         )
     if args.out is None:
         print(text, end="")
@@ -428,6 +429,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                 systems=systems,
                 trials=board,
                 imported=imported,
+                cells=records,
             )
         )
         html_out.write_text(page, encoding="utf-8")

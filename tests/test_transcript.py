@@ -201,3 +201,28 @@ def test_in_chromium_the_attack_stays_inert(tmp_path: Path) -> None:
         finally:
             browser.close()
     assert not errors, errors
+
+
+def test_the_leaderboard_page_links_each_cell_to_its_transcript(tmp_path: Path) -> None:
+    from pytest_automedbench import cli
+    from tests.test_outcome import make_result
+
+    cells = []
+    for run in (0, 1):
+        cell_dir = tmp_path / "runs" / "r" / "reference" / f"kidney-tumor-seg-lite-r{run}"
+        cell_dir.mkdir(parents=True)
+        trajectory = _write(cell_dir / "trajectory.jsonl", _events())
+        if run == 0:  # the second cell wrote none (an older run)
+            assert transcript_beside(trajectory) is not None
+        cells.append(make_result(run=run, cell_dir=str(cell_dir)))
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text("".join(c.model_dump_json() + "\n" for c in cells), encoding="utf-8")
+    page_file = tmp_path / "board.html"
+    assert cli.main(["leaderboard", str(ledger), "--html", str(page_file)]) == 0
+    page = Page(page_file.read_text(encoding="utf-8"))
+    links = [a["href"] for t, a in page.elements if t == "a" and a.get("class") == "transcript"]
+    assert links == [(tmp_path / "runs/r/reference/kidney-tumor-seg-lite-r0" / TRANSCRIPT_FILENAME)
+                     .as_uri()]  # fmt: skip
+    text = "".join(page.text)
+    assert "reference · segmentation (2 cells)" in text
+    assert "kidney-tumor-seg [lite] r1: OVERALL 52.5 (no transcript)" in text

@@ -74,7 +74,9 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.printable import money
@@ -85,6 +87,7 @@ from pytest_automedbench.report.html_page import (
     pooled_text,
     trial_cost_text,
 )
+from pytest_automedbench.report.transcript import TRANSCRIPT_FILENAME
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.stats import (
     GroupStats,
@@ -336,6 +339,7 @@ def render(
     systems: Sequence[Mapping[str, Any]] = (),
     trials: TrialBoard | None = None,
     imported: Sequence[Mapping[str, Any]] = (),
+    cells: Sequence[CellResult] = (),
 ) -> str:
     """``table`` (``rows``) as text. The HTML page also plots ``agents`` (``per_agent``
     over the same records; without them the plots say there is no scored run) and shows
@@ -344,7 +348,14 @@ def render(
     are the rows alone (``render_systems`` gives the systems in those). Markdown and HTML
     end with the trial table when ``trials`` (``trial_board``) has a row; in JSON and CSV
     it is ``render_trials``'s (one CSV or JSON document holds one table); so with the
-    imported table (``imported_board``), after the trial table."""
+    imported table (``imported_board``), after the trial table. The HTML page ends with
+    ``cells``, each linking its transcript (:func:`transcript_links`)."""
+    if fmt == "html" and cells:
+        text = render(table, fmt, agents, note=note, systems=systems, trials=trials,
+                      imported=imported)  # fmt: skip
+        end = text.rfind("</body>")
+        links = transcript_links(cells)
+        return text[:end] + links + text[end:] if end >= 0 else text + links
     has_trials = trials is not None and bool(trials.agents)
     if fmt in ("markdown", "html") and (has_trials or imported):
         text = render(table, fmt, agents, note=note, systems=systems)
@@ -774,3 +785,41 @@ def render_imported(board: Sequence[Mapping[str, Any]], fmt: Format) -> str:
         *("| " + " | ".join(_cell_text(c) for c in cells) + " |" for cells in body),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _transcript_href(cell: CellResult) -> str | None:
+    """A link to the cell's transcript (a ``file:`` URI when its folder is absolute, else
+    the path as recorded); None when the cell wrote none (or it is not on this machine)."""
+    path = Path(cell.cell_dir) / TRANSCRIPT_FILENAME
+    if not path.is_file():
+        return None
+    return path.as_uri() if path.is_absolute() else quote(path.as_posix())
+
+
+def transcript_links(cells: Sequence[CellResult]) -> str:
+    """The HTML page's "Cells" section: every cell, by agent and track, linking its
+    transcript (``transcript.html``, the cell's trajectory as a page) when it has one."""
+    groups: dict[tuple[str, str], list[CellResult]] = {}
+    for cell in sorted(cells, key=lambda c: (c.agent, c.track, c.task, c.tier, c.run)):
+        groups.setdefault((cell.agent, cell.track), []).append(cell)
+    parts = []
+    for (agent, track), members in groups.items():
+        items = []
+        for cell in members:
+            score = "infra error" if cell.overall is None else f"OVERALL {100 * cell.overall:.1f}"
+            label = escape(f"{cell.task} [{cell.tier}] r{cell.run}: {score}")
+            href = _transcript_href(cell)
+            items.append(
+                f"<li><a class='transcript' href='{escape(href)}'>{label}</a></li>"
+                if href
+                else f"<li>{label} <span class='muted'>(no transcript)</span></li>"
+            )
+        parts.append(
+            f"<details><summary>{escape(agent)} · {escape(track)} ({len(members)} cells)"
+            f"</summary><ul>{''.join(items)}</ul></details>"
+        )
+    return (
+        "<h2>Cells</h2><p class='muted'>Each cell's transcript: its messages, tool calls "
+        "with their code and output, egress and gateway events, tokens per turn.</p>"
+        + "".join(parts)
+    )
