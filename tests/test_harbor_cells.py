@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -524,7 +525,21 @@ SHEBANG_TASK = {
     '{source = "/app/out.txt", destination = "copies/out.txt"}]\n'
     '[metadata]\ncategory = "scripts"\n',
     "instruction.md": "Write /app/out.txt.\n",
-    "environment/Dockerfile": "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
+    # BuildKit syntax, as current Terminal-Bench tasks write it (the syntax line is left out).
+    "environment/Dockerfile": textwrap.dedent(
+        """\
+        # syntax=docker/dockerfile:1
+        FROM python:3.11-slim-bookworm
+        WORKDIR /app
+        RUN <<'EOF' bash
+        echo built > /app/heredoc.txt
+        EOF
+        COPY --chmod=755 check.sh /usr/local/bin/amb-check
+        RUN --mount=type=cache,target=/root/.cache/amb echo cached > /root/.cache/amb/x \\
+            && cp /root/.cache/amb/x /app/cached.txt
+        """
+    ),
+    "environment/check.sh": "#!/bin/sh\ncat /app/heredoc.txt /app/cached.txt\n",
     # Python scripts: their shebang decides the interpreter; relative paths are WORKDIR's.
     "solution/solve.sh": textwrap.dedent(
         """\
@@ -543,6 +558,9 @@ SHEBANG_TASK = {
         import json, os, pathlib
         out = pathlib.Path("out.txt")
         ok = out.is_file() and out.read_text() == "noninteractive"
+        import subprocess
+        built = subprocess.run(["amb-check"], capture_output=True, text=True).stdout
+        ok = ok and built.split() == ["built", "cached"]
         logs = pathlib.Path("/logs/verifier")
         (logs / "reward.txt").write_text("1" if ok else "0")
         (logs / "reward.json").write_text(json.dumps({"reward": 0.5}))  # 0.3.x: txt decides
@@ -569,7 +587,9 @@ def _write_files(folder: Path, files: dict[str, str]) -> None:
 def test_scripts_run_by_their_shebang_in_workdir_with_the_oracles_log_and_artifacts(
     tmp_path: Path, base_images: dict[str, str]
 ) -> None:
-    """Harbor's way of running scripts: a Python ``solve.sh`` and ``test.sh`` (their
+    """A Dockerfile in BuildKit syntax (heredoc ``RUN``, ``RUN --mount=type=cache``,
+    ``COPY --chmod``) builds, its output in the cell's build.log. Harbor's way of running
+    scripts: a Python ``solve.sh`` and ``test.sh`` (their
     shebang decides), scripts without one run by bash, both in the image's WORKDIR; the
     oracle gets ``DEBIAN_FRONTEND=noninteractive`` and its output goes to
     ``/logs/agent/oracle.txt``; ``/logs/artifacts`` reaches the trial folder; with both
@@ -577,6 +597,8 @@ def test_scripts_run_by_their_shebang_in_workdir_with_the_oracles_log_and_artifa
     tasks = tmp_path / "tasks"
     _write_files(tasks / "py-scripts", SHEBANG_TASK)
     _write_files(tasks / "plain-scripts", NO_SHEBANG_TASK)
+    seed = tasks / "py-scripts" / "environment" / "seed.txt"  # a content never built before
+    seed.write_text(uuid.uuid4().hex)
     agent_image = base_images["python:3.11-slim-bookworm"]
     done = _session(tmp_path / "out", "--harbor", str(tasks), "--agent", "oracle",
                     "--agent", "nop", "--harbor-base",
@@ -593,6 +615,14 @@ def test_scripts_run_by_their_shebang_in_workdir_with_the_oracles_log_and_artifa
     assert (trial / "artifacts" / "note.txt").read_text() == "an artifact"
     for declared in ("app/out.txt", "copies/out.txt"):  # the task's [[artifacts]]
         assert (trial / "artifacts" / declared).read_text() == "noninteractive"
+    built = [(Path(records[a, "py-scripts", 0].cell_dir) / "build.log").read_text() for a in
+             ("oracle", "nop")]  # fmt: skip
+    assert sum("RUN <<'EOF' bash" in log for log in built) == 1, built  # the one that built
+    assert sum("already built" in log for log in built) == 1, built
+    from pytest_automedbench.sandbox.docker import docker_client
+
+    tag = next(log for log in built if "already built" in log).split(":", 2)
+    docker_client().images.remove(f"{tag[0]}:{tag[1]}", force=True)
 
 
 TWO_STEP_TASK = {

@@ -606,9 +606,15 @@ class TaskEnvironment:
         return task.for_attempt(copy)
 
 
+#: The cell folder's file with the task image's build output (or the line that names the
+#: image an earlier cell built from the same content).
+BUILD_LOG = "build.log"
+
+
 def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -> TaskEnvironment:
-    """The task's image (built once per content hash; the build's lines are events); for
-    a docker-compose environment, its services built and its one-shot services run."""
+    """The task's image (built once per content hash; what the build says is events, its
+    whole output in the cell's ``build.log``); for a docker-compose environment, its
+    services built and its one-shot services run."""
     from pytest_automedbench.harbor._compose import one_shot_egress, prepare_compose
     from pytest_automedbench.harbor._environment import build_task_image, compose_file
 
@@ -623,6 +629,7 @@ def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -
             memory_mb=environment.memory_mb,
             cpus=environment.cpus,
             egress=one_shot_egress(plan, task, trajectory.write),
+            build_log=plan.cell_dir / BUILD_LOG,
         )
         trajectory.write(EnvironmentEvent.of(image=prepared.image, compose=str(prepared.volumes)))
         return TaskEnvironment(prepared.image, prepared)
@@ -632,6 +639,7 @@ def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -
         docker_image=environment.docker_image,
         build_timeout_s=environment.build_timeout_sec,
         say=lambda line: _say(trajectory, line),
+        build_log=plan.cell_dir / BUILD_LOG,
     )
     trajectory.write(EnvironmentEvent.of(image=image))
     return TaskEnvironment(image)
