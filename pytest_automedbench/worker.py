@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import replace
 from types import FrameType
 from typing import Any
 
@@ -172,13 +173,18 @@ class BenchmarkWorker:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         """A cell that is not resolved, or that the harness could not finish, is reported
-        by its message alone: no fixture source or traceback before it."""
+        by its message alone: no fixture source or traceback before it, and the short
+        summary's reason is the message's first line, not the exception's dotted name."""
         report = yield
         excinfo = call.excinfo
         if excinfo is not None and isinstance(
             excinfo.value, (CellInfrastructureError, CellUnresolved)
         ):
-            report.longrepr = excinfo.getrepr(style="value")
+            longrepr = excinfo.getrepr(style="value")
+            if longrepr.reprcrash is not None:
+                first = str(excinfo.value).partition("\n")[0]
+                longrepr.reprcrash = replace(longrepr.reprcrash, message=first)
+            report.longrepr = longrepr
         return report
 
     @pytest.hookimpl(tryfirst=True)

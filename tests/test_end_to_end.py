@@ -82,7 +82,8 @@ def test_flawed_agents_lose_their_stages(pytester: pytest.Pytester, tmp_path: Pa
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "cell not resolved",  # the message first and alone: no traceback before it
+            # The message first and alone (no traceback before it), the reason on its line.
+            "cell not resolved: rating F, OVERALL *; termination: *",
             "*kidney-tumor-seg [[]lite, run 0] agent=empty: rating F*",
             "*S5   0.0 (weight 0.10; 3 calls, 3 failed*",
             "*Submission passes the format check: 0.00*",

@@ -3,6 +3,9 @@ infrastructure faults raise a distinct error type."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import cast
+
 import pytest
 
 from pytest_automedbench.outcome import (
@@ -154,3 +157,82 @@ def test_junit_properties_are_escaped() -> None:
     values = [str(v) for _, v in item.user_properties]
     assert not [v for v in values if "\x1b" in v or "\r" in v or "\n" in v], values
     assert "/tmp/\\x1b[2K\\r PASSED OVERALL 97.0\\n" in values
+
+
+def violated_result() -> CellResult:
+    """A cell caught reading the references: 26 items whose evidence passed, zeroed."""
+    from pytest_automedbench.scoring.overall import zero_stages
+
+    passing = [
+        ItemResult(
+            stage=stage,
+            id=f"{stage.lower()}-{n}",
+            question=f"{stage} check {n}",
+            score=1.0,
+            evidence="done as asked",
+        )
+        for stage in ("S1", "S2", "S3", "S4", "S5")
+        for n in range(5)
+    ] + [ItemResult(stage="S3", id="s3-x", question="S3 extra", score=1.0, evidence="yes")]
+    stages = zero_stages(StageScores(s1=1, s2=1, s3=1, s4=1, s5=1, items=passing), "cat ref")
+    violation = {"category": "references", "evidence": "cat /private/a.nii.gz", "seq": 9}
+    return make_result(stages=stages, violations=[violation], task_score=None, overall=0.0,
+                       agentic=0.0, rating="F")  # fmt: skip
+
+
+def test_a_violation_comes_first_and_zeroed_items_are_counted_not_listed() -> None:
+    with pytest.raises(CellUnresolved) as info:
+        check_resolved(violated_result())
+    lines = str(info.value).splitlines()
+    assert lines[0] == "cell not resolved: VIOLATION (references, event 9): cat /private/a.nii.gz"
+    assert lines[2] == "  VIOLATION (references, event 9): cat /private/a.nii.gz"  # before stages
+    assert not [line for line in lines if ": 0.00 (done as asked)" in line]
+    assert "  S3   0.0 (weight 0.35)  0 under the violation rule (6 items scored 0)" in lines
+
+
+def test_failing_items_come_first_and_passing_ones_are_counted() -> None:
+    items = [
+        ItemResult(stage="S2", id="a", question="Half", score=0.5, evidence="some"),
+        ItemResult(stage="S2", id="b", question="Passed", score=1.0, evidence="fine"),
+        ItemResult(stage="S2", id="c", question="Failed", score=0.0, evidence="none"),
+    ]
+    stages = StageScores(s1=1, s2=0.5, s3=1, s4=1, s5=1, items=items)
+    text = describe_result(make_result(stages=stages))
+    s2 = text.index("  S2 ")
+    assert text[s2:].splitlines()[:3] == [
+        "  S2  50.0 (weight 0.15)  (1 other items passed)",
+        "      - Failed: 0.00 (none)",
+        "      - Half: 0.50 (some)",
+    ]
+    assert "Passed" not in text
+
+
+def test_a_harbor_verifiers_output_is_in_the_failure_message(tmp_path: Path) -> None:
+    from pytest_automedbench.harbor import HARBOR_TIER
+
+    record = make_result(
+        cell_dir=str(tmp_path), tier=HARBOR_TIER, category="c", reward=0.0, passed=False
+    )
+    path = tmp_path / "verifier" / "test-stdout.txt"
+    path.parent.mkdir()
+    path.write_text("".join(f"line {n}\n" for n in range(40)) + "FAILED test_x - \x1b[31mboom\n")
+    text = describe_result(record)
+    assert "      FAILED test_x - \\x1b[31mboom" in text  # the end, escaped
+    assert "      line 39" in text and "      line 10" not in text  # the last lines only
+
+
+def test_the_short_summary_gives_the_reason_not_the_exceptions_name() -> None:
+    from pytest_automedbench.worker import BenchmarkWorker
+
+    call = pytest.CallInfo.from_call(lambda: check_resolved(violated_result()), "call")
+    report = pytest.TestReport("t::c", ("t", 0, "c"), {}, "failed", None, "call")
+    hook = BenchmarkWorker.pytest_runtest_makereport(
+        cast(BenchmarkWorker, None), cast(pytest.Item, None), call
+    )
+    next(hook)
+    with pytest.raises(StopIteration) as done:
+        hook.send(report)
+    crash = done.value.value.longrepr.reprcrash
+    assert (
+        crash.message == "cell not resolved: VIOLATION (references, event 9): cat /private/a.nii.gz"
+    )
