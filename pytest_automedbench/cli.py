@@ -47,7 +47,7 @@ from pytest_automedbench.fixtures.staging import (
 )
 from pytest_automedbench.ledger import LedgerError, LedgerProblem
 from pytest_automedbench.printable import money
-from pytest_automedbench.results import CellResult
+from pytest_automedbench.results import CellResult, full_cells
 from pytest_automedbench.sandbox.base import SandboxError
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
 
@@ -379,7 +379,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from pytest_automedbench.stats import latest_per_cell
 
     read = _ledger_records(args.ledgers)
-    records = latest_per_cell(read)
+    records = latest_per_cell(full_cells(read))
+    smoke = len(read) - len(full_cells(read))
+    if smoke:
+        print(
+            f"automedbench: {smoke} records of smoke cells (--amb-cases) left out: a "
+            "subset of a task's cases is not ranked with its full cells",
+            file=sys.stderr,
+        )
     table = rows(records)
     systems = per_system(records)
     html_out: Path | None = args.html
@@ -387,7 +394,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     agents = per_agent(records) if wants_page else []
     note = (
         f"{len(read)} ledger records from {', '.join(map(str, args.ledgers))}; "
-        f"{len(records)} cells counted (the latest record of each cell within a session)."
+        f"{len(records)} cells counted (the latest record of each cell within a session)"
+        + (f"; {smoke} records of smoke cells (--amb-cases) left out." if smoke else ".")
     )
     board = trial_board(records)
     imported = imported_board(records)

@@ -129,6 +129,8 @@ class RunConfig(BaseModel):
     )
     holdout: str = _setting("holdout")
     holdout_seed: int = Field(default=0, ge=0, description=BY_FIELD["holdout_seed"].help)
+    cases: str | None = _setting("cases")
+    cases_seed: int = Field(default=0, ge=0, description=BY_FIELD["cases_seed"].help)
     sandbox: str = _setting("sandbox")
     sandbox_network: str = _setting("sandbox_network")
     sandbox_allow_hosts: tuple[str, ...] = _setting("sandbox_allow_hosts")
@@ -248,6 +250,15 @@ class RunConfig(BaseModel):
             from pytest_automedbench.thresholds import parse_fail_under
 
             parse_fail_under(value)  # raises GateError (a ValueError) naming the part
+        return value
+
+    @field_validator("cases")
+    @classmethod
+    def _cases_syntax(cls, value: str | None) -> str | None:
+        if value is not None:
+            from pytest_automedbench.smoke import parse_cases
+
+            parse_cases(value)  # raises ValueError naming what is wrong
         return value
 
     @field_validator("judge")
@@ -386,6 +397,8 @@ class RunConfig(BaseModel):
         }
         if self.holdout == "original":  # the seed derives nothing from the original split
             payload.pop("holdout_seed", None)
+        if self.cases is None:  # nor does the cases' seed from the whole split
+            payload.pop("cases_seed", None)
         payload["data_root"] = str(self.data_root)
         if self.sandbox_network != "off":
             # "on" meant the host's network before every route out went through the
@@ -412,7 +425,17 @@ class RunConfig(BaseModel):
             if self.holdout == "perturbed"
             else ""
         )
+        smoke = (
+            [
+                f"smoke run: --amb-cases {self.cases} (seed {self.cases_seed}) of each "
+                "catalogue task, recorded as such (cases_subset), left out of gates and "
+                "leaderboards; Harbor tasks have no cases and run whole"
+            ]
+            if self.cases is not None
+            else []
+        )
         return [
+            *smoke,
             f"agents: {', '.join(self.agents)}",
             f"tier: {self.tier}  runs: {runs}  sandbox: {self.sandbox} "
             f"(network {self.sandbox_network}, workspace {self.sandbox_disk_mb} MiB / "
@@ -438,7 +461,11 @@ _HASHED_WHEN_CHANGED = frozenset(LIMIT_KEYS) | {
     "harbor_judge_model",
     "holdout",
     "holdout_seed",
+    "cases",
+    "cases_seed",
 }
+#: Gates that judge means of scores: a smoke run (``--amb-cases``) cannot be given them.
+_MEAN_GATES = ("fail_under", "baseline")
 #: Backend names as the configuration hash knows them.
 _LEGACY_HASH_NAMES = {"bubblewrap": "local"}
 
@@ -543,6 +570,13 @@ def build_config(
         hint = f"; valid values: {', '.join(choices)}" if choices else ""
         message = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{origin}: {message} (got {err.get('input')!r}){hint}") from exc
+    if config.cases is not None and (gated := [f for f in _MEAN_GATES if f in merged]):
+        raise ConfigError(
+            f"{origin_of(gated[0], from_file.get(gated[0]))}: a smoke run "
+            f"({origin_of('cases', from_file.get('cases'))}) scores a subset of each task's "
+            "cases, which no gate compares with full cells: leave out the gate, or the "
+            "subset"
+        )
     if "max_regression" in merged and config.baseline is None:
         raise ConfigError(
             f"{origin_of('max_regression', from_file.get('max_regression'))}: a tolerated "
@@ -562,6 +596,23 @@ def load_config(cli: dict[str, Any], pyproject: Path, base_dir: Path) -> RunConf
     config = build_config(cli, settings, pyproject, base_dir, agents, slurm)
     for agent in config.agents:
         config.agent(agent)
+    _check_cost_caps(config, cli, settings, pyproject)
     if config.baseline is not None and not config.baseline.is_file():
         raise ConfigError(f"{origin_of('baseline')}: ledger {config.baseline} does not exist")
     return config
+
+
+def _check_cost_caps(
+    config: RunConfig, cli: dict[str, Any], settings: dict[str, Any], pyproject: Path
+) -> None:
+    """A cost cap given for a model without a price is a usage error (see
+    :mod:`pytest_automedbench.budgets`)."""
+    from pytest_automedbench.budgets import unpriced_cap_problem
+
+    origin = None
+    if cli.get("max_cost_usd") is not None:
+        origin = origin_of("max_cost_usd")
+    elif BY_FIELD["max_cost_usd"].pyproject_key in settings:
+        origin = origin_of("max_cost_usd", str(pyproject))
+    if (problem := unpriced_cap_problem(config, origin)) is not None:
+        raise ConfigError(problem)

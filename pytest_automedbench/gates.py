@@ -35,7 +35,7 @@ from statistics import mean
 
 import pytest
 
-from pytest_automedbench.results import CellKey, CellResult
+from pytest_automedbench.results import CellKey, CellResult, full_cells
 from pytest_automedbench.stats import (
     MIN_PAIRS,
     CellPair,
@@ -100,8 +100,9 @@ def _value(record: CellResult, key: str) -> float | None:
 
 
 def _scored(records: Iterable[CellResult]) -> list[CellResult]:
-    """The scored records, each cell once (``stats.latest_per_cell``)."""
-    return [r for r in latest_per_cell(records) if r.status == "scored"]
+    """The scored records of full cells (never a smoke cell's: ``results.full_cells``),
+    each cell once (``stats.latest_per_cell``)."""
+    return [r for r in latest_per_cell(full_cells(records)) if r.status == "scored"]
 
 
 def _why_not_scored(reasons: Mapping[CellKey, str], wanted: Collection[CellKey]) -> str:

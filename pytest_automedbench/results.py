@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +46,23 @@ def folder_name(name: str) -> str:
         return name
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{_UNSAFE.sub('_', name).strip('.')}-{digest}"
+
+
+class CaseSubset(BaseModel):
+    """The cases a smoke cell ran (``--amb-cases``): a subset of its task's split, scored
+    against those cases' references only. Such a cell is not comparable with a cell of
+    the whole split: gates and leaderboards leave it out (:func:`full_cells`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The case ids run (the split's own ids).
+    ids: list[str]
+    #: How many cases the whole split has.
+    of: int
+    #: The seed the subset was drawn with (None: the cases were named by id).
+    seed: int | None = None
+    #: The data hash of the whole split the subset was taken from.
+    full_data_hash: str | None = None
 
 
 #: A cell as the ledger knows it across sessions: agent, model, task, tier, run and the
@@ -150,6 +168,8 @@ class CellResult(BaseModel):
     #: was not scored: every case failed).
     cases_total: int | None = None
     cases_passed: int | None = None
+    #: A smoke cell's cases (``--amb-cases``); None for a cell of the whole split.
+    cases_subset: CaseSubset | None = None
     finished_at: str
 
     def pooled_trials(self) -> tuple[int, int]:
@@ -169,3 +189,15 @@ class CellResult(BaseModel):
     def ledger_key(self) -> LedgerKey:
         """The cell across sessions: (agent, model, task, tier, run, config_hash)."""
         return ledger_key(self.key, self.model, self.config_hash)
+
+    @property
+    def smoke(self) -> bool:
+        """Whether the cell ran a subset of its task's cases (``--amb-cases``)."""
+        return self.cases_subset is not None
+
+
+def full_cells(records: Iterable[CellResult]) -> list[CellResult]:
+    """The records of cells that ran their task's whole split: what gates and leaderboards
+    count. A smoke cell (``--amb-cases``) scored a few cases; its means are not those of
+    the task, so it is never mixed with full cells."""
+    return [r for r in records if r.cases_subset is None]

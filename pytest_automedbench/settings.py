@@ -479,6 +479,26 @@ SETTINGS: tuple[Setting, ...] = (
         scoring=True,
     ),
     Setting(
+        "cases",
+        "--amb-cases",
+        "a smoke run: each catalogue task on N of its cases, drawn with --amb-cases-seed "
+        "(the same seed, the same cases), or on the cases named (ID,ID,...); the agent sees "
+        "and the evaluator scores those cases only, the record says so (cases_subset) and "
+        "gates and leaderboards leave such cells out. A task with N cases or fewer runs "
+        "whole; Harbor tasks have no cases and always run whole",
+        metavar="N|ID[,ID...]",
+        scoring=True,
+    ),
+    Setting(
+        "cases_seed",
+        "--amb-cases-seed",
+        "seed of the cases --amb-cases N draws (default: 0)",
+        default=0,
+        type=int,
+        metavar="N",
+        scoring=True,
+    ),
+    Setting(
         "data_size",
         "--data-size",
         "synthetic data size: small (default, fast) or the real datasets' image sizes",

@@ -164,8 +164,10 @@ class CatalogueFormat:
         if config.holdout == "perturbed":
             from pytest_automedbench.fixtures.perturb import stage_perturbed
 
-            return stage_perturbed(spec, base, data_cache, config.holdout_seed)
-        return base
+            base = stage_perturbed(spec, base, data_cache, config.holdout_seed)
+        from pytest_automedbench.smoke import smoke_split
+
+        return smoke_split(spec.id, base, spec.case_layout, config, data_cache)
 
     def task_hash(self, task: Task, tier: str) -> str:
         """The task's task.yaml, the tier's brief and the evaluator's declaration (an
@@ -183,8 +185,13 @@ class CatalogueFormat:
         return _spec(task).protocol.training
 
     def record_fields(self, task: Task, staged: StagedData) -> dict[str, Any]:
+        from pytest_automedbench.smoke import subset_of
+
         counted = task.track == CASE_COUNTED_TRACK
-        return {"cases_total": len(staged.case_ids) if counted else None}
+        return {
+            "cases_total": len(staged.case_ids) if counted else None,
+            "cases_subset": subset_of(staged),
+        }
 
     def test_file_key(self, relative: str, roots: Sequence[Path]) -> Path | None:
         if not relative.endswith(".py"):
