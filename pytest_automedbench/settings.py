@@ -299,7 +299,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "baseline",
         "--amb-baseline",
-        "gate: compare OVERALL per agent and track with this baseline ledger",
+        "gate: compare OVERALL per agent and track with this baseline ledger's cells of "
+        "the same task and data (cells of another task or other data: a usage error)",
         metavar="LEDGER",
     ),
     Setting(
