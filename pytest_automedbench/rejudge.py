@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.evaluators.schema import CaseResult, FormatReport
 from pytest_automedbench.events import Event, StartEvent, ToolResultEvent, read_events
 from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.ledger import Ledger, LedgerError, LedgerProblem
@@ -68,6 +68,11 @@ from pytest_automedbench.scoring.agreement import (
 )
 from pytest_automedbench.scoring.agreement import (
     format_report as format_agreement,
+)
+from pytest_automedbench.scoring.deliverable import (
+    DeliverableScores,
+    deliverable_scores,
+    delivered_report,
 )
 from pytest_automedbench.scoring.models import StageScores
 from pytest_automedbench.scoring.overall import overall_score
@@ -197,6 +202,18 @@ class Evidence:
     task_score: float
     #: The violations the record stores (any one zeroes the cell).
     violations: tuple[Violation, ...]
+    #: The evaluator's per-case verdicts (S4 counts the cases that delivered).
+    cases: tuple[CaseResult, ...] = ()
+    #: S4-S5 as the cell's format scored them (:meth:`TaskFormat.rejudge_basis`), or None:
+    #: from ``format`` and ``cases``, as the runner scores them.
+    deliverable: DeliverableScores | None = None
+
+    def stages_45(self) -> tuple[FormatReport, DeliverableScores]:
+        """The format report counted case by case, and S4-S5 (see ``deliverable``)."""
+        delivered = delivered_report(self.format, self.cases)
+        if self.deliverable is not None:
+            return delivered, self.deliverable
+        return delivered, deliverable_scores(self.format, delivered, self.submitted)
 
 
 @dataclass(frozen=True)
@@ -265,13 +282,15 @@ def _start_event(events: list[Event], path: Path) -> StartEvent:
     return start
 
 
-def _format_report(record: CellResult, cell_dir: Path) -> FormatReport:
+def _format_report(record: CellResult, cell_dir: Path) -> tuple[FormatReport, list[CaseResult]]:
     """The evaluator's format report as the judges saw it: the file's counts, and a problem
-    the host put first (a submission over its copy bounds) taken back from the record."""
+    the host put first (a submission over its copy bounds) taken back from the record;
+    and its per-case verdicts."""
     path = cell_dir / "evaluator" / "evaluation.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         report = FormatReport.model_validate(data["format"])
+        cases = [CaseResult.model_validate(case) for case in data.get("cases", [])]
     except FileNotFoundError:
         raise MissingEvidence(f"{path} is missing (the evaluator's verdict)") from None
     except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
@@ -289,16 +308,17 @@ def _format_report(record: CellResult, cell_dir: Path) -> FormatReport:
         and stored[1:] == report.problems[: len(stored) - 1]
     ):
         report = report.model_copy(update={"problems": [stored[0], *report.problems]})
-    return report
+    return report, cases
 
 
 def _submitted(record: CellResult, events: list[Event]) -> bool:
     """Whether the agent handed in through ``submit_results``: as the record's S5 item
-    says, else as the trajectory shows."""
+    credits it, else as the trajectory shows (the item credits no submission that fails
+    its format check)."""
     if record.stages is not None and not record.violations:
         for item in record.stages.items:
-            if item.id == "s5_submitted":
-                return item.score == 1.0
+            if item.id == "s5_submitted" and item.score == 1.0:
+                return True
     return any(
         isinstance(e, ToolResultEvent) and e.tool == "submit_results" and e.get("accepted")
         for e in events
@@ -315,30 +335,61 @@ def _violations(record: CellResult) -> tuple[Violation, ...]:
 
 def load_cell(record: CellResult, tasks: Mapping[str, TaskSpec], suites: Path) -> StoredCell:
     """A scored record's evidence read back from its cell folder; :class:`MissingEvidence`
-    (naming the file or field) when it cannot be."""
+    (naming the file or field) when it cannot be. Its format says what it is judged from
+    (:meth:`~pytest_automedbench.formats.TaskFormat.rejudge_basis`); a catalogue cell's
+    from the task the catalogue (``suites``) describes."""
     stored = _stored_scores(record)
+    events = _trajectory(record)
+    try:
+        basis = format_of_record(record).rejudge_basis(record, events)
+    except ValueError as exc:
+        raise MissingEvidence(f"{Path(record.cell_dir)}: {exc}") from None
+    if basis is not None:
+        evidence = Evidence(
+            ctx=basis.judge_ctx,
+            events=events,
+            format=basis.format,
+            submitted=_submitted(record, events),
+            task_score=_task_score(record),
+            violations=_violations(record),
+            deliverable=basis.deliverable,
+        )
+        return StoredCell(cell_label(record), record.agent, stored, evidence)
     task = tasks.get(record.task)
     if task is None:
         raise MissingEvidence(
             f"task {record.task!r} is not in the catalogue at {suites} (--suites)"
         )
-    return StoredCell(cell_label(record), record.agent, stored, _read_evidence(record, task))
+    evidence = _read_evidence(record, task, events)
+    return StoredCell(cell_label(record), record.agent, stored, evidence)
 
 
-def _read_evidence(record: CellResult, task: TaskSpec) -> Evidence:
-    """What the record's cell folder holds to judge it by (see :func:`load_cell`)."""
+def _trajectory(record: CellResult) -> list[Event]:
+    """The cell's trajectory, typed; :class:`MissingEvidence` when it is not there."""
+    trajectory = Path(record.cell_dir) / "trajectory.jsonl"
+    if not trajectory.is_file():
+        raise MissingEvidence(f"{trajectory} is missing")
+    return read_events(trajectory)
+
+
+def _task_score(record: CellResult) -> float:
+    """The stored TASK (0 where none: a violation excluded it, or an imported record)."""
+    imported = record.imported_from is not None
+    if record.task_score is None and not record.violations and not imported:
+        raise MissingEvidence("the ledger record has no 'task_score'")
+    return record.task_score if record.task_score is not None else 0.0
+
+
+def _read_evidence(
+    record: CellResult, task: TaskSpec, events: list[Event] | None = None
+) -> Evidence:
+    """What a catalogue record's cell folder holds to judge it by (see :func:`load_cell`)."""
     cell_dir = Path(record.cell_dir)
     if not (cell_dir / "workspace").is_dir():
         raise MissingEvidence(f"{cell_dir / 'workspace'} is missing (the plan folder's parent)")
-    trajectory = cell_dir / "trajectory.jsonl"
-    if not trajectory.is_file():
-        raise MissingEvidence(f"{trajectory} is missing")
-    events = read_events(trajectory)
-    start = _start_event(events, trajectory)
-    violations = _violations(record)
-    imported = record.imported_from is not None
-    if record.task_score is None and not violations and not imported:
-        raise MissingEvidence("the ledger record has no 'task_score'")
+    events = _trajectory(record) if events is None else events
+    start = _start_event(events, cell_dir / "trajectory.jsonl")
+    task_score = _task_score(record)
     ctx = JudgeContext.of_cell(
         task,
         record.tier,
@@ -347,13 +398,18 @@ def _read_evidence(record: CellResult, task: TaskSpec) -> Evidence:
         str(start.raw["public_dir"]),
         str(start.raw["outputs_dir"]),
     )
+    imported = record.imported_from is not None
+    report, cases = (
+        (imported_format(ctx.n_cases), []) if imported else _format_report(record, cell_dir)
+    )
     return Evidence(
         ctx=ctx,
         events=events,
-        format=imported_format(ctx.n_cases) if imported else _format_report(record, cell_dir),
+        format=report,
         submitted=_submitted(record, events),
-        task_score=record.task_score if record.task_score is not None else 0.0,
-        violations=violations,
+        task_score=task_score,
+        violations=_violations(record),
+        cases=tuple(cases),
     )
 
 
@@ -462,8 +518,9 @@ def judge_cell(
     evidence = cell.evidence
     settings = JudgeSettings(judge=judge.name, votes=votes, api_base=judge.api_base)
     try:
+        delivered, stages_45 = evidence.stages_45()
         judged = score_stages(
-            evidence.ctx, evidence.events, evidence.format, evidence.submitted, settings
+            evidence.ctx, evidence.events, delivered, evidence.submitted, settings, stages_45
         )
     except Exception as exc:  # one cell's odd evidence must not sink the whole report
         return f"the judge raised {type(exc).__name__}: {exc}"

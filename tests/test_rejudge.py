@@ -356,16 +356,15 @@ def test_the_bootstrap_interval_is_seeded_and_brackets_tau() -> None:
     assert bootstrap_tau(apart, 300, seed=5) == (1.0, 1.0, 300)
 
 
-def test_a_cell_is_left_out_of_the_rubric_only_where_its_format_says_so() -> None:
-    """The reason comes from the record's format: a Harbor attempt's verifier reward is
-    its score; a scored catalogue cell is judged again."""
+def test_a_cell_is_left_out_of_the_rubric_only_where_it_was_not_scored() -> None:
+    """The reason comes from the record's format: a scored Harbor attempt and a scored
+    catalogue cell are both judged again (the attempt from its trajectory, S4-S5 as its
+    verifier scored them); a cell the harness could not finish is not."""
     from pytest_automedbench.rejudge import _not_judgeable
     from tests.conftest import cell_record
 
     harbor = cell_record(tier="harbor", reward=1.0, passed=True)
-    assert _not_judgeable(harbor) == (
-        "a Harbor-format cell: its verifier's reward is its score, no S1-S3 rubric"
-    )
+    assert _not_judgeable(harbor) is None
     assert _not_judgeable(cell_record()) is None
     failed = cell_record(tier="harbor", status="infra_error", termination="crash", error="x")
     assert _not_judgeable(failed) == "infrastructure error (crash): x"

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.protocol import TrainingPolicy
     from pytest_automedbench.results import CellResult
     from pytest_automedbench.sandbox import Sandbox
-    from pytest_automedbench.scoring.cell import CellEvidence, CellScore
+    from pytest_automedbench.scoring.cell import CellEvidence, CellScore, StoredBasis
     from pytest_automedbench.violations import Policy as ViolationPolicy
 
 
@@ -208,6 +208,13 @@ class TaskFormat(Protocol):
 
     def plan_folder(self, cell_dir: Path) -> Path:
         """Where a cell's folder keeps the agent's plan (``plan.md`` and its diagram)."""
+        ...
+
+    def rejudge_basis(self, record: CellResult, events: Sequence[Event]) -> StoredBasis | None:
+        """What a scored record is judged again from when its cell's folder and trajectory
+        (``events``) say it all: the judge's context and S4-S5 as scored; None: from the
+        catalogue task the record names. Raises ValueError, naming what is missing, when
+        they cannot be read (the cell is then listed as not judged again, with it)."""
         ...
 
     def verifier_files(self, cell_dir: Path) -> list[tuple[Path, str, str]] | None:

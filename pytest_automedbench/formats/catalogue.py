@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pytest_automedbench.results import CellResult
     from pytest_automedbench.sandbox import Sandbox
     from pytest_automedbench.sandbox.quota import WorkspaceQuota
-    from pytest_automedbench.scoring.cell import CellEvidence, CellScore
+    from pytest_automedbench.scoring.cell import CellEvidence, CellScore, StoredBasis
     from pytest_automedbench.tasks import TaskSpec
     from pytest_automedbench.violations import Policy as ViolationPolicy
 
@@ -228,6 +228,9 @@ class CatalogueFormat:
 
     def plan_folder(self, cell_dir: Path) -> Path:
         return cell_dir / "workspace" / "plan"
+
+    def rejudge_basis(self, record: CellResult, events: Sequence[Event]) -> StoredBasis | None:
+        return None  # judged again from its catalogue task (rejudge's own reading)
 
     def verifier_files(self, cell_dir: Path) -> list[tuple[Path, str, str]] | None:
         return None
@@ -544,6 +547,7 @@ class CatalogueCell:
             band_a=task.rating.a,
             band_b=task.rating.b,
             violation_policy=policy,
+            cases=evaluation.cases,
         )
 
     def fill(self, result: CellResult, verdict: Verdict, score: CellScore) -> CellResult:

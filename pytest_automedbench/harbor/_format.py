@@ -27,11 +27,13 @@ if TYPE_CHECKING:
     from pytest_automedbench.agents.registry import AgentEntry
     from pytest_automedbench.agents.trajectory import TrajectoryWriter
     from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.events import Event
     from pytest_automedbench.fixtures.staging import StagedData
     from pytest_automedbench.formats import FormatCell, Task
     from pytest_automedbench.plan import CellPlan
     from pytest_automedbench.protocol import TrainingPolicy
     from pytest_automedbench.results import CellResult
+    from pytest_automedbench.scoring.cell import StoredBasis
 
 #: The pre-flight line: Harbor tasks bring their own images, which run as their own user
 #: (root as a rule).
@@ -141,7 +143,14 @@ class HarborFormat:
         }
 
     def not_rejudged(self, record: CellResult) -> str | None:
-        return "a Harbor-format cell: its verifier's reward is its score, no S1-S3 rubric"
+        return None  # judged from its trajectory and plan, S4-S5 as its verifier scored them
+
+    def rejudge_basis(self, record: CellResult, events: Sequence[Event]) -> StoredBasis | None:
+        """Judged as it was scored (a PRO-tier cell), from its trajectory and plan folder;
+        S4-S5 as stored (its verifier's verdict)."""
+        from pytest_automedbench.harbor._stages import stored_basis
+
+        return stored_basis(record, events, self.plan_folder(Path(record.cell_dir)))
 
     def plan_folder(self, cell_dir: Path) -> Path:
         """An attempt's plan is in its container's /logs/agent, copied out beside it."""
@@ -157,9 +166,9 @@ class HarborFormat:
         ]
 
     def cell(self, plan: CellPlan, trajectory: TrajectoryWriter) -> FormatCell:
-        from pytest_automedbench.harbor._runner import HarborCell
+        from pytest_automedbench.harbor._stages import StagedHarborCell
 
-        return HarborCell(plan, _task(plan.task), trajectory)
+        return StagedHarborCell(plan, _task(plan.task), trajectory)
 
 
 FORMAT: TaskFormat = HarborFormat()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.scoring.deterministic import score_s4, score_s5
+from pytest_automedbench.scoring.deliverable import DeliverableScores, deliverable_scores
 from pytest_automedbench.scoring.models import ErrorCode, StageScores, verdicts_of
 from pytest_automedbench.scoring.rubric import apply_requirements, load_rubric
 from pytest_automedbench.scoring.rules import Events, JudgeContext, RuleReading, read_by_rules
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VIOLATION_RATING",
+    "DeliverableScores",
     "JudgeSettings",
     "Judged",
     "RuledScores",
@@ -84,8 +85,11 @@ def score_stages(
     report: FormatReport,
     submitted: bool,
     settings: JudgeSettings | None = None,
+    deliverable: DeliverableScores | None = None,
 ) -> Judged:
-    """S1-S3 from the judge (each the mean of its rubric items), S4-S5 deterministic.
+    """S1-S3 from the judge (each the mean of its rubric items), S4-S5 deterministic:
+    ``deliverable`` where the cell's format scored them, else from ``report`` (S4 counts
+    its present and valid cases, S5 its check and the submission).
 
     The rules always judge too, so every cell records their verdicts next to any LLM
     judge's; an LLM judge that fell back to the rules records no verdicts of its own.
@@ -103,7 +107,7 @@ def score_stages(
     ]
     rule_items = apply_requirements(rules.items, rubric)
     answered = [(name, j, apply_requirements(j.items, rubric)) for name, j in judgements]
-    s4, s5 = score_s4(report), score_s5(report, submitted)
+    delivered = deliverable or deliverable_scores(report, report, submitted)
     judged = Judged(stages=StageScores(s1=0, s2=0, s3=0, s4=0, s5=0), rules=rules)
     judged.verdicts["rules"] = verdicts_of(rule_items)
     items, judge_name = rule_items, "rules"
@@ -113,5 +117,5 @@ def score_stages(
         if name == settings.judge and settings.scores_by_llm:
             items, judge_name = llm_items, judgement.judge
             judged.llm_codes = judgement.codes
-    judged.stages = StageScores.of(items, s4, s5, judge_name)
+    judged.stages = StageScores.of(items, delivered.s4, delivered.s5, judge_name)
     return judged

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pytest_automedbench.evaluators.schema import FormatReport
+from pytest_automedbench.evaluators.schema import CaseResult, FormatReport
 from pytest_automedbench.events import Event, records
 from pytest_automedbench.protocol import TrainingFinding, find_training
 from pytest_automedbench.scoring import (
@@ -24,6 +24,11 @@ from pytest_automedbench.scoring import (
     score_stages,
 )
 from pytest_automedbench.scoring.attribution import stage_activity
+from pytest_automedbench.scoring.deliverable import (
+    DeliverableScores,
+    deliverable_scores,
+    delivered_report,
+)
 from pytest_automedbench.scoring.diagnosis import diagnose
 from pytest_automedbench.scoring.models import ErrorCode, StageActivity, StageScores
 from pytest_automedbench.scoring.overall import is_resolved
@@ -49,6 +54,34 @@ class CellEvidence:
     band_a: float
     band_b: float
     violation_policy: ViolationPolicy
+    #: The evaluator's verdict per case: S4 and the diagnosis count the cases that
+    #: delivered (:func:`~pytest_automedbench.scoring.deliverable.delivered_report`).
+    cases: Sequence[CaseResult] = ()
+    #: S4 and S5 as the cell's format scored them (a Harbor verifier's tests and reward);
+    #: None: from ``format`` and ``cases``.
+    deliverable: DeliverableScores | None = None
+
+    def delivered(self) -> FormatReport:
+        """The format report as S4 and the diagnosis count it (case by case)."""
+        return delivered_report(self.format, self.cases)
+
+    def deliverable_scores(self) -> DeliverableScores:
+        """S4 and S5: the format's own, else S4 from the cases that delivered and S5 from
+        the evaluator's format check and the submission."""
+        if self.deliverable is not None:
+            return self.deliverable
+        return deliverable_scores(self.format, self.delivered(), self.submitted)
+
+
+@dataclass(frozen=True)
+class StoredBasis:
+    """What a stored cell is judged again from (``automedbench rejudge``) where its format
+    reads it off the cell's own folder and trajectory: the judge's context, the format
+    report the diagnosis and the LLM judge read, and S4-S5 as the cell was scored."""
+
+    judge_ctx: JudgeContext
+    format: FormatReport
+    deliverable: DeliverableScores
 
 
 @dataclass
@@ -79,13 +112,15 @@ class CellScore:
 
 def score_cell(evidence: CellEvidence, judges: JudgeSettings) -> CellScore:
     """Judge, diagnose and rate one cell (pure: reads the evidence, writes nothing)."""
-    ctx, events = evidence.judge_ctx, evidence.events
-    judged = score_stages(ctx, events, evidence.format, evidence.submitted, judges)
+    ctx, events, delivered = evidence.judge_ctx, evidence.events, evidence.delivered()
+    judged = score_stages(
+        ctx, events, delivered, evidence.submitted, judges, evidence.deliverable_scores()
+    )
     stages = judged.stages
     error_codes = diagnose(
         ctx,
         events,
-        evidence.format,
+        delivered,
         stages,
         evidence.termination,
         evidence.submitted,

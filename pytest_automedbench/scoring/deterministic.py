@@ -1,4 +1,5 @@
-"""S4 (inference) and S5 (submission): computed from the evaluator's verdict only."""
+"""S4 (inference) and S5 (submission): computed from the evaluator's verdict only; each
+stage's score is the mean of the items it lists (nothing is credited unlisted)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,13 @@ def score_s4(report: FormatReport) -> tuple[float, list[ItemResult]]:
 
 def score_s5(report: FormatReport, submitted: bool) -> tuple[float, list[ItemResult]]:
     """A malformed or incomplete submission scores 0 (failure rule); a valid one
-    earns the other half only when it was handed in through ``submit_results``."""
+    earns the other half only when it was handed in through ``submit_results``. S5 is
+    the mean of its two items: handing in a submission that fails its check earns no
+    credit, and its item says so."""
     first_problem = report.problems[0] if report.problems else "no problems"
+    handed_in = "submit_results accepted" if submitted else "never submitted"
+    if submitted and not report.valid:
+        handed_in += ", but the submission fails its format check: no credit"
     items = [
         ItemResult(
             stage="S5",
@@ -46,8 +52,8 @@ def score_s5(report: FormatReport, submitted: bool) -> tuple[float, list[ItemRes
             stage="S5",
             id="s5_submitted",
             question="Submitted through submit_results",
-            score=1.0 if submitted else 0.0,
-            evidence="submit_results accepted" if submitted else "never submitted",
+            score=1.0 if submitted and report.valid else 0.0,
+            evidence=handed_in,
         ),
     ]
     if not report.valid:

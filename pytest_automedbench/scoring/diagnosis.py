@@ -67,7 +67,9 @@ E4, implementation and execution:
   ``timeout``: an unrecovered call that timed out (``timed_out`` or exit 124).
   ``time_limit``: the cell ran out of wall-clock time.
 
-E5, deliverable and submission (from the format report):
+E5, deliverable and submission (from the format report, counted case by case:
+  :func:`~pytest_automedbench.scoring.deliverable.delivered_report`, so a detection image
+  without a box is a missing output):
   ``missing``: no expected output present (unless E1 ``wrong_location`` or
   ``wrong_names`` explains why). ``incomplete``: some but not all present.
   ``malformed``: the report is invalid for a reason E1 does not explain (the quoted
@@ -136,7 +138,10 @@ _TARGET_PROBLEMS = (
     "the FINDINGS section is empty",
 )
 _STRAY = ("stray file (not one of the expected outputs)", "unknown folder (not one of")
-_MISSING_PROBLEM = re.compile(r": missing file\b|: not answered\b|does not exist|: file is empty\b")
+_MISSING_PROBLEM = re.compile(
+    r": missing file\b|: not answered\b|does not exist|: file is empty\b"
+    r"|: no prediction delivered\b"  # scoring.deliverable.NO_PREDICTION
+)
 #: A case problem that only points at a file-level problem listed elsewhere.
 _DERIVED = "see above"
 _LIMITS = ("time_limit", "turn_limit")

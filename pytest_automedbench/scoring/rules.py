@@ -203,10 +203,7 @@ def check_s2(ctx: JudgeContext, events: Events) -> dict[str, Verdict]:
             if inspections
             else "no successful look at the inputs' properties before the first output",
         ),
-        "s2_few_failures": (
-            len(failures) <= MAX_SETUP_FAILURES,
-            f"{len(failures)} failed calls before the first output",
-        ),
+        "s2_few_failures": _few_failures(setup, failures),
         "s2_sample_run": (
             pilot is not None,
             f"call #{pilot} ran the method on {calls[pilot].outputs_after} case(s)"
@@ -214,6 +211,17 @@ def check_s2(ctx: JudgeContext, events: Events) -> dict[str, Verdict]:
             else "the method never ran on a sample before the full run",
         ),
     }
+
+
+def _few_failures(setup: list[tuple[int, ToolCall]], failures: list[int]) -> Verdict:
+    """Setup succeeded (a call before the first output succeeded) with at most
+    :data:`MAX_SETUP_FAILURES` failed calls: no setup at all is no credit."""
+    if not any(call.ok for _, call in setup):
+        return False, f"no successful call before the first output ({len(failures)} failed)"
+    return (
+        len(failures) <= MAX_SETUP_FAILURES,
+        f"{len(failures)} failed calls before the first output",
+    )
 
 
 def pilot_and_batch(ctx: JudgeContext, calls: Sequence[ToolCall]) -> tuple[int | None, int | None]:
