@@ -52,8 +52,9 @@ def test_the_configuration_hash_covers_exactly_the_scoring_settings(tmp_path: Pa
         "harbor_base": ["ubuntu:24.04=local/ubuntu:24.04"],
         "harbor_env": ["AMB_DATASET_ROOT"],  # the names, never the values
         "holdout": "perturbed",
+        "cases": "2",
     }
-    assert set(changed) | {"holdout_seed"} == set(settings.SCORING_FIELDS)
+    assert set(changed) | {"holdout_seed", "cases_seed"} == set(settings.SCORING_FIELDS)
     for field, value in changed.items():
         other = build_config({field: value}, {}, None, tmp_path)
         assert other.scoring_hash() != base.scoring_hash(), field
