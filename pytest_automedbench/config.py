@@ -184,6 +184,7 @@ class RunConfig(BaseModel):
     data_root: Path | None = _setting("data_root")
     harbor: tuple[Path, ...] = _setting("harbor")
     harbor_base: tuple[str, ...] = _setting("harbor_base")
+    harbor_bootstrap_hosts: tuple[str, ...] = _setting("harbor_bootstrap_hosts")
     harbor_env: tuple[str, ...] = _setting("harbor_env")
     harbor_judge_model: str | None = _setting("harbor_judge_model")
     harbor_mount: tuple[Path, ...] = _setting("harbor_mount")
@@ -278,7 +279,7 @@ class RunConfig(BaseModel):
                 raise ValueError(f"audit judge {judge!r} is not 'llm:<litellm model>'")
         return tuple(dict.fromkeys(value))
 
-    @field_validator("sandbox_allow_hosts")
+    @field_validator("sandbox_allow_hosts", "harbor_bootstrap_hosts")
     @classmethod
     def _host_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         from pytest_automedbench.egress import normalise_pattern

@@ -448,6 +448,17 @@ SETTINGS: tuple[Setting, ...] = (
         scoring=True,
     ),
     Setting(
+        "harbor_bootstrap_hosts",
+        "--harbor-bootstrap-host",
+        "a host a Harbor task's one-shot compose service (a bootstrap that downloads the "
+        "task's data) may reach through the egress proxy, besides the task's own "
+        "[environment] allowed_hosts (repeatable; patterns as --sandbox-allow-host); never "
+        "the agent's or the verifier's",
+        default=(),
+        metavar="HOST",
+        repeatable=True,
+    ),
+    Setting(
         "harbor_mount",
         "--harbor-mount",
         "a host folder whose contents a Harbor task's docker-compose file may bind and read "

@@ -290,13 +290,15 @@ TEST_SH = (
 )
 
 
-def session_task(folder: Path, port: int, host: str) -> None:
+def session_task(folder: Path, port: int, host: str, *, declared: bool = True) -> None:
     """A task whose bootstrap fetches from ``host`` and which declares ``data.test``
-    for it; the agent has no internet (``allow_internet = false``)."""
+    for it (or, as HealthAgentBench's, no host); the agent has no internet
+    (``allow_internet = false``)."""
     environment = compose_task(folder, f"http://{host}:{port}{DATA_PATH}", tolerant=True)
+    hosts = f'allowed_hosts = ["data.test:{port}"]\n' if declared else ""
     (folder / "task.toml").write_text(
         'version = "1.0"\n[agent]\ntimeout_sec = 120.0\n[environment]\n'
-        f'allow_internet = false\nallowed_hosts = ["data.test:{port}"]\n'
+        f"allow_internet = false\n{hosts}"
     )
     (folder / "instruction.md").write_text(
         "Copy /workspace/data/case.json to /workspace/output/answer.txt.\n"
@@ -312,13 +314,15 @@ def session_task(folder: Path, port: int, host: str) -> None:
 def bootstrap_session(
     tmp_path_factory: pytest.TempPathFactory, base: str
 ) -> Iterator[tuple[Path, dict[tuple[str, str], CellResult], list[str], str]]:
-    """``oracle`` and ``nop`` on two tasks, once: ``fetch`` (its bootstrap reaches the
-    declared host) and ``stray`` (its bootstrap reaches ``other.test``)."""
+    """``oracle`` and ``nop`` on three tasks, once: ``fetch`` (its bootstrap reaches the
+    declared host), ``stray`` (its bootstrap reaches ``other.test``) and ``named`` (it
+    declares no host, as HealthAgentBench's tasks; the session names its bootstrap's)."""
     root = tmp_path_factory.mktemp("bootnet")
     host = DataHost()
     with LocalServer(host.handler()) as server:
         session_task(root / "tasks" / "fetch", server.port, "data.test")
         session_task(root / "tasks" / "stray", server.port, "other.test")
+        session_task(root / "tasks" / "named", server.port, "named.test", declared=False)
         out = root / "out"
         command = [sys.executable, "-m", "pytest", f"--amb-out={out}", "-p", "no:cacheprovider",
                    "-q", "--sandbox", "docker", "--harbor", str(root / "tasks"),
@@ -326,6 +330,8 @@ def bootstrap_session(
                    "--harbor-base", f"{UBUNTU}={base}",
                    "--sandbox-host", "data.test=127.0.0.1",
                    "--sandbox-host", "other.test=127.0.0.1",
+                   "--sandbox-host", "named.test=127.0.0.1",
+                   "--harbor-bootstrap-host", f"named.test:{server.port}",
                    "--sandbox-allow-network", "127.0.0.1/32"]  # fmt: skip
         done = subprocess.run(command, cwd=root, env=dict(os.environ), capture_output=True,
                               text=True, timeout=900)  # fmt: skip
@@ -374,15 +380,27 @@ def test_a_bootstrap_reaching_an_undeclared_host_is_an_infrastructure_error(
 
 
 @pytest.mark.slow
+def test_a_bootstrap_host_the_session_names_serves_a_task_that_declares_none(
+    bootstrap_session: tuple[Path, dict[tuple[str, str], CellResult], list[str], str],
+) -> None:
+    _, records, _, text = bootstrap_session
+    oracle, nop = records.get(("oracle", "named")), records.get(("nop", "named"))
+    assert oracle is not None and nop is not None, text
+    assert oracle.passed is True and nop.passed is False, text
+    fetched = [e for e in _events(oracle) if e["kind"] == "oneshot_egress"]
+    assert [(e["host"], e["allowed"]) for e in fetched] == [("named.test", True)]
+
+
+@pytest.mark.slow
 def test_redteam_the_agent_cannot_reach_the_bootstraps_host(
     bootstrap_session: tuple[Path, dict[tuple[str, str], CellResult], list[str], str],
 ) -> None:
     """The oracle, acting as the agent in ``main``, tried the bootstrap's host through
     the proxy port and directly, and looked for the bootstrap's proxy socket: its pass
     says every probe failed, and the data host saw the bootstraps' requests only (the
-    two ``fetch`` attempts'; ``stray``'s were refused before reaching it)."""
+    ``fetch`` and ``named`` attempts'; ``stray``'s were refused before reaching it)."""
     _, records, paths, text = bootstrap_session
     oracle = records.get(("oracle", "fetch"))
     assert oracle is not None and oracle.passed is True, text
-    assert paths == [DATA_PATH, DATA_PATH], paths
+    assert paths == [DATA_PATH] * 4, paths  # fetch's and named's bootstraps, for each agent
     assert CANARY_PATH not in paths

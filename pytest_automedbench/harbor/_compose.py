@@ -34,7 +34,8 @@ than run something that only resembles the task:
 (``network_mode=none``). One that *needs the network* (a bootstrap downloading its data
 on a cache miss: HealthAgentBench's fetch from PhysioNet, Hugging Face or Redivis) is one
 whose service does not say ``network_mode: none`` in a task that declares hosts
-(task.toml ``[environment] allowed_hosts``): it gets one route out, this process's egress
+(task.toml ``[environment] allowed_hosts``; HealthAgentBench's declare none, so the user
+names them with ``--harbor-bootstrap-host``): it gets one route out, this process's egress
 proxy allowed **exactly those hosts** (:class:`~._compose_host.OneShotEgress`, nothing of
 the run's allow-list), through a relay container whose network namespace it joins (the
 relay listens on ``127.0.0.1:3128`` before the one-shot starts; the proxy variables point
@@ -1394,8 +1395,8 @@ def _failure(
         return f"{why} (its route out: the egress proxy, to {list(network.hosts)} only)"
     return (
         f"{why} (it has no network: a one-shot gets one only through the egress proxy, to "
-        f"the hosts of {HOSTS_KEY}, when its service does not say network_mode: none; or "
-        f"mirror the data into a {MOUNT_OPTION} folder)"
+        f"the hosts of {HOSTS_KEY} or --harbor-bootstrap-host, when its service does not "
+        f"say network_mode: none; or mirror the data into a {MOUNT_OPTION} folder)"
     )
 
 
@@ -1494,14 +1495,16 @@ def one_shot_egress(
     plan: CellPlan, task: HarborTask, write: Callable[[Event], object]
 ) -> OneShotEgress | None:
     """The route out of the attempt's one-shot services that want the network: the hosts
-    the task declares (``[environment] allowed_hosts``) through this process's egress
-    proxy, with the run's static host map and address exceptions, each connection written
-    by ``write`` and logged in the cell's :data:`~._compose_host.ONE_SHOT_EGRESS_LOG`.
-    None (no network for any one-shot) when the task declares no host or the run's
-    network is ``off``."""
+    the task declares (``[environment] allowed_hosts``) and the session's
+    ``--harbor-bootstrap-host`` ones through this process's egress proxy, with the run's
+    static host map and address exceptions, each connection written by ``write`` and
+    logged in the cell's :data:`~._compose_host.ONE_SHOT_EGRESS_LOG`.
+    None (no network for any one-shot) when neither names a host or the run's network is
+    ``off``."""
     from pytest_automedbench.egress import shared_proxy
 
-    config, hosts = plan.config, tuple(task.network.allow_hosts)
+    config = plan.config
+    hosts = tuple(dict.fromkeys((*task.network.allow_hosts, *config.harbor_bootstrap_hosts)))
     if not hosts or config.sandbox_network == "off":
         return None
     return OneShotEgress(
