@@ -17,7 +17,8 @@ the usage of every 200 reply is summed, so a test can check the gateway's ledger
 against what was served.
 
 ``chat_only=True`` plays a server that speaks only Chat Completions (vLLM, Ollama,
-llama.cpp's server): ``/responses`` and ``/v1/messages`` answer 404, as they do there.
+llama.cpp's server): ``/responses`` and ``/v1/messages`` answer 404, as they do there
+(recorded with status 404 and no step).
 """
 
 from __future__ import annotations
@@ -325,16 +326,31 @@ class ScriptedUpstream(LocalServer):
             self.requests.append(RecordedRequest(path, protocol, headers, body, step, status))
         return status, payload, extra
 
+    def no_route(
+        self, path: str, protocol: Protocol, headers: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """A chat-only server's answer to another protocol: 404, recorded, no step taken."""
+        with self._lock:
+            self.requests.append(RecordedRequest(path, protocol, headers, body, None, 404))
+        return 404, _no_route_reply(path), {}
+
+
+def _no_route_reply(path: str) -> dict[str, Any]:
+    return {"error": {"message": f"no route {path}", "type": "not_found", "code": 404}}
+
 
 def _handler_for(server: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
     class Handler(JSONHandler):
         def do_POST(self) -> None:
-            request = self.read_json(CHAT_PATHS if server.chat_only else PATHS)
+            request = self.read_json(PATHS)
             if request is None:
                 return
             path, body = request
             protocol = PATHS[path]
             headers = self.lower_headers()
+            if server.chat_only and path not in CHAT_PATHS:
+                self.send_json(*server.no_route(path, protocol, headers, body))
+                return
             self.send_json(*server.answer(path, protocol, headers, body))
 
     return Handler

@@ -88,9 +88,11 @@ def chat_only(script: list[Step]) -> ScriptedUpstream:
 
 
 def assert_chat_only_traffic(upstream: ScriptedUpstream, lease: CellLease, served: int) -> None:
-    """The upstream was only ever asked for chat completions (its 404s are not recorded),
-    and the log says each served request was translated, after one 404 on the first."""
-    assert upstream.requests and {r.path for r in upstream.requests} == {"/v1/chat/completions"}
+    """The upstream answered only chat completions (one 404 on the system's own route
+    first), and the log says each served request was translated, after that 404."""
+    first, *rest = upstream.requests
+    assert first.status == 404 and first.path != "/v1/chat/completions"
+    assert rest and {(r.path, r.status) for r in rest} == {("/v1/chat/completions", 200)}
     lines = log_lines(lease)
     assert [line["status"] for line in lines] == [200] * served
     assert [a["status"] for a in lines[0]["attempts"]] == [404, 200]
@@ -123,7 +125,7 @@ def test_codex_is_served_by_a_chat_only_endpoint(gateway: Gateway) -> None:
             assert events[-1]["type"] == "response.completed"
             replies.append(events)
         assert_chat_only_traffic(upstream, lease, served=3)
-        sent = [r.body for r in upstream.requests]
+        sent = [r.body for r in upstream.requests[1:]]
     first = replies[0][-1]["response"]
     (call,) = [item for item in first["output"] if item["type"] == "function_call"]
     assert call["name"] == "exec_command" and json.loads(call["arguments"]) == {"cmd": "ls /data"}
@@ -153,7 +155,7 @@ def test_codex_freeform_apply_patch_round_trips_through_chat(gateway: Gateway) -
         assert reply.status_code == 200, reply.text
         (offered,) = [
             t["function"]
-            for t in upstream.requests[0].body["tools"]
+            for t in upstream.requests[1].body["tools"]
             if t["function"]["name"] == "apply_patch"
         ]
     (call,) = [item for item in reply.json()["output"] if item["type"] != "message"]
@@ -192,7 +194,7 @@ def test_claude_code_is_served_by_a_chat_only_endpoint(gateway: Gateway) -> None
         second = post(lease, "/v1/messages", {**follow_up, "tools": [BASH_TOOL]})
         assert second.status_code == 200, second.text
         assert_chat_only_traffic(upstream, lease, served=2)
-        tool_messages = [m for m in upstream.requests[1].body["messages"] if m["role"] == "tool"]
+        tool_messages = [m for m in upstream.requests[2].body["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == [start["id"]]
     texts = [e["delta"].get("text") for e in sse(second.text) if e["type"] == "content_block_delta"]
     assert "done" in texts
