@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,8 @@ from pytest_automedbench.harbor._environment import (
 from pytest_automedbench.sandbox import SandboxSpec, TaskImage
 from pytest_automedbench.sandbox.docker import docker_client, docker_problem
 from pytest_automedbench.sandbox.images import LABEL
+
+from .scripted_upstream import Protocol, ScriptedUpstream, Text
 
 RUN_ID = f"test-compose-{uuid.uuid4().hex[:12]}"
 UBUNTU = "ubuntu:24.04"
@@ -537,7 +540,9 @@ def test_collect_only_lists_every_problem_of_a_task_and_none_with_the_folders_na
 #: task.toml with ``[metadata]`` and no ``[task]``, a bootstrap that reads a token (bound
 #: from ``${HOME}``) and the repository's ``.env`` and copies the data cache (bound from
 #: ``${HAB_CACHE:-...}``) into a named volume and the gold into ``tests/``; limits on
-#: ``main``; a verifier writing a multi-key ``reward.json``.
+#: ``main``; the repository's ``.env`` (data access, the judge's key) read by both
+#: services; a verifier that asks an LLM judge (OpenAI protocol, ``$OPENAI_BASE_URL``,
+#: ``$OPENAI_API_KEY``, as report correction does) and writes a multi-key ``reward.json``.
 HAB_TASK = {
     "task.toml": (
         'version = "1.0"\n[metadata]\nbenchmark = "healthagentbench"\nmode = "test"\n'
@@ -563,6 +568,7 @@ services:
   main:
     build: {context: .., dockerfile: environment/Dockerfile}
     image: ${COMPOSE_PROJECT_NAME}-img
+    env_file: ../../../../.env
     volumes: ["workspace-data:/workspace/data"]
     deploy:
       resources:
@@ -583,10 +589,23 @@ volumes:
     "tests/test.sh": (
         "a=$(cat /workspace/output/answer.txt 2>/dev/null); g=$(cat /tests/gold.txt)\n"
         'if [ "$a" = "$g" ]; then r=1; else r=0; fi\n'
+        'j=$(python3 /tests/judge.py "$a")\n'
         "m=$(cat /sys/fs/cgroup/memory.max 2>/dev/null"
         " || cat /sys/fs/cgroup/memory/memory.limit_in_bytes)\n"
-        'echo "{\\"reward\\": $r, \\"accuracy\\": $r, \\"format_ok\\": 1,'
-        ' \\"memory_mb\\": $((m / 1048576))}" > /logs/verifier/reward.json\n'
+        'echo "{\\"reward\\": $((r * j)), \\"accuracy\\": $r, \\"judge_ok\\": $j,'
+        ' \\"format_ok\\": 1, \\"memory_mb\\": $((m / 1048576))}"'
+        " > /logs/verifier/reward.json\n"
+    ),
+    # The judge, as the task's verifier calls it: 1 when the model says PASS.
+    "tests/judge.py": (
+        "import json, os, sys, urllib.request\n"
+        "body = {'model': 'gpt-4o', 'messages': [{'role': 'user', 'content': 'Report: ' + "
+        "sys.argv[1]}]}\n"
+        "request = urllib.request.Request(os.environ['OPENAI_BASE_URL'].rstrip('/') + "
+        "'/chat/completions', data=json.dumps(body).encode(), headers={'Authorization': "
+        "'Bearer ' + os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'})\n"
+        "said = json.load(urllib.request.urlopen(request, timeout=60))\n"
+        "print(1 if said['choices'][0]['message']['content'] == 'PASS' else 0)\n"
     ),
     "solution/solve.sh": (
         "mkdir -p /workspace/output\n"
@@ -596,13 +615,27 @@ volumes:
 }
 
 
+class _Judge(ScriptedUpstream):
+    """A scripted OpenAI-protocol judge: PASS when the report it was sent is the gold."""
+
+    def answer(
+        self, path: str, protocol: Protocol, headers: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        said = json.dumps(body.get("messages"))
+        with self._lock:
+            self._script.append(Text("PASS" if "opaque-finding-7" in said else "FAIL"))
+        return super().answer(path, protocol, headers, body)
+
+
 @pytest.mark.slow
 def test_a_healthagentbench_task_folder_runs_unchanged_with_its_folders_named(
     base: str, tmp_path: Path
 ) -> None:
     """The task folder as published runs with the repository, the data cache and the
-    token folder named (oracle passes with every key of its reward, nop fails); without
-    them its collection fails listing every outside path, and no cell runs."""
+    token folder named (oracle passes with every key of its reward, nop fails), its
+    verifier's LLM judge a scripted upstream served through the cell's gateway (the
+    ``.env``'s key reaches no container; the host's key only the upstream); without the
+    folders its collection fails listing every outside path, and no cell runs."""
     import os
     import subprocess
     import sys
@@ -614,7 +647,12 @@ def test_a_healthagentbench_task_folder_runs_unchanged_with_its_folders_named(
     for name, text in HAB_TASK.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text.replace("@CACHE@", str(cache)))
-    (repo / ".env").write_text("DATA_ACCESS_USER=alice-from-dotenv\nOPENAI_API_KEY=sk-hab-0001\n")
+    (repo / ".env").write_text(
+        "DATA_ACCESS_USER=alice-from-dotenv\nOPENAI_API_KEY=sk-hab-0001\n"
+        "OPENAI_BASE_URL=https://api.openai.invalid/v1\n"
+    )
+    agents = tmp_path / "agents.yaml"  # the judge's model, its api_base set once it listens
+    agents.write_text("judge:\n  model: openai/judge-scripted\n  api_key_env: AMB_TEST_JUDGE_KEY\n")
     cache.mkdir()
     (cache / "case.json").write_text('{"finding": "opaque-finding-7"}\n')
     (cache / "gold.txt").write_text("opaque-finding-7\n")
@@ -625,23 +663,33 @@ def test_a_healthagentbench_task_folder_runs_unchanged_with_its_folders_named(
         command = [sys.executable, "-m", "pytest", f"--amb-out={out}", "-p", "no:cacheprovider",
                    "-q", "--sandbox", "docker", "--harbor", str(repo / "tasks"),
                    "--agent", "oracle", "--agent", "nop", "--runs", "1",
+                   "--agents-file", str(agents), "--harbor-judge-model", "judge",
                    "--harbor-base", f"{UBUNTU}={base}", *args]  # fmt: skip
-        env = {**os.environ, "HOME": str(home)}
+        env = {**os.environ, "HOME": str(home), "AMB_TEST_JUDGE_KEY": "sk-host-judge-4242"}
         return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=900)  # fmt: skip
 
     refused = session(tmp_path / "refused")
     text = refused.stdout + refused.stderr
-    assert refused.returncode != 0 and "3 problems" in text, text
+    assert refused.returncode != 0 and "4 problems" in text, text
     assert not (tmp_path / "refused" / "ledger.jsonl").exists()
     mounts = [f"--harbor-mount={p}" for p in (repo, cache, home / ".hab")]
-    done = session(tmp_path / "out", *mounts)
+    with _Judge([]) as judge:
+        agents.write_text(
+            f"judge:\n  model: openai/judge-scripted\n  api_base: {judge.openai_url}\n"
+            "  api_key_env: AMB_TEST_JUDGE_KEY\n"
+        )
+        done = session(tmp_path / "out", *mounts)
+        keys = [r.headers["authorization"] for r in judge.requests]
     lines = (tmp_path / "out" / "ledger.jsonl").read_text().splitlines()
     records = {r.agent: r for r in map(CellResult.model_validate_json, lines)}
     oracle, nop = records["oracle"], records["nop"]
     assert oracle.passed is True and nop.passed is False, done.stdout[-3000:]
     assert oracle.task_metrics["accuracy"] == 1 and oracle.task_metrics["format_ok"] == 1
+    assert oracle.task_metrics["judge_ok"] == 1 and nop.task_metrics["judge_ok"] == 0
     assert nop.task_metrics["accuracy"] == 0
+    assert keys == ["Bearer sk-host-judge-4242"] * 2  # one judgement per attempt, via the gateway
+    assert oracle.judge["verifier"]["served"] == 1
     assert oracle.task_metrics["memory_mb"] == 1024  # main's deploy limit, below the run's 2048
     assert not (folder / "tests" / "gold.txt").exists()  # the attempt's copy had it
     assert "sk-hab-0001" not in (tmp_path / "out" / "ledger.jsonl").read_text()
