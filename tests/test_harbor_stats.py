@@ -216,7 +216,7 @@ def test_harbor_table_in_markdown_csv_json_and_html() -> None:
         "ct_abnormality c/n | ehrshot c/n |"
     )
     assert (
-        "| alpha | model-alpha | full | 9 | 4 | 4/9 (44.4%) | 66.7% | 0.0% | 0.1000 | 11.0 | "
+        "| alpha | model-alpha | full | 9 | 4 | 4/9 (44.4%) | 66.7% | 0.0% | $0.10 | 11.0 | "
         "120.0 | 1 | 1 | 2/6 | 2/3 |" in lines
     )
     assert "| beta | model-beta | full | 9 | 4 | 4/9 (44.4%) | 66.7% | 33.3% | unknown |" in text

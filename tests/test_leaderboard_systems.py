@@ -145,7 +145,7 @@ def test_cost_per_trial_is_the_trials_total_cost_over_trials() -> None:
     assert row["cost_per_trial"] == pytest.approx(0.5)
     assert row["cost_per_trial"] == row["cost_usd_per_run"]
     (line,) = [ln for ln in render([row], "markdown").splitlines() if ln.startswith("| x")]
-    assert line.endswith("| 0.5000 |")
+    assert line.endswith("| $0.50 |")
 
 
 def test_cost_per_trial_is_unknown_when_any_trial_cost_is_unknown() -> None:
@@ -224,14 +224,14 @@ def test_markdown_and_html_show_the_per_system_table_after_the_leaderboard() -> 
     assert header > len(table) + 2  # after the leaderboard's rows
     assert lines[header + 2].startswith(
         f"| cc | claude-code | 2.1.197 | {OPUS} | segmentation, vqa | 4 | 1 | 75.0% (3/4) | "
-        "0.3750 | 65.0 ["
+        "$0.375 | 65.0 ["
     )
     assert lines[header + 3].startswith("| old | automedbench | - | openai/gpt-5 |")
     assert render(table, "markdown") == "\n".join(lines[: header - 3]) + "\n"  # opt-in
     page = render(table, "html", per_agent(records), systems=systems)
     assert page.index("<h2>Per system</h2>") > page.index("Leaderboard: agent x track")
     assert page.count("<table>") == 3
-    assert "<td>75.0% (3/4)</td><td>0.3750</td>" in page
+    assert "<td>75.0% (3/4)</td><td>$0.375</td>" in page
 
 
 def test_every_format_carries_the_new_columns() -> None:

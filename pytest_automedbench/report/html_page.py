@@ -438,7 +438,7 @@ def agents_table(agents: Sequence[GroupStats]) -> str:
 def _cost(group: GroupStats) -> str:
     if not group.cost_known:
         return "cost unknown"
-    return "n/a" if math.isnan(group.cost_usd) else f"{group.cost_usd:.4f}"
+    return "n/a" if math.isnan(group.cost_usd) else money(group.cost_usd)
 
 
 def _clip(value: float) -> float:
@@ -491,7 +491,7 @@ def trial_cost_text(row: Mapping[str, Any]) -> str:
     """A row's cost per trial: dollars, or "cost unknown" (never $0 for an unpriced
     model)."""
     cost = row["cost_per_trial"]
-    return "cost unknown" if cost is None else f"{cost:.4f}"
+    return "cost unknown" if cost is None else money(cost)
 
 
 def _system(row: Mapping[str, Any]) -> list[str]:

@@ -295,7 +295,7 @@ def _row(
 def cost_text(row: Mapping[str, Any]) -> str:
     """A row's cost per run: dollars, or "cost unknown" (never $0 for an unpriced model)."""
     cost = row["cost_usd_per_run"]
-    return "cost unknown" if cost is None else f"{cost:.4f}"
+    return "cost unknown" if cost is None else money(cost)
 
 
 def footnotes(table: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -597,7 +597,7 @@ def _trial_texts(board: TrialBoard, row: Mapping[str, Any]) -> list[str]:
         "n/a" if pooled is None else f"{row['passed']}/{row['trials']} ({100 * pooled:.1f}%)",
         _percent(row["pass_at_k"]),
         _percent(row["pass_hat_k"]),
-        "unknown" if cost is None else f"{cost:.4f}",
+        "unknown" if cost is None else money(cost),
         "n/a" if row["mean_turns"] is None else f"{row['mean_turns']:.1f}",
         "n/a" if row["mean_wall_s"] is None else f"{row['mean_wall_s']:.1f}",
         str(row["verifier_errors"]),
