@@ -186,6 +186,16 @@ class BenchmarkController:
                 f"{int(session.exitstatus)})"
             )
         session.exitstatus = status
+        xml = self._junit()
+        if xml is not None:  # the JUnit file says what decided, beside the gates' cases
+            xml.add_global_property("amb_exit_mode", mode)
+            xml.add_global_property("amb_exit_status", str(int(status)))
+
+    def _junit(self) -> Any:
+        """pytest's JUnit XML writer (``--junitxml``), or None."""
+        from _pytest.junitxml import xml_key
+
+        return self.config.stash.get(xml_key, None)
 
     def _report_gates(self) -> None:
         """Each gate as a test of its own: a ``<testcase>`` in JUnit XML (failing with
@@ -193,9 +203,7 @@ class BenchmarkController:
         short summary), so both say what the exit status says. Not through the
         ``pytest_runtest_logreport`` hook: the terminal's progress counter would run
         past 100% for tests it never collected."""
-        from _pytest.junitxml import xml_key
-
-        xml = self.config.stash.get(xml_key, None)
+        xml = self._junit()
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         for gate in self.gates:
             call, teardown = gate_reports(gate)

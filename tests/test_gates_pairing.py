@@ -259,12 +259,15 @@ def junit_cases(path: Path) -> dict[str | None, ET.Element]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_missing_key_fails_the_session_naming_the_variable_without_any_gate(
-    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: list[str]
 ) -> None:
     monkeypatch.delenv("TOGETHERAI_API_KEY", raising=False)
     junit = tmp_path / "junit.xml"
-    result = run_vqa_rad_cell(pytester, tmp_path / "out", "--agent=qwen35", f"--junitxml={junit}")
+    result = run_vqa_rad_cell(
+        pytester, tmp_path / "out", "--agent=qwen35", f"--junitxml={junit}", *workers
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.assert_outcomes(skipped=1, failed=1)
     result.stdout.fnmatch_lines(
@@ -299,6 +302,8 @@ def test_exit_gates_reports_a_failed_cell_but_lets_the_gates_decide(
     )
     cases = junit_cases(junit)
     assert cases["test_cell[vqa-rad-lite-r0]"].find("failure") is not None
+    suite = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert suite["amb_exit_mode"] == "gates" and suite["amb_exit_status"] == "0"
     gate = cases["gate[coverage]"]
     assert gate.find("failure") is None
     props = {p.get("name"): p.get("value") for p in gate.iter("property")}
