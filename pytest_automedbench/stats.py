@@ -54,9 +54,10 @@ Definitions used throughout:
 * **Versions** (``task_hash``, ``data_hash``): a record names the task (its task.yaml,
   the tier's brief and the evaluator spec) and the staged data it was scored on; None
   in records written before. Two records of one (task, tier) with different known
-  hashes were scored on different tasks or data. ``compare`` does not pair such cells
-  (``Comparison.dropped_task`` / ``dropped_data``); ``differing_versions`` lists them
-  for the leaderboard, which marks the rows they touch.
+  hashes were scored on different tasks or data. ``pair_cells`` does not pair such cells
+  (``Pairing.mismatched``): ``compare`` drops them (``Comparison.dropped_task`` /
+  ``dropped_data``) and the regression gate refuses the baseline; ``differing_versions``
+  lists them for the leaderboard, which marks the rows they touch.
 * **Trials** (records of a format whose ``attempts_are_trials``, e.g. the
   HealthAgentBench tasks' folders): every attempt is a trial (a cell of the native
   ``healthagentbench`` track: every case of it),
