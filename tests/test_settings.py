@@ -51,6 +51,7 @@ def test_the_configuration_hash_covers_exactly_the_scoring_settings(tmp_path: Pa
         "request_timeout_s": 60.0,
         "harbor_base": ["ubuntu:24.04=local/ubuntu:24.04"],
         "harbor_env": ["AMB_DATASET_ROOT"],  # the names, never the values
+        "harbor_judge_model": "gpt-4o",  # a Harbor verifier's judge decides its reward
         "holdout": "perturbed",
         "cases": "2",
     }
