@@ -578,12 +578,13 @@ def build_config(
             "cases, which no gate compares with full cells: leave out the gate, or the "
             "subset"
         )
-    if "max_regression" in merged and config.baseline is None:
-        raise ConfigError(
-            f"{origin_of('max_regression', from_file.get('max_regression'))}: a tolerated "
-            f"regression needs a baseline to compare with: give {flag('baseline')} LEDGER "
-            "(pyproject key: baseline)"
-        )
+    for field, what in (("max_regression", "a tolerated regression"),
+                        ("baseline_agents", "a baseline agent")):  # fmt: skip
+        if field in merged and config.baseline is None:
+            raise ConfigError(
+                f"{origin_of(field, from_file.get(field))}: {what} needs a baseline to "
+                f"compare with: give {flag('baseline')} LEDGER (pyproject key: baseline)"
+            )
     return config
 
 

@@ -83,6 +83,16 @@ def test_a_regression_tolerance_without_a_baseline_is_a_usage_error(tmp_path: Pa
     assert build_config({"baseline": str(ledger)}, {}, None, tmp_path).max_regression == 0.0
 
 
+def test_a_baseline_agent_without_a_baseline_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_config({"baseline_agents": ["v1=v2"]}, {}, None, tmp_path)
+    message = str(caught.value)
+    assert message.startswith("--amb-baseline-agent:") and "--amb-baseline" in message
+    ledger = tmp_path / "baseline.jsonl"
+    cli = {"baseline_agents": ["v1=v2"], "baseline": str(ledger)}
+    assert build_config(cli, {}, None, tmp_path).baseline_agents == ("v1=v2",)
+
+
 @pytest.mark.parametrize("value", ["0.9", "1", "0.05", ".5"])
 def test_a_fraction_for_a_gate_is_a_usage_error(value: str) -> None:
     with pytest.raises(GateError) as caught:
