@@ -176,6 +176,17 @@ def _copy_except(source: Path, target: Path, skip: Callable[[Path], bool]) -> No
             _copy(entry, target / entry.name)
 
 
+def _copy_files_except(source: Path, target: Path, left_out: set[str]) -> None:
+    """Every file under ``source`` into ``target`` but those at the posix paths (relative
+    to ``source``) of ``left_out``."""
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source).as_posix()
+        if path.is_dir() or rel in left_out:
+            continue
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target / rel)
+
+
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
@@ -201,12 +212,15 @@ def _reports(base: StagedData, chosen: set[str], public: Path, private: Path) ->
 
 
 def _questions(base: StagedData, chosen: set[str], public: Path, private: Path) -> None:
-    """The question list and the gold answers cut down to the chosen questions (their
-    images and every other file kept)."""
-    _copy_except(base.public_dir, public, lambda e: e.name == QUESTIONS_NAME)
-    _copy_except(base.private_dir, private, lambda e: e.name == ANSWERS_NAME)
+    """The question list and the gold answers cut down to the chosen questions, with the
+    images they show (an image only other questions show is left out; every other file
+    is kept)."""
     questions = _read_json(base.public_dir / QUESTIONS_NAME)
+    shown = {rel for q in questions if q["question_id"] in chosen for rel in q.get("images", [])}
+    others = {rel for q in questions for rel in q.get("images", [])} - shown
+    _copy_files_except(base.public_dir, public, {QUESTIONS_NAME, *others})
     _write_json(public / QUESTIONS_NAME, [q for q in questions if q["question_id"] in chosen])
+    _copy_except(base.private_dir, private, lambda e: e.name == ANSWERS_NAME)
     answers = _read_json(base.private_dir / ANSWERS_NAME)
     _write_json(private / ANSWERS_NAME, {k: v for k, v in answers.items() if k in chosen})
 
@@ -220,17 +234,8 @@ def _coco(base: StagedData, chosen: set[str], public: Path, private: Path) -> No
     image files."""
     index = _read_json(base.public_dir / COCO_IMAGES_NAME)
     kept = [im for im in index["images"] if _stem(im["file_name"]) in chosen]
-    dropped = {
-        (base.public_dir / im["file_name"]).resolve()
-        for im in index["images"]
-        if _stem(im["file_name"]) not in chosen
-    }
-    for path in sorted(base.public_dir.rglob("*")):
-        rel = path.relative_to(base.public_dir)
-        if path.is_dir() or rel.as_posix() == COCO_IMAGES_NAME or path.resolve() in dropped:
-            continue
-        (public / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, public / rel)
+    others = {im["file_name"] for im in index["images"] if _stem(im["file_name"]) not in chosen}
+    _copy_files_except(base.public_dir, public, {COCO_IMAGES_NAME, *others})
     _write_json(public / COCO_IMAGES_NAME, {**index, "images": kept})
     _copy_except(base.private_dir, private, lambda e: e.name == COCO_ANNOTATIONS_NAME)
     truth = _read_json(base.private_dir / COCO_ANNOTATIONS_NAME)

@@ -63,6 +63,18 @@ def test_a_subset_holds_the_chosen_cases_only(folder: str, tmp_path: Path) -> No
     assert subset.data_hash != base.data_hash
     assert subset_of(subset) == CaseSubset(ids=chosen, of=4, seed=0, full_data_hash=base.data_hash)
     assert subset_of(base) is None
+    # No file of another case: per case folders, and the images of other questions or of
+    # other detection images are left out.
+    files = {p.relative_to(subset.public_dir).as_posix() for p in subset.public_dir.rglob("*.*")}
+    if task.case_layout == "questions":
+        questions = json.loads((subset.public_dir / "questions.json").read_text())
+        shown = {rel for q in questions for rel in q["images"]}
+        assert files - {"questions.json"} == shown
+    elif task.case_layout == "coco":
+        index = json.loads((subset.public_dir / "images.json").read_text())
+        assert files - {"images.json"} == {im["file_name"] for im in index["images"]}
+    else:
+        assert {rel.split("/")[0] for rel in files} == set(chosen)
     again = stage_case_subset(task.id, base, chosen, task.case_layout, tmp_path, 0)
     assert again.root == subset.root and again.data_hash == subset.data_hash
 
