@@ -23,11 +23,21 @@ from pytest_automedbench.scoring.models import STAGE_WEIGHTS, StageActivity, Sta
 
 
 class CellInfrastructureError(RuntimeError):
-    """The harness, sandbox or evaluator failed; says nothing about the agent."""
+    """The harness, sandbox or evaluator failed; says nothing about the agent.
+    ``reason``: the one line pytest's short summary shows (default: the first line)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message.partition("\n")[0]
 
 
 class CellUnresolved(AssertionError):
-    """The agent's cell was scored and is not resolved (rating C or F)."""
+    """The agent's cell was scored and is not resolved (rating C or F). ``reason``: the
+    one line pytest's short summary shows (:func:`reason`)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message.partition("\n")[0]
 
 
 def _pct(value: float | None) -> str:
@@ -58,13 +68,15 @@ def _violation_line(violation: dict[str, Any]) -> str:
 
 def reason(result: CellResult) -> str:
     """Why the cell is not resolved, in one line: its first violation when it has one,
-    else its rating, scores and how it ended (the cell itself is named elsewhere)."""
+    else its rating, scores, error codes and how it ended (the cell is named elsewhere)."""
     if result.violations:
         return _violation_line(result.violations[0])
+    codes = sorted({code.code for code in result.error_codes})
     return (
         f"rating {_p(result.rating)}, OVERALL {_pct(result.overall).strip()} "
-        f"(AGENTIC {_pct(result.agentic).strip()}, TASK {_pct(result.task_score).strip()}); "
-        f"termination: {_p(result.termination)}"
+        f"(AGENTIC {_pct(result.agentic).strip()}, TASK {_pct(result.task_score).strip()})"
+        + (f", {' '.join(_p(c) for c in codes)}" if codes else "")
+        + f"; termination: {_p(result.termination)}"
     )
 
 
@@ -158,4 +170,4 @@ def check_resolved(result: CellResult) -> None:
     if result.status == "infra_error":
         raise CellInfrastructureError(infrastructure_message(result))
     if not result.resolved:
-        raise CellUnresolved(failure_message(result))
+        raise CellUnresolved(failure_message(result), reason(result))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import tomllib
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -197,11 +198,26 @@ def _resolve_config(config: pytest.Config) -> RunConfig:
         raise pytest.UsageError(str(exc)) from None
 
 
+#: What pydantic says, once per TypedDict and place, while litellm's own types load
+#: (hundreds of times in a session, a dozen in pytest's warnings summary): about
+#: litellm's code, nothing a benchmark's user can act on.
+LITELLM_TYPE_WARNING = r"Items? .* on TypedDict class .* (is|are) using the `ReadOnly` qualifier"
+
+
+def _quiet_litellm_types(config: pytest.Config) -> None:
+    """Leave out :data:`LITELLM_TYPE_WARNING` from this benchmark session's warnings:
+    for every test from now on (pytest reads its ``filterwarnings`` for each) and for the
+    rest of this phase (the filters in force now)."""
+    config.addinivalue_line("filterwarnings", f"ignore:{LITELLM_TYPE_WARNING}:UserWarning")
+    warnings.filterwarnings("ignore", LITELLM_TYPE_WARNING, UserWarning)
+
+
 def _activate(config: pytest.Config, *, collecting: bool) -> _State:
     """Build the session and register its machinery, once per process."""
     state = config.stash[STATE_KEY]
     if state.session is not None:
         return state
+    _quiet_litellm_types(config)
     from pytest_automedbench.controller import BenchmarkController
     from pytest_automedbench.session import AutoMedBenchSession
     from pytest_automedbench.worker import BenchmarkWorker

@@ -174,7 +174,7 @@ class BenchmarkWorker:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         """A cell that is not resolved, or that the harness could not finish, is reported
         by its message alone: no fixture source or traceback before it, and the short
-        summary's reason is the message's first line, not the exception's dotted name."""
+        summary shows its reason, not the exception's dotted name."""
         report = yield
         excinfo = call.excinfo
         if excinfo is not None and isinstance(
@@ -182,8 +182,8 @@ class BenchmarkWorker:
         ):
             longrepr = excinfo.getrepr(style="value")
             if longrepr.reprcrash is not None:
-                first = str(excinfo.value).partition("\n")[0]
-                longrepr.reprcrash = replace(longrepr.reprcrash, message=first)
+                reason = excinfo.value.reason
+                longrepr.reprcrash = replace(longrepr.reprcrash, message=reason)
             report.longrepr = longrepr
         return report
 

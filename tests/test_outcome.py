@@ -222,6 +222,8 @@ def test_a_harbor_verifiers_output_is_in_the_failure_message(tmp_path: Path) -> 
 
 
 def test_the_short_summary_gives_the_reason_not_the_exceptions_name() -> None:
+    """pytest's short summary line ends in the report's crash message: the reason, so
+    "FAILED <cell> - VIOLATION (references ...", never "- pytest_automedbench.outc..."."""
     from pytest_automedbench.worker import BenchmarkWorker
 
     call = pytest.CallInfo.from_call(lambda: check_resolved(violated_result()), "call")
@@ -233,6 +235,40 @@ def test_the_short_summary_gives_the_reason_not_the_exceptions_name() -> None:
     with pytest.raises(StopIteration) as done:
         hook.send(report)
     crash = done.value.value.longrepr.reprcrash
-    assert (
-        crash.message == "cell not resolved: VIOLATION (references, event 9): cat /private/a.nii.gz"
+    assert crash.message == "VIOLATION (references, event 9): cat /private/a.nii.gz"
+
+
+def test_the_reason_names_rating_scores_codes_and_termination() -> None:
+    from pytest_automedbench.outcome import reason
+    from pytest_automedbench.scoring.models import ErrorCode
+
+    codes = [ErrorCode(code=c, rule="r", evidence="e") for c in ("E5", "E3", "E5")]
+    assert reason(make_result(error_codes=codes)) == (
+        "rating C, OVERALL 52.5 (AGENTIC 65.0, TASK 40.0), E3 E5; termination: submitted"
     )
+
+
+@pytest.mark.slow
+def test_a_model_cells_output_has_its_reason_and_no_litellm_type_warnings(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pydantic warns hundreds of times while litellm's types load (a dozen lines in
+    pytest's warnings summary): none of it is shown; the short summary gives the reason."""
+    from tests.fake_openai import FakeOpenAI, TextReply, TokenUsage
+
+    from .conftest import run_vqa_rad_cell
+
+    monkeypatch.setenv("AMB_TEST_OUTCOME_KEY", "sk-amb-outcome-0123456789")
+    monkeypatch.setenv("COLUMNS", "300")  # room for the reason after the long node id
+    agents = tmp_path / "agents.yaml"
+    agents.write_text("talker:\n  model: openai/talker\n  api_key_env: AMB_TEST_OUTCOME_KEY\n")
+    reply = TextReply("thinking", TokenUsage(70, 3))
+    with FakeOpenAI([reply], default=reply) as fake:
+        result = run_vqa_rad_cell(
+            pytester, tmp_path / "out", "--agent=talker", f"--agents-file={agents}",
+            f"--agent-api-base={fake.url}", "--amb-max-turns=3", "-rf",
+        )  # fmt: skip
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)
+    assert "ReadOnly" not in out and "warnings summary" not in out, out
+    result.stdout.fnmatch_lines(["FAILED *test_cell* - rating F*"])
