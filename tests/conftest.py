@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -178,6 +179,27 @@ RECORD_DEFAULTS: dict[str, Any] = {
     "cell_dir": "/x",
     "finished_at": "2026-12-01T00:00:00+00:00",
 }
+
+
+def wait_for(
+    condition: Callable[[], Any],
+    timeout: float,
+    what: str,
+    session: subprocess.Popen[str] | None = None,
+) -> Any:
+    """Poll ``condition`` until it is true (returned): an event, not a fixed wait.
+    ``timeout`` only bounds a wait for something that never comes (an assertion naming
+    ``what``); a ``session`` that ends first fails it with the session's output."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if session is not None and session.poll() is not None:
+            output = session.stdout.read() if session.stdout else ""
+            raise AssertionError(f"the session ended while waiting for {what}:\n{output}")
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def cell_record(**fields: Any) -> CellResult:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import SUITES
+from .conftest import SUITES, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -136,16 +139,36 @@ def test_a_harness_fault_is_an_error_and_keeps_the_trajectory(
 def test_a_killed_cell_is_recorded_with_its_trajectory(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    # Stage the data with a quick agent first, so the timeout falls inside the cell.
-    run_suites(pytester, tmp_path, "--tier=lite", "--agent=empty")
-    # An agent that works for a minute: pytest-timeout interrupts it mid-call.
+    """pytest-timeout ends a cell mid-call. Its limit is given (signal method) but far
+    off; the test fires it (SIGALRM, as the limit does) once the agent's first tool
+    result is in the trajectory, so the cut falls inside the cell however slow the
+    machine (a 4 s limit fell before the first tool result, under load)."""
     steps = tmp_path / "slow-agent.yaml"
     steps.write_text(
         "- {tool: execute, arguments: {language: bash, code: 'echo started'}}\n"
-        "- {tool: execute, arguments: {language: bash, code: 'sleep 60'}}\n"
+        "- {tool: execute, arguments: {language: bash, code: 'sleep 600'}}\n"
     )
-    result = run_suites(pytester, tmp_path, "--tier=lite", "--timeout=4", f"--agent=replay:{steps}")
-    result.assert_outcomes(errors=1)
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", str(SUITES), "-k", "kidney", f"--amb-out={tmp_path}",
+         "-p", "no:cacheprovider", "--tier=lite", f"--agent=replay:{steps}",
+         "--timeout=900", "--timeout-method=signal"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=pytester.path,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: any(
+                '"kind": "tool_result"' in t.read_text()
+                for t in tmp_path.glob("runs/*/*/*/trajectory.jsonl")
+            ),
+            600,
+            "the agent's first tool result",
+            session,
+        )
+        session.send_signal(signal.SIGALRM)  # what pytest-timeout's limit sends
+        output, _ = session.communicate(timeout=300)
+    finally:
+        session.kill()
+    assert "1 error" in output, output[-3000:]
     record = ledger(tmp_path)[-1]
     assert record["status"] == "infra_error" and record["termination"] == "timeout"
     assert "Timeout" in record["error"]

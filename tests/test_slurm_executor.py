@@ -14,8 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from filelock import FileLock
 
 from pytest_automedbench.sandbox import resolve_backend
 
-from .conftest import read_ledger
+from .conftest import read_ledger, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "suites"
@@ -62,10 +61,24 @@ def slurm_cluster() -> Iterator[Path]:
     yield conf
 
 
+#: The sleeper's command: works for 12 s, then ends (a cell that must finish).
+SLEEPS = "echo working; sleep 12; echo done"
+#: The sleeper's command for a cell that must still be running when the test acts on it
+#: (an interrupt): it works until it is stopped, however slow the machine.
+WORKS_UNTIL_STOPPED = "echo working; while true; do sleep 1; done"
+
+
 def write_project(
-    path: Path, *, cpus: int = 1, retries: int = 1, sandbox: str = "bubblewrap", extra: str = ""
+    path: Path,
+    *,
+    cpus: int = 1,
+    retries: int = 1,
+    sandbox: str = "bubblewrap",
+    extra: str = "",
+    command: str = SLEEPS,
 ) -> Path:
-    """A pyproject for the session under test: small jobs and a sleeping command agent."""
+    """A pyproject for the session under test: small jobs and a sleeping command agent
+    (``command``)."""
     path.mkdir(parents=True, exist_ok=True)
     pyproject = path / "pyproject.toml"
     pyproject.write_text(
@@ -82,7 +95,7 @@ time_margin_min = 5
 {extra}
 
 [tool.automedbench.agents.sleeper]
-command = "echo working; sleep 12; echo done"
+command = "{command}"
 """,
         encoding="utf-8",
     )
@@ -105,24 +118,6 @@ def run_session(project: Path, out: Path, *args: str) -> subprocess.CompletedPro
         cwd=project.parent,
         check=False,
     )
-
-
-def wait_for(
-    condition: Callable[[], Any],
-    timeout: float,
-    what: str,
-    session: subprocess.Popen[str] | None = None,
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if session is not None and session.poll() is not None:
-            output = session.stdout.read() if session.stdout else ""
-            raise AssertionError(f"the session ended while waiting for {what}:\n{output}")
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def start_sleeping_cells(
@@ -263,9 +258,9 @@ def test_a_job_past_its_time_limit_is_a_timeout_with_its_trajectory(
 ) -> None:
     """A one-minute job limit (the shortest Slurm has) for a cell whose agent sleeps longer:
     Slurm ends the job, the cell stops on SIGTERM and is recorded as a timeout."""
-    project = write_project(tmp_path / "project", extra="time_limit_min = 1")
-    pyproject = project.read_text().replace("sleep 12", "sleep 300")
-    project.write_text(pyproject)
+    project = write_project(
+        tmp_path / "project", extra="time_limit_min = 1", command=WORKS_UNTIL_STOPPED
+    )
     out = tmp_path / "out"
     finished = run_session(
         project, out, "-k", "vqa-rad", "--tier", "lite", "--agent", "cmd:sleeper",
@@ -301,7 +296,9 @@ def test_a_job_sbatch_refuses_is_an_infrastructure_error_naming_why(
 def test_interrupting_the_session_cancels_its_jobs(
     slurm_cluster: Path, tmp_path: Path, workers: list[str]
 ) -> None:
-    project = write_project(tmp_path / "project")
+    # The cells work until stopped: none can end before the interrupt, however slow the
+    # machine (a fixed 12 s of work did, under load).
+    project = write_project(tmp_path / "project", command=WORKS_UNTIL_STOPPED)
     out = tmp_path / "out"
     session = start_sleeping_cells(project, out, "vqa-rad or slake", *workers)
     try:
