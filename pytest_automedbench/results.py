@@ -173,10 +173,10 @@ class CellResult(BaseModel):
     finished_at: str
 
     def pooled_trials(self) -> tuple[int, int]:
-        """(trials, passes) that this record adds to HealthAgentBench's pooled success: a
-        HealthAgentBench-track cell is one trial per case, an unscored one failing them
-        all; any other record (an attempt of a format whose attempts are trials) is one
-        trial, passed when ``passed``."""
+        """(trials, passes) that this scored record adds to HealthAgentBench's pooled
+        success (an infra error adds none: ``stats``): a HealthAgentBench-track cell is one
+        trial per case; any other record (an attempt of a format whose attempts are
+        trials) is one trial, passed when ``passed``."""
         if self.cases_total is not None:
             return self.cases_total, self.cases_passed or 0
         return 1, int(self.passed is True)

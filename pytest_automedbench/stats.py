@@ -59,14 +59,13 @@ Definitions used throughout:
   ``dropped_data``) and the regression gate refuses the baseline; ``differing_versions``
   lists them for the leaderboard, which marks the rows they touch.
 * **Trials** (records of a format whose ``attempts_are_trials``, e.g. the
-  HealthAgentBench tasks' folders): every attempt is a trial (a cell of the native
-  ``healthagentbench`` track: every case of it),
-  an infrastructure error (a verifier that left no reward included) counted as a failed
-  one, because HealthAgentBench's pooled success is successes / all attempts and a
-  leaderboard that dropped errors would reward a system whose runs break. So, unlike the
-  scores above, ``GroupStats.n_trials``, ``n_passed``, ``pooled_success`` and the
-  ``trial_*`` figures count infra errors; the scores, rates and pass@k of the catalogue's
-  tasks do not change.
+  HealthAgentBench tasks' folders): every scored attempt is a trial (a cell of the native
+  ``healthagentbench`` track: every case of it). One rule for every table: an
+  infrastructure error (a verifier that left no reward included: one the agent broke
+  is scored, reward 0) is the harness's or the task's fault, so it is no trial, neither
+  passed nor failed; it is counted apart (``n_infra``, ``n_verifier_errors``) and run
+  again on resume. ``GroupStats.n_trials``, ``n_passed``, ``pooled_success`` and the
+  ``trial_*`` figures count scored records only, as the catalogue's scores and rates do.
 * **Paired comparisons need ``MIN_PAIRS`` pairs** for an interval, a p-value and a
   verdict (``compare``): with fewer only the mean difference is given.
 """
@@ -372,8 +371,8 @@ def _supersedes(new: CellResult, held: CellResult) -> bool:
 
 
 def attempt_is_trial(record: CellResult) -> bool:
-    """Whether the record's format counts each attempt as a trial of its own, an
-    infrastructure error a failed one (``TaskFormat.attempts_are_trials``)."""
+    """Whether the record's format counts each attempt as a trial of its own
+    (``TaskFormat.attempts_are_trials``; a scored one: an infra error is no trial)."""
     return format_of_record(record).attempts_are_trials
 
 
@@ -596,16 +595,16 @@ class GroupStats:
     cost per trial (``trial_cost_known``) when none is, whatever the infra errors spent.
 
     Trials (see the module docstring; shown only when ``attempts_are_trials``): every
-    record is a trial, so ``n_trials`` = ``n_runs`` + ``n_infra``, an infra error
-    counting as a failed attempt. A cell of the healthagentbench track adds one trial per
-    case (``CellResult.pooled_trials``), so ``n_trials`` there is cases x attempts.
+    scored record is a trial, so ``n_trials`` = ``n_runs``; an infra error is no trial.
+    A scored cell of the healthagentbench track adds one trial per case
+    (``CellResult.pooled_trials``), so ``n_trials`` there is cases x attempts.
     ``n_passed`` counts the trials passed (``passed is True``; a case by its rule),
     ``n_verifier_errors`` the records with termination "verifier_error",
     ``n_attempt_trials`` those whose format counts each attempt as a trial
     (:func:`attempt_is_trial`). ``trial_k`` is the fewest attempts any cell group (agent,
     task, tier) has and ``trial_pass_at[j]`` / ``trial_pass_hat[j]`` (j in 1..k) average
-    the unbiased estimators over the cell groups with every attempt counted (errors
-    failed), whereas ``pass_at`` / ``pass_hat`` above leave errors out. ``trial_turns``
+    the unbiased estimators over the cell groups by ``passed`` (``pass_at`` / ``pass_hat``
+    above go by ``resolved``); infra errors are left out of both. ``trial_turns``
     and ``trial_wall_s`` are means per trial, ``phase_s`` the mean seconds of each phase
     over the trials that recorded it (``CellResult.phase_s``).
     """
@@ -636,7 +635,7 @@ class GroupStats:
     cost_overall_r: float | None
     n_cost_unknown: int = 0
     n_trial_cost_unknown: int = 0
-    # Trial figures (HealthAgentBench's): every record is a trial, errors included.
+    # Trial figures (HealthAgentBench's): every scored record is a trial.
     n_trials: int = 0
     n_passed: int = 0
     n_verifier_errors: int = 0
@@ -668,32 +667,32 @@ class GroupStats:
 
     @property
     def pooled_success(self) -> float:
-        """HealthAgentBench's headline: ``n_passed / n_trials`` over every attempt of
-        every task (NaN without a trial). Every attempt is a trial and an infra error,
-        a verifier error included, is a failed one: the benchmark counts what a system
-        delivered, and dropping errors would let a system that breaks look better."""
+        """HealthAgentBench's headline: ``n_passed / n_trials`` over every scored attempt
+        of every task (NaN without a trial). An infra error, a verifier error included,
+        is no trial (the harness's or the task's fault, counted apart in ``n_infra``),
+        as in every other table: see the module docstring."""
         return self.n_passed / self.n_trials if self.n_trials else _NAN
 
     @property
     def trial_pass_at_k(self) -> float:
-        """Unbiased pass@k at ``trial_k`` over the attempts (errors failed); NaN when no
-        task has an attempt."""
+        """Unbiased pass@k at ``trial_k`` over the scored attempts; NaN when no task has
+        one."""
         return self.trial_pass_at.get(self.trial_k, _NAN)
 
     @property
     def trial_pass_hat_k(self) -> float:
-        """Unbiased pass^k at ``trial_k`` over the attempts (errors failed); NaN when no
-        task has an attempt."""
+        """Unbiased pass^k at ``trial_k`` over the scored attempts; NaN when no task has
+        one."""
         return self.trial_pass_hat.get(self.trial_k, _NAN)
 
     @property
     def cost_per_trial(self) -> float | None:
-        """Total cost of every trial (errors too: they spent it) / ``n_trials``; None when
-        any record's cost is unknown (never $0 for an unpriced model) or there is no
-        trial."""
-        if not self.n_trials or not self.cost_known:
+        """Total cost of the trials (the scored records) / ``n_trials``; None when any
+        trial's cost is unknown (never $0 for an unpriced model) or there is no trial.
+        What infra errors spent is in ``cost_usd_total``, not here: they are no trials."""
+        if not self.n_trials or not self.trial_cost_known:
             return None
-        return self.cost_usd_total / self.n_trials
+        return self.cost_usd * self.n_runs / self.n_trials
 
     @property
     def cost_known(self) -> bool:
@@ -733,7 +732,7 @@ class _Group:
         self.tokens_out = 0
         self.n_cost_unknown = 0
         self.n_trial_cost_unknown = 0
-        # Trials: every record, errors included.
+        # Trials: every scored record (an infra error is no trial).
         self.trial_cell = array("q")  # index into trial_cell_ids, per record
         self.trial_cell_ids: dict[tuple[str, str, str], int] = {}
         self.trial_passed = array("b")
@@ -752,24 +751,14 @@ class _Group:
         self.cost_total.append(record.cost_usd)
         known = cost_known(record)
         self.n_cost_unknown += not known
-        trial_key = (record.agent, record.task, record.tier)
-        self.trial_cell.append(self.trial_cell_ids.setdefault(trial_key, len(self.trial_cell_ids)))
-        self.trial_passed.append(record.passed is True)
         self.n_verifier_errors += record.termination == "verifier_error"
         attempt_trial = attempt_is_trial(record)
         self.n_attempt_trials += attempt_trial
-        trials, passes = record.pooled_trials()
-        self.pool_trials += trials
-        self.pool_passed += passes
         self.n_pooled += attempt_trial or record.cases_total is not None
-        self.trial_turns += record.turns
-        self.trial_wall.append(record.wall_s)
-        if record.phase_s:
-            for phase, seconds in record.phase_s.items():
-                self.phases.setdefault(phase, array("d")).append(seconds)
         if record.status != "scored":
             self.n_infra += 1
             return
+        self._add_trial(record)
         self.n_trial_cost_unknown += not known
         overall, agentic, s1, s2, s3, s4, s5, task = self.columns
         overall.append(record.overall or 0.0)
@@ -803,6 +792,19 @@ class _Group:
         self.tokens_in += record.tokens_in
         self.tokens_out += record.tokens_out
         self.wall.append(record.wall_s)
+
+    def _add_trial(self, record: CellResult) -> None:
+        """A scored record's trial figures (see the module docstring's trials)."""
+        trial_key = (record.agent, record.task, record.tier)
+        self.trial_cell.append(self.trial_cell_ids.setdefault(trial_key, len(self.trial_cell_ids)))
+        self.trial_passed.append(record.passed is True)
+        trials, passes = record.pooled_trials()
+        self.pool_trials += trials
+        self.pool_passed += passes
+        self.trial_turns += record.turns
+        self.trial_wall.append(record.wall_s)
+        for phase, seconds in record.phase_s.items():
+            self.phases.setdefault(phase, array("d")).append(seconds)
 
 
 def _cell_sums(

@@ -1,7 +1,8 @@
-"""Harbor (HealthAgentBench) figures: every attempt is a trial, an infrastructure or
-verifier error a failed one; pooled success, pass@k / pass^k over the attempts, the
-terminal lines and the Harbor leaderboard (ranking, cost tie-break, partial coverage);
-and a ledger without Harbor records gives exactly what it gave before."""
+"""Harbor (HealthAgentBench) figures: every scored attempt is a trial, an infrastructure
+or verifier error none (one rule with the catalogue's tables); pooled success, pass@k /
+pass^k over the attempts, the terminal lines and the Harbor leaderboard (ranking, cost
+tie-break, partial coverage); the per-system table of a Harbor-only ledger; and a ledger
+without Harbor records gives exactly what it gave before."""
 
 from __future__ import annotations
 
@@ -44,15 +45,17 @@ OUTCOMES: dict[str, dict[str, list[bool | None]]] = {
 
 
 #: sha256 of the catalogue ledger's leaderboard (``render``) and per-system table
-#: (``render_systems``), captured before the Harbor figures were added.
+#: (``render_systems``), captured before the Harbor figures were added, then again after
+#: the rows gained ``overall_n`` (one value has no interval) and costs were printed by
+#: ``printable.money``: the Harbor figures still change none of them.
 DIGESTS = {
-    "csv": "0169daf7f647cf6e9dbabdc23cc54a9100410a0c30bf578362954993db2ef0aa",
-    "json": "9a209d5b823e361e4ca371974a18e5bf22e4c3680da5c8c67c2b762b95d38ca9",
-    "markdown": "503b23ac27cffd37bfbe96caaa0ccc2be325ac9775ece0dad63df72ad802562c",
+    "csv": "0203cbcc0e5686b21720709542d9ed4aa663b90748ba90ca34721de13399bdae",
+    "json": "dc97b7ed47206eb78e2655fc236f8075b8633cb71d2584f4d6d86578f68cee65",
+    "markdown": "62fa25165e417a13285fa8dde51f62142fed34eedfd632f182b190ebdc5e346c",
 }
 SYSTEMS = {
-    "csv": "37a15bd581890921445759888681fe19910d69e8d7bd729fdfe8da4c941e8a6f",
-    "json": "e622731c79dbe13bdac32cbca57b81d3086478f4532f9ebf97341f42506273f6",
+    "csv": "33c8d2f887a43ca390096f1722690c8cadd108111719194d5ea73b6de57c6419",
+    "json": "b78c02a7e622659412efba7100ab55f4c8675d416b97160792b53a4bf9e2cfb7",
 }
 
 
@@ -90,18 +93,21 @@ def ledger() -> list[CellResult]:
 
 
 def counts(agent: str) -> list[tuple[int, int]]:
-    """(attempts, passed) per task of an agent, a verifier error a failed attempt."""
-    return [(len(a), sum(p is True for p in a)) for a in OUTCOMES[agent].values()]
+    """(trials, passed) per task of an agent: its scored attempts (a verifier error is no
+    trial)."""
+    return [
+        (sum(p is not None for p in a), sum(p is True for p in a)) for a in OUTCOMES[agent].values()
+    ]
 
 
 # --------------------------------------------------------------------------- stats
 
 
-def test_every_attempt_is_a_trial_and_an_error_a_failed_one() -> None:
+def test_every_scored_attempt_is_a_trial_and_an_infra_error_none() -> None:
     alpha, beta, gamma = summarise(ledger(), by=("agent",))
-    assert (alpha.n_trials, alpha.n_passed, alpha.n_verifier_errors) == (9, 4, 1)
-    assert (alpha.n_runs, alpha.n_infra) == (8, 1)  # the catalogue's counts are unchanged
-    assert alpha.pooled_success == 4 / 9
+    assert (alpha.n_trials, alpha.n_passed, alpha.n_verifier_errors) == (8, 4, 1)
+    assert (alpha.n_runs, alpha.n_infra) == (8, 1)  # as the catalogue's counts: one rule
+    assert alpha.pooled_success == 4 / 8
     assert (beta.n_trials, beta.n_passed, beta.pooled_success) == (9, 4, 4 / 9)
     assert (gamma.n_trials, gamma.pooled_success) == (3, 1.0)
     assert all(g.attempts_are_trials for g in (alpha, beta, gamma))
@@ -110,8 +116,8 @@ def test_every_attempt_is_a_trial_and_an_error_a_failed_one() -> None:
 def test_pass_at_k_over_the_attempts_matches_the_unbiased_formulas() -> None:
     for group in summarise(ledger(), by=("agent",)):
         nc = counts(group.key[0])
-        assert group.trial_k == 3
-        for j in (1, 2, 3):
+        assert group.trial_k == min(n for n, _ in nc)  # alpha: 2 scored attempts of ct-02
+        for j in range(1, group.trial_k + 1):
             assert math.isclose(
                 group.trial_pass_at[j], sum(pass_at_k(n, c, j) for n, c in nc) / len(nc)
             )
@@ -120,9 +126,9 @@ def test_pass_at_k_over_the_attempts_matches_the_unbiased_formulas() -> None:
             )
     alpha = summarise(ledger(), by=("agent",))[0]
     assert math.isclose(alpha.trial_pass_at_k, 2 / 3)  # ct-01 and ehr-01 passed once or more
-    assert alpha.trial_pass_hat_k == 0.0
-    # The catalogue's pass@k leaves the error out: ct-02 has two scored runs, so k is 2.
-    assert alpha.k == 2
+    assert math.isclose(alpha.trial_pass_hat_k, 2 / 9)  # 1/3 each for ct-01 and ehr-01
+    # The catalogue's pass@k leaves the error out too: ct-02 has two scored runs, k is 2.
+    assert alpha.k == alpha.trial_k == 2
 
 
 def test_cost_per_trial_is_unknown_never_zero_and_phases_are_averaged() -> None:
@@ -152,15 +158,15 @@ def test_terminal_prints_harbor_lines_per_category_and_the_pooled_headline() -> 
     lines = summary_lines(ledger())
     phases = "    mean wall per phase: environment 10.0s, agent 100.0s, verifier 5.0s"
     assert lines[:5] == [
-        "alpha | ct_abnormality (harbor): 6 trials, 2 passed, pooled 2/6 (33.3%) | pass@3 50% "
-        "| pass^3 0% | 1 infra errors (1 verifier) | OVERALL 40.0 | AGENTIC 50.0 "
+        "alpha | ct_abnormality (harbor): 5 trials, 2 passed, pooled 2/5 (40.0%) | pass@2 50% "
+        "| pass^2 17% | 1 infra errors, not trials (1 verifier) | OVERALL 40.0 | AGENTIC 50.0 "
         "| $0.10/trial",
         phases,
         "alpha | ehrshot (harbor): 3 trials, 2 passed, pooled 2/3 (66.7%) | pass@3 100% "
-        "| pass^3 0% | 0 infra errors (0 verifier) | OVERALL 66.7 | AGENTIC 50.0 "
+        "| pass^3 0% | 0 infra errors, not trials (0 verifier) | OVERALL 66.7 | AGENTIC 50.0 "
         "| $0.10/trial",
         phases,
-        "alpha | harbor (all categories): pooled 4/9 (44.4%) | $0.10/trial",
+        "alpha | harbor (all categories): pooled 4/8 (50.0%) | $0.10/trial",
     ]
     assert "beta | harbor (all categories): pooled 4/9 (44.4%) | cost unknown" in lines
     assert lines[-1] == "gamma | harbor (all categories): pooled 3/3 (100.0%) | $0.10/trial"
@@ -178,7 +184,7 @@ def test_terminal_keeps_the_catalogue_lines_beside_harbor_ones() -> None:
     assert alone[0] in mixed and alone[1] in mixed
     # alpha's pooled line comes after all of alpha's groups, the catalogue's one included.
     assert mixed.index(alone[0]) < mixed.index(
-        "alpha | harbor (all categories): pooled 4/9 (44.4%) | $0.10/trial"
+        "alpha | harbor (all categories): pooled 4/8 (50.0%) | $0.10/trial"
     )
 
 
@@ -187,14 +193,19 @@ def test_terminal_keeps_the_catalogue_lines_beside_harbor_ones() -> None:
 
 def test_trial_board_ranks_by_pooled_then_known_cost_and_splits_partial_coverage() -> None:
     board = trial_board(ledger())
-    assert [r["agent"] for r in board.ranked] == ["alpha", "beta"]  # tie: unknown cost last
+    assert [r["agent"] for r in board.ranked] == ["alpha", "beta"]  # 50% before 44.4%
     assert [r["agent"] for r in board.partial] == ["gamma"]  # 100% but one task only
     alpha, beta = board.ranked
-    assert (alpha["trials"], alpha["passed"], alpha["pooled_success"]) == (9, 4, 0.4444)
-    assert alpha["categories"] == {CT: [2, 6], EHR: [2, 3]}
+    assert (alpha["trials"], alpha["passed"], alpha["pooled_success"]) == (8, 4, 0.5)
+    assert alpha["categories"] == {CT: [2, 5], EHR: [2, 3]}  # the verifier error: no trial
     assert beta["categories"] == {CT: [4, 6], EHR: [0, 3]}
     assert (alpha["cost_per_trial"], beta["cost_per_trial"]) == (0.1, None)
-    assert (alpha["k"], alpha["pass_at_k"], alpha["pass_hat_k"]) == (3, 0.6667, 0.0)
+    assert (alpha["k"], alpha["pass_at_k"], alpha["pass_hat_k"]) == (2, 0.6667, 0.2222)
+    # The same rate: the known cost first, an unknown one after it.
+    errored = harbor("beta", "ct-02", 2, None)  # beta's last failure an infra error instead
+    tied = trial_board([errored if r.key == errored.key else r for r in ledger()])
+    assert [r["agent"] for r in tied.ranked] == ["alpha", "beta"]
+    assert tied.ranked[1]["pooled_success"] == 0.5 and tied.ranked[1]["cost_per_trial"] is None
     assert (alpha["mean_turns"], alpha["mean_wall_s"]) == (11.0, 120.0)
     assert board.categories == [CT, EHR]
 
@@ -211,13 +222,13 @@ def test_harbor_table_in_markdown_csv_json_and_html() -> None:
     lines = text.splitlines()
     header = next(ln for ln in lines if ln.startswith("| agent"))
     assert header == (
-        "| agent | model | coverage | trials | passed | pooled success | pass@3 | pass^3 | "
+        "| agent | model | coverage | trials | passed | pooled success | pass@k | pass^k | "
         "cost per trial | mean turns | mean wall s | verifier errors | infra errors | "
         "ct_abnormality c/n | ehrshot c/n |"
     )
     assert (
-        "| alpha | model-alpha | full | 9 | 4 | 4/9 (44.4%) | 66.7% | 0.0% | $0.10 | 11.0 | "
-        "120.0 | 1 | 1 | 2/6 | 2/3 |" in lines
+        "| alpha | model-alpha | full | 8 | 4 | 4/8 (50.0%) | 66.7% | 22.2% | $0.10 | 11.0 | "
+        "120.0 | 1 | 1 | 2/5 | 2/3 |" in lines
     )
     assert "| beta | model-beta | full | 9 | 4 | 4/9 (44.4%) | 66.7% | 33.3% | unknown |" in text
     partial = lines.index(next(ln for ln in lines if ln.startswith("Harbor, partial coverage")))
@@ -225,14 +236,14 @@ def test_harbor_table_in_markdown_csv_json_and_html() -> None:
     assert lines[partial:][-1].endswith("| 3/3 | - |")  # gamma never ran ehrshot
     table = list(csv.DictReader(io.StringIO(render_trials(board, "csv"))))
     assert [r["agent"] for r in table] == ["alpha", "beta", "gamma"]
-    assert table[1]["cost per trial"] == "unknown" and table[0]["ct_abnormality c/n"] == "2/6"
+    assert table[1]["cost per trial"] == "unknown" and table[0]["ct_abnormality c/n"] == "2/5"
     assert [r["agent"] for r in json.loads(render_trials(board, "json"))["partial"]] == ["gamma"]
     page = render([], "html", trials=board)
     assert "<h2>Harbor</h2>" in page and page.index("Harbor, partial") < page.index("</body>")
     assert render([], "markdown", trials=board).endswith(text)
 
 
-def test_harbor_records_stay_out_of_the_catalogue_tables() -> None:
+def test_harbor_records_stay_out_of_the_catalogue_tables_but_count_per_system() -> None:
     plain = [
         cell_record(
             agent="alpha", task="t", track="vqa", overall=0.5, task_score=0.5, resolved=True
@@ -240,8 +251,11 @@ def test_harbor_records_stay_out_of_the_catalogue_tables() -> None:
     ]
     mixed = [*plain, *ledger()]
     assert rows(mixed) == rows(plain)
-    assert per_system(mixed) == per_system(plain)
     assert per_agent(mixed) == per_agent(plain)
+    # Per system: every track, Harbor's categories too, trials by the one rule.
+    alpha = next(r for r in per_system(mixed) if r["agent"] == "alpha")
+    assert alpha["tracks"] == f"{CT}, {EHR}, vqa"
+    assert (alpha["trials"], alpha["successes"], alpha["infra_errors"]) == (9, 5, 1)
     assert render(rows(mixed), "markdown", trials=trial_board(plain)) == render(
         rows(plain), "markdown"
     )
@@ -307,3 +321,17 @@ def test_a_ledger_without_harbor_records_gives_the_same_tables_as_before() -> No
         fmt: digest(render(table, fmt, systems=systems)) for fmt in ("csv", "json", "markdown")
     } == DIGESTS
     assert {fmt: digest(render_systems(systems, fmt)) for fmt in ("csv", "json")} == SYSTEMS
+
+
+def test_per_system_of_a_harbor_only_ledger_has_a_row_per_agent() -> None:
+    systems = per_system(ledger())
+    assert [r["agent"] for r in systems] == ["gamma", "alpha", "beta"]  # best OVERALL first
+    by_agent = {r["agent"]: r for r in systems}
+    # The same trials and successes as the Harbor table: one rule for "trial".
+    for row in trial_board(ledger()).agents:
+        mine = by_agent[row["agent"]]
+        assert (mine["trials"], mine["successes"]) == (row["trials"], row["passed"])
+        assert mine["pooled_success"] == row["pooled_success"]
+    assert by_agent["alpha"]["infra_errors"] == 1
+    text = render_systems(systems, "markdown")
+    assert "| alpha | " in text and "4/8" in text

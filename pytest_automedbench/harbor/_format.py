@@ -56,10 +56,10 @@ class HarborFormat:
     attempts_are_trials: ClassVar[bool] = True  # HealthAgentBench's pooled success
     trials_title: ClassVar[str] = "Harbor"
     trials_note: ClassVar[str] = (
-        "Harbor tasks (HealthAgentBench): every attempt is a trial, an infrastructure or "
-        "verifier error counted as a failure; pooled success = passed / trials over all "
-        "attempts of all tasks; ranked by pooled success, then lower cost per trial (unknown "
-        "last)."
+        "Harbor tasks (HealthAgentBench): every scored attempt is a trial; an "
+        "infrastructure or verifier error is no trial (counted apart, run again on resume); "
+        "pooled success = passed / trials over all attempts of all tasks; ranked by pooled "
+        "success, then lower cost per trial (unknown last)."
     )
 
     def tiers(self, task: Task, session_tiers: Sequence[str]) -> tuple[str, ...]:

@@ -25,34 +25,35 @@ recorded, or derived for older records), ``harness_version`` and ``model``; when
 row's records disagree, every value is listed, joined by ", " (the row is not split).
 
 Trials (HealthAgentBench): every scored cell is a trial, and succeeds when it is
-``resolved``. ``trials`` is the row's scored cells (the same count as ``runs``),
+``resolved``. One rule in every table, this one's and the trial table's below:
+``trials`` is the row's scored cells (the same count as ``runs``),
 ``successes`` the resolved ones and ``pooled_success`` = successes / trials, pooled over
 tasks, tiers and repeats (the same number as ``resolved_rate``, kept for older readers).
-Infrastructure errors are the harness's fault, not the system's: they are not trials
-(neither successes nor failures) and are counted in ``infra_errors`` only. A row of the
-native ``healthagentbench`` track counts as HealthAgentBench does: a trial per case and
-attempt, passed by the category's rule, an unscored cell failing all its cases.
+infrastructure errors are the harness's (or the task's) fault, not the system's: they are
+not trials (neither successes nor failures) and are counted in ``infra_errors`` only. A
+row of the native ``healthagentbench`` track counts a trial per case of a scored attempt,
+passed by the category's rule.
 ``cost_per_trial`` is the total cost of the trials / trials (the mean cost per scored
 cell, the value of ``cost_usd_per_run``), None ("cost unknown") when any trial's cost is
 unknown (``stats.cost_known``), never $0; an infrastructure error whose cost is unknown
 makes ``cost_usd_per_run`` None but not ``cost_per_trial``, as it is no trial.
-``per_system`` gives the same figures per agent over all its tracks, with its mean
-OVERALL: Markdown and HTML show it under the leaderboard when given it, and
+``per_system`` gives the same figures per agent over all its tracks (a format's trial
+records included: there a trial succeeds when it ``passed``, which is its ``resolved``),
+with its mean OVERALL: Markdown and HTML show it under the leaderboard when given it, and
 ``automedbench leaderboard --per-system`` prints it alone (the JSON of the leaderboard
 stays a list of rows).
 
 Records of a format whose attempts are trials (``TaskFormat.attempts_are_trials``:
 HealthAgentBench's task folders) are ranked in a table of their own (``trial_board``,
 ``render_trials``; ``render(..., trials=...)`` appends it), titled and captioned by their
-format, not in the rows above: such a format counts every attempt as a trial, an
-infrastructure error (a verifier without a reward included) as a failed one, so its
-pooled success differs from the ``pooled_success`` above, and one table showing both
-would give an agent two rates. ``rows``, ``per_system`` and ``per_agent`` therefore leave
-those records out (a ledger without them gives exactly what it gave before). The trial
-table has one row per agent: model, trials, passed, pooled success (passed / trials),
-pass@k and pass^k at the attempts' k (unbiased, errors failed), cost per trial (None,
-"unknown", when any record's cost is unknown), mean turns and wall seconds per trial, and
-per category passed / trials. It is ranked by pooled success, then the lower cost per
+format, not in the rows above, which are by track and tier: the trial table has a column
+per category. ``rows`` and ``per_agent`` leave those records out (a ledger without them
+gives exactly what it gave before); ``per_system`` counts them, by the same rule. The
+trial table has one row per agent: model, trials (scored attempts), passed, pooled success
+(passed / trials), pass@k and pass^k at the attempts' k (unbiased), cost per trial (None,
+"unknown", when any trial's cost is unknown), mean turns and wall seconds per trial,
+verifier and other infra errors (no trials), and per category passed / trials. It is
+ranked by pooled success, then the lower cost per
 trial (an unknown cost after every known one), then the agent. As HealthAgentBench does,
 an agent that lacks some (task, attempt) another agent has is listed apart (``partial``):
 its rate is over other trials, so ranking it with the rest would compare different
@@ -222,8 +223,9 @@ def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, A
     ``successes``, ``infra_errors``, ``pooled_success`` (successes / trials, pooled over
     every task, tier and repeat; infra errors are no trials), ``cost_per_trial`` (None:
     cost unknown) and the mean OVERALL (0-100) with its 95% interval. Records whose
-    attempts are trials are left out, as in ``rows``."""
-    cells = _not_trials(latest_per_cell(records))
+    attempts are trials count too (a Harbor-only ledger has a row per agent); imported
+    records do not (they have no task metric)."""
+    cells = [c for c in latest_per_cell(records) if c.imported_from is None]
     groups = [g for g in summarise(cells, by=("agent",), seed=seed) if g.n_runs]
     systems = _systems(cells, lambda cell: (cell.agent,))
     tracks: dict[str, set[str]] = {}
@@ -538,8 +540,8 @@ def _trial_rank(row: Mapping[str, Any]) -> tuple[float, bool, float, str]:
 def trial_board(records: Iterable[CellResult], seed: int = 0) -> TrialBoard:
     """The trial table of the records whose attempts are trials
     (:func:`~pytest_automedbench.stats.attempt_is_trial`), each cell counted once
-    (``latest_per_cell``); empty when there is none. Every attempt is a trial, an infra
-    error a failed one (``GroupStats.pooled_success``); a category is the record's
+    (``latest_per_cell``); empty when there is none. Every scored attempt is a trial, an
+    infra error none (``GroupStats.pooled_success``); a category is the record's
     ``category``, else its ``track``. An agent is ``partial`` when some (task, attempt)
     that any agent has is missing from its trials."""
     cells = [
@@ -565,8 +567,8 @@ def trial_board(records: Iterable[CellResult], seed: int = 0) -> TrialBoard:
         agent = group.key[0]
         per_category = {}
         for category, held in sorted(by_category[agent].items()):
-            passed = sum(cell.passed is True for cell in held)
-            per_category[category] = [passed, len(held)]
+            trials = [cell for cell in held if cell.status == "scored"]  # infra: no trial
+            per_category[category] = [sum(c.passed is True for c in trials), len(trials)]
         row = _trial_row(group, systems[group.key]["model"], per_category)
         full = covered[agent] >= every
         row["coverage"] = "full" if full else "partial"

@@ -8,10 +8,11 @@ and the cost per run ("cost unknown" when a run's model has no price: never $0 f
 A group of trials (``GroupStats.attempts_are_trials``: every record of the agent x track
 is an attempt of a format that counts attempts as trials, e.g. a HealthAgentBench category
 of task folders) gets trial lines instead, named by the format, because its numbers are
-HealthAgentBench's, not the catalogue's: trials (every attempt, an infra error counted as
-a failed one), passed, the pooled success, pass@k and pass^k over the attempts, the
-verifier and other infra errors, OVERALL and AGENTIC, the cost per trial and the mean
-seconds per phase. After an agent's groups comes its pooled line over all its trial
+HealthAgentBench's: trials (every scored attempt; an infra error is no trial, as
+everywhere: ``stats``' module docstring), passed, the pooled success, pass@k and pass^k
+over the attempts, the verifier and other infra errors (counted apart), OVERALL and
+AGENTIC, the cost per trial and the mean seconds per phase. After an agent's groups
+comes its pooled line over all its trial
 categories: HealthAgentBench's headline. Other groups print as before; the
 native healthagentbench track's first line adds the pooled success over its cases and
 attempts (``GroupStats.has_pooled_success``), beside OVERALL.
@@ -91,7 +92,7 @@ def _trial_lines(agent: str, track: str, group: GroupStats, cells: list[CellResu
         f"{agent} | {track} ({label}): {group.n_trials} trials, {group.n_passed} passed, "
         f"pooled {_pooled(group)} | pass@{k} {_percent(group.trial_pass_at_k)} | "
         f"pass^{k} {_percent(group.trial_pass_hat_k)} | "
-        f"{group.n_infra} infra errors ({group.n_verifier_errors} verifier) | "
+        f"{group.n_infra} infra errors, not trials ({group.n_verifier_errors} verifier) | "
         f"OVERALL {_avg([c.overall for c in scored])} | "
         f"AGENTIC {_avg([c.agentic for c in scored])} | {_trial_cost(group)}"
     ]
