@@ -335,3 +335,11 @@ def test_per_system_of_a_harbor_only_ledger_has_a_row_per_agent() -> None:
     assert by_agent["alpha"]["infra_errors"] == 1
     text = render_systems(systems, "markdown")
     assert "| alpha | " in text and "4/8" in text
+
+
+def test_a_harbor_only_leaderboard_has_no_empty_catalogue_table() -> None:
+    board, systems = trial_board(ledger()), per_system(ledger())
+    text = render(rows(ledger()), "markdown", systems=systems, trials=board)
+    assert "| agent | track |" not in text  # the catalogue's table: no row, not shown
+    assert text.startswith("Per system, all tracks") and render_trials(board, "markdown") in text
+    assert render([], "markdown", trials=board) == render_trials(board, "markdown")

@@ -366,7 +366,9 @@ def render(
             render_imported(imported, fmt) if imported else ""
         )
         if fmt == "markdown":
-            return text + "\n" + extra
+            if not table:  # only trial or imported records: no empty table before theirs
+                text = _markdown_systems(systems) if systems else ""
+            return text + ("\n" if text else "") + extra
         end = text.rfind("</body>")
         return text[:end] + extra + text[end:] if end >= 0 else text + extra
     if fmt == "json":
