@@ -52,7 +52,7 @@ def test_summary_adds_interval_profile_codes_and_cost() -> None:
     assert "S1 100 S2 50 S3 0 S4 100 S5 100" in detail
     assert "pass@3 100%" in detail  # one (agent, task, tier) cell, three runs, one resolved
     assert "codes: E3 x2, E5 x1" in detail
-    assert "$0.2500/run, 120 tokens/run" in detail
+    assert "$0.25/run, 120 tokens/run" in detail
 
 
 def test_a_group_of_infrastructure_errors_only_has_no_detail_line() -> None:
