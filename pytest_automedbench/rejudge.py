@@ -269,7 +269,7 @@ def _not_judgeable(record: CellResult) -> str | None:
     """Why a record has nothing to judge, before its folder is even looked at."""
     if record.status != "scored":
         return f"infrastructure error ({record.termination or 'no termination'}): {record.error}"
-    return format_of_record(record).not_rejudged(record)
+    return None
 
 
 def _start_event(events: list[Event], path: Path) -> StartEvent:

@@ -201,11 +201,6 @@ class TaskFormat(Protocol):
         """What a record of this format adds to the JUnit ``<property>`` elements."""
         ...
 
-    def not_rejudged(self, record: CellResult) -> str | None:
-        """Why a scored record of this format is not judged again on the S1-S3 rubric
-        (``automedbench rejudge``), or None: it is."""
-        ...
-
     def plan_folder(self, cell_dir: Path) -> Path:
         """Where a cell's folder keeps the agent's plan (``plan.md`` and its diagram)."""
         ...

@@ -223,9 +223,6 @@ class CatalogueFormat:
     def junit_properties(self, record: CellResult) -> dict[str, str]:
         return {}
 
-    def not_rejudged(self, record: CellResult) -> str | None:
-        return None
-
     def plan_folder(self, cell_dir: Path) -> Path:
         return cell_dir / "workspace" / "plan"
 

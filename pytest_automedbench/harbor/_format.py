@@ -142,9 +142,6 @@ class HarborFormat:
             "amb_category": record.category or "",
         }
 
-    def not_rejudged(self, record: CellResult) -> str | None:
-        return None  # judged from its trajectory and plan, S4-S5 as its verifier scored them
-
     def rejudge_basis(self, record: CellResult, events: Sequence[Event]) -> StoredBasis | None:
         """Judged as it was scored (a PRO-tier cell), from its trajectory and plan folder;
         S4-S5 as stored (its verifier's verdict)."""
