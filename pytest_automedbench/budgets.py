@@ -20,8 +20,9 @@ from pytest_automedbench.llm import import_litellm
 from pytest_automedbench.printable import money
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pytest_automedbench.agents.registry import AgentEntry
-    from pytest_automedbench.config import RunConfig
 
 __all__ = ["metered_model", "priced", "unpriced_cap_problem"]
 
@@ -49,12 +50,14 @@ def priced(model: ModelAgent) -> bool:
     return True
 
 
-def unpriced_cap_problem(config: RunConfig, cap_origin: str | None) -> str | None:
-    """Why the session's cost caps cannot hold, or None. ``cap_origin``: how the session's
-    cap was given (the flag, or the pyproject key with its file), None when it was not
-    (the built-in default). A definition's own ``max_cost_usd`` is given by definition."""
-    for name in config.agents:
-        entry = config.agent(name)
+def unpriced_cap_problem(
+    agents: Mapping[str, AgentEntry], session_cap: float, cap_origin: str | None
+) -> str | None:
+    """Why the session's cost caps cannot hold for its ``agents`` (name -> entry), or
+    None. ``cap_origin``: how the session's cap (``session_cap``) was given (the flag, or
+    the pyproject key with its file), None when it was not (the built-in default). A
+    definition's own ``max_cost_usd`` is given by definition."""
+    for name, entry in agents.items():
         model = metered_model(entry)
         if model is None:
             continue
@@ -63,7 +66,7 @@ def unpriced_cap_problem(config: RunConfig, cap_origin: str | None) -> str | Non
             continue
         if priced(model):
             continue
-        cap = own if own is not None else config.max_cost_usd
+        cap = own if own is not None else session_cap
         given = f"agent {name!r}'s max_cost_usd" if own is not None else cap_origin
         return (
             f"{given} {money(cap)}: agent {name!r} runs model {model.model!r}, which has no "

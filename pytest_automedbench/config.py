@@ -616,5 +616,6 @@ def _check_cost_caps(
         origin = origin_of("max_cost_usd")
     elif BY_FIELD["max_cost_usd"].pyproject_key in settings:
         origin = origin_of("max_cost_usd", str(pyproject))
-    if (problem := unpriced_cap_problem(config, origin)) is not None:
+    agents = {name: config.agent(name) for name in config.agents}
+    if (problem := unpriced_cap_problem(agents, config.max_cost_usd, origin)) is not None:
         raise ConfigError(problem)

@@ -10,8 +10,8 @@ references; the split's ``cases.json`` says what it is a subset of, and each cel
 it (``cases_subset``, see :class:`~pytest_automedbench.results.CaseSubset`), so that
 gates and leaderboards leave smoke cells out (:func:`~pytest_automedbench.results.full_cells`).
 
-A task with no more cases than asked for runs whole, as a full cell. Tasks without cases
-(Harbor's) are not subset.
+A task with no more cases than asked for runs whole, as a full cell. Tasks of a format
+without cases are not subset.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_automedbench.fixtures.staging import (
     ANSWERS_NAME,
@@ -36,9 +36,6 @@ from pytest_automedbench.fixtures.staging import (
 )
 from pytest_automedbench.formats.task import DataUnavailable
 from pytest_automedbench.results import CaseSubset
-
-if TYPE_CHECKING:
-    from pytest_automedbench.config import RunConfig
 
 __all__ = [
     "SUBSET_FILE",
@@ -100,17 +97,22 @@ def choose_cases(
 
 
 def smoke_split(
-    task_id: str, base: StagedData, layout: CaseLayout, config: RunConfig, cache_root: Path
+    task_id: str,
+    base: StagedData,
+    layout: CaseLayout,
+    cases: str | None,
+    cases_seed: int,
+    cache_root: Path,
 ) -> StagedData:
-    """The split a session's cells of ``task_id`` see: ``base``, or (``--amb-cases``) its
-    subset staged in ``cache_root``."""
-    if config.cases is None:
+    """The split a session's cells of ``task_id`` see: ``base``, or (``--amb-cases``
+    ``cases``, drawn with ``cases_seed``) its subset staged in ``cache_root``."""
+    if cases is None:
         return base
-    selection = parse_cases(config.cases)
-    chosen = choose_cases(task_id, base.case_ids, selection, config.cases_seed)
+    selection = parse_cases(cases)
+    chosen = choose_cases(task_id, base.case_ids, selection, cases_seed)
     if chosen is None:
         return base
-    seed = config.cases_seed if isinstance(selection, int) else None
+    seed = cases_seed if isinstance(selection, int) else None
     return stage_case_subset(task_id, base, chosen, layout, cache_root, seed)
 
 

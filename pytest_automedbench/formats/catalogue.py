@@ -167,7 +167,9 @@ class CatalogueFormat:
             base = stage_perturbed(spec, base, data_cache, config.holdout_seed)
         from pytest_automedbench.smoke import smoke_split
 
-        return smoke_split(spec.id, base, spec.case_layout, config, data_cache)
+        return smoke_split(
+            spec.id, base, spec.case_layout, config.cases, config.cases_seed, data_cache
+        )
 
     def task_hash(self, task: Task, tier: str) -> str:
         """The task's task.yaml, the tier's brief and the evaluator's declaration (an

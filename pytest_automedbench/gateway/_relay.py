@@ -73,7 +73,7 @@ asyncio.run(main())
 def relay_argv(python: str, socket_path: str, port_file: str) -> list[str]:
     """The relay as a command line (``python``: an interpreter where it runs, isolated
     with ``-I -S``): it serves ``socket_path`` on a loopback port it writes to
-    ``port_file``. For a relay of its own container (a Harbor verifier's judge route)."""
+    ``port_file``. For a relay of its own container (a task verifier's route to its judge)."""
     return [python, "-I", "-S", "-c", RELAY_PROGRAM, socket_path, port_file]
 
 

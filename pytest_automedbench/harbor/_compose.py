@@ -101,7 +101,6 @@ from pytest_automedbench.sandbox.owner import is_gone
 
 if TYPE_CHECKING:
     from pytest_automedbench.events import Event
-    from pytest_automedbench.harbor._task import HarborTask
     from pytest_automedbench.plan import CellPlan
 
 
@@ -1492,10 +1491,10 @@ def prepare_compose(
 
 
 def one_shot_egress(
-    plan: CellPlan, task: HarborTask, write: Callable[[Event], object]
+    plan: CellPlan, task_hosts: Sequence[str], write: Callable[[Event], object]
 ) -> OneShotEgress | None:
     """The route out of the attempt's one-shot services that want the network: the hosts
-    the task declares (``[environment] allowed_hosts``) and the session's
+    the task declares (``task_hosts``: its ``[environment] allowed_hosts``) and the session's
     ``--harbor-bootstrap-host`` ones through this process's egress proxy, with the run's
     static host map and address exceptions, each connection written by ``write`` and
     logged in the cell's :data:`~._compose_host.ONE_SHOT_EGRESS_LOG`.
@@ -1504,7 +1503,7 @@ def one_shot_egress(
     from pytest_automedbench.egress import shared_proxy
 
     config = plan.config
-    hosts = tuple(dict.fromkeys((*task.network.allow_hosts, *config.harbor_bootstrap_hosts)))
+    hosts = tuple(dict.fromkeys((*task_hosts, *config.harbor_bootstrap_hosts)))
     if not hosts or config.sandbox_network == "off":
         return None
     return OneShotEgress(

@@ -36,7 +36,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from pytest_automedbench.harbor._task import HarborTask, HarborTaskError
+from pytest_automedbench.harbor._task import (
+    JUDGE_KEY,
+    JUDGE_URLS,
+    JUDGE_VARIABLES,
+    HarborTask,
+    HarborTaskError,
+)
 from pytest_automedbench.sandbox.base import GATEWAY_SOCKET_NAME, SandboxError
 
 if TYPE_CHECKING:
@@ -45,11 +51,6 @@ if TYPE_CHECKING:
     from pytest_automedbench.gateway import CellLease, Gateway
     from pytest_automedbench.harbor._environment import HarborContainer
 
-#: The variable that holds an OpenAI SDK's key, and those that hold its endpoint.
-JUDGE_KEY: Final = "OPENAI_API_KEY"
-JUDGE_URLS: Final = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
-#: What a verifier's model is found by: given the route's values, never the host's.
-JUDGE_VARIABLES: Final = frozenset({JUDGE_KEY, *JUDGE_URLS})
 #: The option that names the judge's model (in every message about it).
 JUDGE_OPTION: Final = "--harbor-judge-model"
 #: Where the relay sidecar finds the gateway's socket, and writes the port it serves.

@@ -628,7 +628,7 @@ def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -
             say=lambda line: _say(trajectory, line),
             memory_mb=environment.memory_mb,
             cpus=environment.cpus,
-            egress=one_shot_egress(plan, task, trajectory.write),
+            egress=one_shot_egress(plan, task.network.allow_hosts, trajectory.write),
             build_log=plan.cell_dir / BUILD_LOG,
         )
         trajectory.write(EnvironmentEvent.of(image=prepared.image, compose=str(prepared.volumes)))
@@ -697,9 +697,9 @@ def open_container(
 
 def agent_compose_environment(compose: PreparedCompose | None) -> dict[str, str]:
     """``main``'s compose environment as the agent gets it: without the variables through
-    which a verifier finds its LLM judge (:data:`._judge.JUDGE_VARIABLES`: the verifier
+    which a verifier finds its LLM judge (:data:`._task.JUDGE_VARIABLES`: the verifier
     gets the gateway's, and a provider key read from an env file never enters a run)."""
-    from pytest_automedbench.harbor._judge import JUDGE_VARIABLES
+    from pytest_automedbench.harbor._task import JUDGE_VARIABLES
 
     environment = compose.environment if compose is not None else {}
     return {k: v for k, v in environment.items() if k not in JUDGE_VARIABLES}

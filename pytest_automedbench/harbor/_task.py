@@ -48,6 +48,12 @@ HARBOR_TIER = "harbor"
 DEFAULT_ATTEMPTS = 3
 #: Harbor's own default agent and verifier time-outs (seconds).
 DEFAULT_TIMEOUT_S = 600.0
+#: The variable that holds an OpenAI SDK's key, and those that hold its endpoint: what a
+#: verifier's LLM judge is found by (:mod:`._judge`), given the gateway route's values,
+#: never the host's.
+JUDGE_KEY = "OPENAI_API_KEY"
+JUDGE_URLS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
+JUDGE_VARIABLES = frozenset({JUDGE_KEY, *JUDGE_URLS})
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MARKER_SAFE = re.compile(r"[^A-Za-z0-9_]+")
@@ -338,8 +344,6 @@ class HarborTask:
     def verifier_env(self) -> dict[str, str]:
         """``[verifier] env`` without the variables of an LLM judge: those are the
         gateway's route's, never the host's (:mod:`._judge`)."""
-        from pytest_automedbench.harbor._judge import JUDGE_VARIABLES
-
         env = {k: v for k, v in self.config.verifier.env.items() if k not in JUDGE_VARIABLES}
         return self._env(env, "[verifier].env")
 

@@ -223,7 +223,7 @@ def per_system(records: Iterable[CellResult], seed: int = 0) -> list[dict[str, A
     ``successes``, ``infra_errors``, ``pooled_success`` (successes / trials, pooled over
     every task, tier and repeat; infra errors are no trials), ``cost_per_trial`` (None:
     cost unknown) and the mean OVERALL (0-100) with its 95% interval. Records whose
-    attempts are trials count too (a Harbor-only ledger has a row per agent); imported
+    attempts are trials count too (a ledger of such tasks alone has a row per agent); imported
     records do not (they have no task metric)."""
     cells = [c for c in latest_per_cell(records) if c.imported_from is None]
     groups = [g for g in summarise(cells, by=("agent",), seed=seed) if g.n_runs]

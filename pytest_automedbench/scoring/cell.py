@@ -57,7 +57,7 @@ class CellEvidence:
     #: The evaluator's verdict per case: S4 and the diagnosis count the cases that
     #: delivered (:func:`~pytest_automedbench.scoring.deliverable.delivered_report`).
     cases: Sequence[CaseResult] = ()
-    #: S4 and S5 as the cell's format scored them (a Harbor verifier's tests and reward);
+    #: S4 and S5 as the cell's format scored them (a task verifier's tests and reward);
     #: None: from ``format`` and ``cases``.
     deliverable: DeliverableScores | None = None
 

@@ -11,7 +11,7 @@ S4 (inference) is the share of cases with an output and with a valid output; S5
   it is a missing output for S4 and the diagnosis (E5), while the format check and TASK
   stay the evaluator's.
 - :class:`DeliverableScores`: S4 and S5 as a format scores them itself, where its
-  verdict is not a per-case format report (a Harbor task's verifier: its tests and its
+  verdict is not a per-case format report (a task's own verifier: its tests and its
   reward file). The format hands them over with the cell's evidence; scoring takes them
   as they are.
 """
