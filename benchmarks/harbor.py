@@ -13,6 +13,7 @@ The ratio is the price of what the harness adds (target: <= 3x, overhead <= 3 s 
 
     .venv/bin/python benchmarks/harbor.py              # median of 7
     .venv/bin/python benchmarks/harbor.py --rounds 3
+    .venv/bin/python benchmarks/harbor.py --quick --json harbor.json   # median of 3
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from _record import add_json_option, figure, write_json
 
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.harbor import build_task_image, load_harbor_task
@@ -69,8 +72,11 @@ def bare(image: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, help="median of this many (default 7)")
+    parser.add_argument("--quick", action="store_true", help="median of 3 (a busy machine)")
+    add_json_option(parser)
     args = parser.parse_args()
+    rounds = args.rounds or (3 if args.quick else 7)
     base = ensure_images(docker_client(), "debootstrap").base
     mapping = {"ubuntu:24.04": base}
     image = build_task_image(TASK / "environment", base_map=mapping, say=lambda _: None)
@@ -81,14 +87,19 @@ def main() -> None:
             harbor_base=tuple(f"{k}={v}" for k, v in mapping.items()),
         )  # fmt: skip
         ours, theirs = [], []
-        for n in range(args.rounds):
+        for n in range(rounds):
             ours.append(attempt(config, out, n))
             theirs.append(bare(image))
     a, b = statistics.median(ours), statistics.median(theirs)
-    print(f"Harbor attempt (nop, csv-stats), median of {args.rounds}:")
+    print(f"Harbor attempt (nop, csv-stats), median of {rounds}:")
     print(f"  run_cell          {a:6.2f} s")
     print(f"  bare docker steps {b:6.2f} s")
     print(f"  ratio {a / b:.2f}x (target <= 3x), overhead {a - b:.2f} s (target <= 3 s)")
+    figure("Harbor attempt through run_cell (nop, csv-stats), median", a, "s")
+    figure("the same steps as bare docker commands, median", b, "s")
+    figure("Harbor attempt / bare docker steps", a / b, "x", at_most=3)
+    figure("Harbor attempt overhead beyond the bare steps", a - b, "s", at_most=3)
+    write_json(args.json, {"rounds": rounds})
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ method that solves the task (not one that remembers it) should lose little; the
 
     .venv/bin/python benchmarks/holdout.py
     .venv/bin/python benchmarks/holdout.py --seed 3 kidney-tumor-seg pathvqa
+    .venv/bin/python benchmarks/holdout.py --quick --json holdout.json   # one task a track
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _record import add_json_option, figure, write_json
 
 from pytest_automedbench.evaluation import evaluate
 from pytest_automedbench.fixtures.perturb import PERTURBATION_FILE, stage_perturbed
@@ -45,12 +48,24 @@ def solve_and_score(task: TaskSpec, staged: StagedData, work: Path) -> float:
     return float(result.task_score) if result.format.valid else float("nan")
 
 
+def first_of_each_track(tasks: list[TaskSpec]) -> list[TaskSpec]:
+    """One task of each track (the first), for a quick run."""
+    firsts: dict[str, TaskSpec] = {}
+    for task in tasks:
+        firsts.setdefault(task.track, task)
+    return list(firsts.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("tasks", nargs="*", help="task ids (default: every task)")
     parser.add_argument("--seed", type=int, default=0, help="holdout seed (default: 0)")
+    parser.add_argument("--quick", action="store_true", help="the first task of each track")
+    add_json_option(parser)
     args = parser.parse_args()
     tasks = [t for t in discover_tasks(REPO / "suites") if not args.tasks or t.id in args.tasks]
+    if args.quick:
+        tasks = first_of_each_track(tasks)
     print(f"{'task':24} {'original':>9} {'perturbed':>9} {'change':>7}  perturbations")
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "data"
@@ -68,6 +83,10 @@ def main() -> None:
                 f"{scores[1] - scores[0]:+7.3f}  {kinds or 're-identified only'}",
                 flush=True,
             )
+            figure(f"{task.id} original", scores[0], "TASK")
+            figure(f"{task.id} perturbed", scores[1], "TASK", note=kinds or "re-identified only")
+            figure(f"{task.id} change", scores[1] - scores[0], "TASK")
+    write_json(args.json, {"seed": args.seed, "tasks": [t.id for t in tasks]})
 
 
 if __name__ == "__main__":
