@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_automedbench.formats import TaskFormat
+from pytest_automedbench.harbor._stages import PLAN_FOLDER
 from pytest_automedbench.harbor._task import (
     HARBOR_TIER,
     HarborTask,
@@ -151,7 +152,7 @@ class HarborFormat:
 
     def plan_folder(self, cell_dir: Path) -> Path:
         """An attempt's plan is in its container's /logs/agent, copied out beside it."""
-        return cell_dir / "agent-logs" / "plan"
+        return cell_dir / PLAN_FOLDER
 
     def verifier_files(self, cell_dir: Path) -> list[tuple[Path, str, str]] | None:
         """What the task's verifier said, and its reward file."""
@@ -163,9 +164,9 @@ class HarborFormat:
         ]
 
     def cell(self, plan: CellPlan, trajectory: TrajectoryWriter) -> FormatCell:
-        from pytest_automedbench.harbor._stages import StagedHarborCell
+        from pytest_automedbench.harbor._runner import HarborCell
 
-        return StagedHarborCell(plan, _task(plan.task), trajectory)
+        return HarborCell(plan, _task(plan.task), trajectory)
 
 
 FORMAT: TaskFormat = HarborFormat()

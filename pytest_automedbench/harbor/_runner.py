@@ -37,7 +37,6 @@ import contextlib
 import hashlib
 import json
 import math
-import re
 import shutil
 import time
 from collections.abc import Iterator, Sequence
@@ -49,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_automedbench.agents.base import AgentContext
 from pytest_automedbench.agents.trajectory import TrajectoryWriter
-from pytest_automedbench.evaluators.schema import EvaluationResult, FormatReport
+from pytest_automedbench.evaluators.schema import EvaluationResult
 from pytest_automedbench.events import (
     EnvironmentEvent,
     EvaluationEvent,
@@ -63,12 +62,17 @@ from pytest_automedbench.events import (
 )
 from pytest_automedbench.formats import Brief, Crash, Verdict
 from pytest_automedbench.harbor._agents import SOLUTION_DIR
+from pytest_automedbench.harbor._stages import (
+    NO_PRECHECK,
+    PLAN_FOLDER,
+    judge_context,
+    verifier_stages,
+)
 from pytest_automedbench.harbor._task import HARBOR_TIER, HarborTask
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox import SandboxSpec, TaskImage
 from pytest_automedbench.sandbox.base import ExecResult
 from pytest_automedbench.scoring.cell import CellEvidence, CellScore
-from pytest_automedbench.scoring.rules import JudgeContext
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentOutcome
@@ -97,9 +101,6 @@ ORACLE_ENVIRONMENT = {"DEBIAN_FRONTEND": "noninteractive"}
 AGENT_ENVIRONMENT = {"IS_SANDBOX": "1"}
 #: The agent's plan goes with its logs, out of the task's own folders.
 PLAN_DIR = f"{AGENT_LOGS}/plan"
-
-#: A Harbor task's tests are hidden: there is no format pre-check, and nothing to report.
-NO_PRECHECK = FormatReport(valid=True, n_expected=0, n_present=0, n_valid=0, problems=[])
 
 SYSTEM_PROMPT = """You are an autonomous engineer working inside a container, on a task
 with hidden tests. You act only through tools: `execute` runs bash or Python, `read_file`
@@ -445,20 +446,24 @@ class HarborCell:
         policy: ViolationPolicy,
     ) -> CellEvidence:
         """Judged as a PRO-tier cell (nothing is given), its rating bands the task's
-        pass threshold."""
+        pass threshold; S4 and S5 from the verifier (:func:`._stages.verifier_stages`:
+        its tests where it reports them, else the reward)."""
         task, ctx = self.task, brief.ctx
-        assert verdict.evaluation is not None
+        assert verdict.evaluation is not None and self._reading is not None
+        source = self._reading.source
+        # A multi-step task's verifier folder is its last step's; a verifier the agent
+        # broke left no tests worth reading.
+        own_tests = self._steps is None and source in ("reward.txt", "reward.json")
+        stages = verifier_stages(
+            self.plan.cell_dir / "verifier" if own_tests else None,
+            verdict.evaluation.metrics.get("reward", verdict.evaluation.task_score),
+            source,
+            task.pass_threshold,
+            outcome.submitted,
+        )
         return CellEvidence(
-            judge_ctx=JudgeContext(
-                tier="pro",
-                track=task.category,
-                plan_dir=self.plan.cell_dir / "agent-logs" / "plan",
-                method_keywords=[],
-                n_cases=0,
-                public_path=ctx.workspace,
-                submission_path=ctx.workspace,
-                input_markers=input_markers(task),
-                output_markers=(),
+            judge_ctx=judge_context(
+                task.category, self.plan.cell_dir / PLAN_FOLDER, ctx.workspace, task.instruction
             ),
             events=events,
             format=NO_PRECHECK,
@@ -468,6 +473,7 @@ class HarborCell:
             band_a=task.pass_threshold,
             band_b=task.pass_threshold,
             violation_policy=policy,
+            deliverable=stages,
         )
 
     def fill(self, result: CellResult, verdict: Verdict, score: CellScore) -> CellResult:
@@ -997,17 +1003,6 @@ def keep_container_files(box: HarborContainer, cell_dir: Path) -> None:
             shutil.rmtree(dest)
         with contextlib.suppress(FileNotFoundError):
             box.copy_out(path, dest)
-
-
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[\w.-]+/)*[\w.-]+")
-
-
-def input_markers(task: HarborTask) -> tuple[str, ...]:
-    """What a call that reads the task's inputs mentions: the absolute paths its brief
-    names (``/app/data.csv``), and the oracle's solution folder (a call that runs the
-    solution reads what the solution reads)."""
-    named = _ABSOLUTE_PATH.findall(task.instruction)
-    return tuple(dict.fromkeys([*named, SOLUTION_DIR]))
 
 
 def _write_trial(

@@ -29,27 +29,24 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_automedbench.evaluators.safe_io import SubmissionFileError, read_submission_bytes
+from pytest_automedbench.evaluators.schema import FormatReport
 from pytest_automedbench.events import MessageEvent, StartEvent
 from pytest_automedbench.harbor._agents import SOLUTION_DIR
-from pytest_automedbench.harbor._runner import _ABSOLUTE_PATH, NO_PRECHECK, HarborCell
 from pytest_automedbench.scoring.cell import StoredBasis
 from pytest_automedbench.scoring.deliverable import DeliverableScores, StageResult
 from pytest_automedbench.scoring.models import ItemResult
 from pytest_automedbench.scoring.rules import JudgeContext
 
 if TYPE_CHECKING:
-    from pytest_automedbench.agents.base import AgentOutcome
     from pytest_automedbench.events import Event
-    from pytest_automedbench.formats import Brief, Verdict
     from pytest_automedbench.results import CellResult
-    from pytest_automedbench.scoring.cell import CellEvidence
-    from pytest_automedbench.violations import Policy as ViolationPolicy
 
 #: The test reports looked for in the verifier's logs, in order.
 TEST_REPORTS = ("ctrf.json", "report.json")
@@ -175,33 +172,6 @@ def verifier_stages(
     )
 
 
-class StagedHarborCell(HarborCell):
-    """A Harbor attempt whose evidence carries its S4 and S5 from the verifier."""
-
-    def evidence(
-        self,
-        brief: Brief,
-        outcome: AgentOutcome,
-        verdict: Verdict,
-        events: Sequence[Event],
-        policy: ViolationPolicy,
-    ) -> CellEvidence:
-        evidence = super().evidence(brief, outcome, verdict, events, policy)
-        assert verdict.evaluation is not None and self._reading is not None
-        source = self._reading.source
-        # A multi-step task's verifier folder is its last step's; a verifier the agent
-        # broke left no tests worth reading.
-        own_tests = self._steps is None and source in ("reward.txt", "reward.json")
-        stages = verifier_stages(
-            self.plan.cell_dir / "verifier" if own_tests else None,
-            verdict.evaluation.metrics.get("reward", verdict.evaluation.task_score),
-            source,
-            self.task.pass_threshold,
-            outcome.submitted,
-        )
-        return replace(evidence, deliverable=stages)
-
-
 def _kickoff_instruction(events: Sequence[Event]) -> str:
     """The task's instruction as the agent got it: the first user message, less the
     harness's closing lines (after its last ``---`` rule)."""
@@ -210,6 +180,31 @@ def _kickoff_instruction(events: Sequence[Event]) -> str:
         if message and message.get("role") == "user" and isinstance(message.get("content"), str):
             return str(message["content"]).rsplit("\n---\n", 1)[0]
     return ""
+
+
+#: A Harbor task's tests are hidden: there is no format pre-check, and nothing to report.
+NO_PRECHECK = FormatReport(valid=True, n_expected=0, n_present=0, n_valid=0, problems=[])
+#: Where an attempt's cell folder keeps the agent's plan (its ``/logs/agent/plan``).
+PLAN_FOLDER = "agent-logs/plan"
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[\w.-]+/)*[\w.-]+")
+
+
+def judge_context(category: str, plan_dir: Path, workspace: str, instruction: str) -> JudgeContext:
+    """How an attempt is judged: as a PRO-tier cell (nothing is given); a call that reads
+    the task's inputs mentions an absolute path the instruction names (``/app/data.csv``)
+    or the oracle's solution folder (a call that runs the solution reads what it reads)."""
+    named = _ABSOLUTE_PATH.findall(instruction)
+    return JudgeContext(
+        tier="pro",
+        track=category,
+        plan_dir=plan_dir,
+        method_keywords=[],
+        n_cases=0,
+        public_path=workspace,
+        submission_path=workspace,
+        input_markers=tuple(dict.fromkeys([*named, SOLUTION_DIR])),
+        output_markers=(),
+    )
 
 
 def stored_basis(record: CellResult, events: Sequence[Event], plan_dir: Path) -> StoredBasis:
@@ -221,18 +216,8 @@ def stored_basis(record: CellResult, events: Sequence[Event], plan_dir: Path) ->
     if start is None or record.stages is None:
         raise ValueError("no 'start' event in the trajectory" if start is None else "no stages")
     workspace = start.workspace or str(start.raw.get("public_dir", ""))
-    named = _ABSOLUTE_PATH.findall(_kickoff_instruction(events))
-    ctx = JudgeContext(
-        tier="pro",
-        track=record.category or record.track,
-        plan_dir=plan_dir,
-        method_keywords=[],
-        n_cases=0,
-        public_path=workspace,
-        submission_path=workspace,
-        input_markers=tuple(dict.fromkeys([*named, SOLUTION_DIR])),
-        output_markers=(),
-    )
+    category = record.category or record.track
+    ctx = judge_context(category, plan_dir, workspace, _kickoff_instruction(events))
     stages = record.stages
 
     def stored(stage: str, score: float) -> StageResult:
