@@ -157,3 +157,71 @@ def write_json(path: Path | None, options: dict[str, Any] | None = None) -> None
     record = script_record(script, _STARTED, options or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- the docs' table
+
+UNIT_TEXT = {"x": "\N{MULTIPLICATION SIGN}", "fraction": "", "yes=1": ""}
+
+
+def value_text(value: float | None, unit: str) -> str:
+    """A figure's value with its unit, to three significant digits."""
+    if value is None:
+        return "n/a"
+    if unit == "yes=1":
+        return "yes" if value else "no"
+    number = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    suffix = UNIT_TEXT.get(unit, f" {unit}")
+    return f"{number}{suffix}"
+
+
+def _target_text(target: str | None, unit: str) -> str:
+    if target is None:
+        return ""
+    op, bound = target.split(" ", 1)
+    sign = {"<=": "≤", ">=": "≥"}[op]
+    return f"{sign} {bound}{UNIT_TEXT.get(unit, f' {unit}')}"
+
+
+def _met_text(met: bool | None) -> str:
+    return {True: "met", False: "**not met**", None: ""}[met]
+
+
+def _machine_text(record: dict[str, Any]) -> str:
+    m = record["machine"]
+    memory = f"{m['memory_bytes'] / 1024**3:.0f} GiB memory" if m.get("memory_bytes") else ""
+    docker = f"Docker {m['docker']}" if m.get("docker") else "no Docker"
+    parts = [f"{m['cores']} cores", memory, docker, f"Python {m['python']}", m["system"]]
+    return ", ".join(p for p in parts if p)
+
+
+def render_markdown(record: dict[str, Any]) -> str:
+    """The performance table of the docs from one ``python benchmarks`` record: the
+    machine, the load and the commit first, then each script's figures."""
+    load = record["machine"]["load_average"][0]
+    end = record.get("load_average_at_end", [load])[0]
+    dirty = " (with uncommitted changes)" if record.get("dirty") else ""
+    kind = "`--quick` (fewer repetitions, smaller sizes)" if record.get("quick") else "full"
+    lines = [
+        f"Measured {record['started'][:10]} at commit `{str(record['commit'])[:10]}`{dirty}, "
+        f"{kind}, on {_machine_text(record)}; load average {load:.1f} at the start and "
+        f"{end:.1f} at the end ({record['seconds'] / 60:.0f} minutes in all).",
+    ]
+    for run in record["scripts"]:
+        lines += ["", f"### `benchmarks/{run['script']}.py`", ""]
+        if "failed" in run:
+            lines.append(f"Did not finish ({run['failed']}): no figures.")
+            continue
+        load_text = f"load average {run['machine']['load_average'][0]:.1f} at its end"
+        lines += [f"{run['seconds']:.0f} s, {load_text}.", ""]
+        lines += ["| figure | value | target | met | note |", "|---|---:|---|---|---|"]
+        for f in run["figures"]:
+            cells = [
+                f["name"],
+                value_text(f["value"], f["unit"]),
+                _target_text(f["target"], f["unit"]),
+                _met_text(f["met"]),
+                f["note"].replace("|", "\\|"),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

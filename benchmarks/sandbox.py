@@ -26,6 +26,7 @@ a measurement.
 
     .venv/bin/python benchmarks/sandbox.py            # best of 30, lifecycle median of 15
     .venv/bin/python benchmarks/sandbox.py --quick    # fewer rounds for a busy machine
+    .venv/bin/python benchmarks/sandbox.py --quick --json sandbox.json   # and the figures
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from _record import add_json_option, figure, write_json
 from timing import best_of
 
 from pytest_automedbench.sandbox import Sandbox, SandboxSpec, backend_class, backend_names
@@ -116,6 +118,8 @@ def bench_exec(backend: str, root: Path, public: Path, repeats: int) -> list[Row
     try:
         for label, language, code, argv in COMMANDS:
             (ours, _), (reference, _) = best_of(repeats, sandboxed(box, language, code), bare(argv))
+            figure(f"{backend} exec `{label}`, best", ours * 1e3, "ms")
+            figure(f"bare subprocess `{label}` (beside {backend}), best", reference * 1e3, "ms")
             rows.append(
                 Row(
                     f"(a) {backend} exec `{label}`",
@@ -148,6 +152,8 @@ def bench_lifecycle(backend: str, root: Path, public: Path, repeats: int) -> Row
     finally:
         warm.stop()
     lifecycle = median_of(repeats, cell)
+    figure(f"{backend} start + exec + stop, one cell, median", lifecycle * 1e3, "ms")
+    figure(f"{backend} one exec when started, median", one_exec * 1e3, "ms")
     return Row(
         f"(b) {backend} start+exec+stop, one cell",
         f"median {ms(lifecycle)}",
@@ -165,6 +171,8 @@ def bench_docker(root: Path, public: Path, repeats: int) -> list[Row]:
     life_check = "(c) docker lifecycle, one cell, both containers"
     if (problem := docker_problem()) is not None:
         why = f"n/a: {problem}"
+        figure("docker exec / bare docker exec `true`", None, "x", at_most=1.5, note=why)
+        figure("docker lifecycle overhead, one cell", None, "s", at_most=2, note=why)
         return [Row(exec_check, why, "", "", "<= 1.5x"), Row(life_check, why, "", "", "<= 2 s")]
     docker_cli = shutil.which("docker")
     box = backend_class("docker")(new_spec(root, public, "ws-docker"))
@@ -178,12 +186,16 @@ def bench_docker(root: Path, public: Path, repeats: int) -> list[Row]:
             if docker_cli is None or not isinstance(container, str):
                 ((ours_s, _),) = best_of(repeats, ours)
                 why = "no docker CLI" if docker_cli is None else "backend has no container_id"
+                figure(f"docker exec `{label}`, best", ours_s * 1e3, "ms", note=why)
                 rows.append(Row(check, ms(ours_s), f"n/a: {why}", "", "<= 1.5x"))
                 continue
             inner = ["bash", "-c", code] if language == "bash" else ["python", "-c", code]
             (ours_s, _), (bare_s, _) = best_of(
                 repeats, ours, bare([docker_cli, "exec", container, *inner])
             )
+            figure(f"docker exec `{label}`, best", ours_s * 1e3, "ms")
+            figure(f"bare docker exec `{label}`, best", bare_s * 1e3, "ms")
+            figure(f"docker exec / bare docker exec `{label}`", ours_s / bare_s, "x", at_most=1.5)
             rows.append(
                 Row(
                     check,
@@ -220,6 +232,9 @@ def docker_lifecycle(root: Path, public: Path, repeats: int, check: str) -> Row:
 
     ours = median_of(repeats, cell)
     reference = median_of(repeats, host)
+    figure("docker lifecycle, one cell, both containers, median", ours, "s")
+    figure("the same commands on the host, median", reference, "s")
+    figure("docker lifecycle overhead, one cell", ours - reference, "s", at_most=2)
     return Row(
         check,
         f"median {ms(ours)}",
@@ -306,6 +321,9 @@ def bench_egress(root: Path, public: Path, repeats: int, bubblewrap: bool) -> li
         ):
             direct, proxied = direct_download(port), proxied_download(lease.socket_path, port)
             times = _interleaved_medians(repeats, proxied, direct)
+            figure("10 MB download through the egress proxy, median", times[0] * 1e3, "ms")
+            figure("10 MB download directly, median", times[1] * 1e3, "ms")
+            figure("egress proxy download / direct", times[0] / times[1], "x", at_most=1.2)
             rows.append(_ratio_row("(d) 10 MB download through the proxy", *times, "<= 1.2x"))
             if bubblewrap and shutil.which("curl"):
                 spec = SandboxSpec(
@@ -318,6 +336,8 @@ def bench_egress(root: Path, public: Path, repeats: int, bubblewrap: bool) -> li
                     inside = sandboxed(box, "bash", f"curl -sf -o /dev/null {url}")
                     host = bare(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{port}/"])
                     times = _interleaved_medians(repeats, inside, host)
+                    figure("10 MB curl in bubblewrap (relay + proxy), median", times[0] * 1e3, "ms")
+                    figure("10 MB curl on the host, median", times[1] * 1e3, "ms")
                     label = "(d) 10 MB curl in bubblewrap (relay+proxy) vs on the host"
                     rows.append(_ratio_row(label, *times, "report"))
                 finally:
@@ -355,6 +375,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a busy machine)")
     parser.add_argument("--repeats", type=int, help="best of this many exec rounds")
+    add_json_option(parser)
     args = parser.parse_args()
     repeats = args.repeats or (8 if args.quick else 30)
     cells = max(3, repeats // 2)
@@ -374,6 +395,7 @@ def main() -> None:
         for backend in ("bubblewrap", "process"):
             if backend == "bubblewrap" and problem is not None:
                 why = f"n/a: {problem}"
+                figure("bubblewrap exec `true`, best", None, "ms", note=why)
                 rows.append(Row("(a) local exec", why, "", "", "report"))
                 rows.append(Row("(b) local start+exec+stop", why, "", "", "report"))
                 continue
@@ -392,6 +414,7 @@ def main() -> None:
     for row in [headers, *rows]:
         cells_text = (getattr(row, f) for f in fields)
         print("  ".join(c.ljust(w) for c, w in zip(cells_text, widths, strict=True)).rstrip())
+    write_json(args.json, {"repeats": repeats, "lifecycle_rounds": cells})
 
 
 if __name__ == "__main__":
