@@ -299,7 +299,7 @@ def cmd_judge_agreement(args: argparse.Namespace) -> int:
     if not ledger_path.is_file():
         raise LedgerError(f"ledger {ledger_path} does not exist")
     ledger = Ledger(ledger_path)
-    records = [r.model_dump() for r in ledger.records(args.run)]
+    records = [r.model_dump() for r in ledger.scan(args.run)]
     _warn_unreadable(ledger.problems)
     judges = judges_in(records)
     judge_a = args.a
@@ -344,19 +344,23 @@ def _warn_unreadable(problems: list[LedgerProblem]) -> None:
 
 
 def _ledger_records(paths: list[Path], agent: str | None = None) -> list[CellResult]:
-    from pytest_automedbench.ledger import Ledger
+    """The records of the ledgers (or of one agent), read line by line, each kept as the
+    summaries read it (``stats.summary_view``)."""
+    from pytest_automedbench import stats
+    from pytest_automedbench.ledger import Ledger, gc_paused
 
     records: list[CellResult] = []
-    for path in paths:
-        if not path.is_file():
-            raise LedgerError(f"ledger {path} does not exist")
-        ledger = Ledger(path)
-        records += ledger.records()
-        _warn_unreadable(ledger.problems)
-    if agent is not None:
-        records = [r for r in records if r.agent == agent]
-        if not records:
-            raise LedgerError(f"no record of agent {agent!r} in {', '.join(map(str, paths))}")
+    with gc_paused():
+        for path in paths:
+            if not path.is_file():
+                raise LedgerError(f"ledger {path} does not exist")
+            ledger = Ledger(path)
+            records += (
+                r for r in ledger.scan(view=stats.summary_view) if agent is None or r.agent == agent
+            )
+            _warn_unreadable(ledger.problems)
+    if agent is not None and not records:
+        raise LedgerError(f"no record of agent {agent!r} in {', '.join(map(str, paths))}")
     return records
 
 

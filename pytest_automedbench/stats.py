@@ -76,18 +76,20 @@ import dataclasses
 import gc
 import math
 import operator
+import sys
 from array import array
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.results import CellResult, LedgerKey
+from pytest_automedbench.scoring.models import ErrorCode
 from pytest_automedbench.terms import ERROR_CODE_IDS, STAGES
 
 FloatArray = NDArray[np.float64]
@@ -336,6 +338,54 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
     return math.comb(c, k) / math.comb(n, k)
+
+
+# --------------------------------------------------------------------------- what is read
+
+#: The fields no summary reads (leaderboard, compare, the gates), at their defaults in a
+#: :func:`summary_view`: the judge's verdicts and items, per-stage activity, the task's
+#: raw metrics and the settings recorded for audit make up most of a record's bytes.
+_UNREAD: dict[str, Any] = {
+    "verdicts": {},
+    "stage_activity": [],
+    "format_problems": [],
+    "training": [],
+    "limits": {},
+    "judge": {},
+    "images": {},
+    "step_rewards": None,
+    "task_metrics": {},
+    "versions": {},
+}
+#: Fields whose values repeat from record to record: one string each, shared.
+_SHARED = (
+    "run_id", "agent", "model", "harness", "harness_version", "task", "track", "tier",
+    "config_hash", "data_source", "termination", "rating", "backend", "task_hash",
+    "data_hash", "category", "training_policy",
+)  # fmt: skip
+
+
+def summary_view(record: CellResult) -> CellResult:
+    """``record`` as the summaries keep it (``Ledger.scan(view=summary_view)``): every field
+    they read as it was, the rest (:data:`_UNREAD`, the rubric's items, the evidence of
+    error codes) at its default and the repeated names shared, so a ledger's summary
+    holds a fraction of its records' memory. What is validated is the whole record."""
+    update: dict[str, Any] = dict(_UNREAD)
+    for name in _SHARED:
+        value = getattr(record, name)
+        if value is not None:
+            update[name] = sys.intern(value)
+    if record.stages is not None and record.stages.items:
+        update["stages"] = record.stages.model_copy(update={"items": []})
+    if record.error_codes:
+        update["error_codes"] = [_code_only(c) for c in record.error_codes]
+    if record.error_codes_llm:
+        update["error_codes_llm"] = [_code_only(c) for c in record.error_codes_llm]
+    return record.model_copy(update=update)
+
+
+def _code_only(code: ErrorCode) -> ErrorCode:
+    return code.model_copy(update={"evidence": ""}) if code.evidence else code
 
 
 # --------------------------------------------------------------------------- one per cell
