@@ -89,7 +89,6 @@ from numpy.typing import ArrayLike, NDArray
 
 from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.results import CellResult, LedgerKey
-from pytest_automedbench.scoring.models import ErrorCode
 from pytest_automedbench.terms import ERROR_CODE_IDS, STAGES
 
 FloatArray = NDArray[np.float64]
@@ -369,23 +368,21 @@ def summary_view(record: CellResult) -> CellResult:
     """``record`` as the summaries keep it (``Ledger.scan(view=summary_view)``): every field
     they read as it was, the rest (:data:`_UNREAD`, the rubric's items, the evidence of
     error codes) at its default and the repeated names shared, so a ledger's summary
-    holds a fraction of its records' memory. What is validated is the whole record."""
-    update: dict[str, Any] = dict(_UNREAD)
+    holds a fraction of its records' memory. What is validated is the whole record.
+
+    The record itself is lightened, in place (a copy would cost more than the reading):
+    give it only records read for a summary, which nothing else holds."""
+    fields = record.__dict__
+    fields.update(_UNREAD)
     for name in _SHARED:
-        value = getattr(record, name)
+        value = fields[name]
         if value is not None:
-            update[name] = sys.intern(value)
-    if record.stages is not None and record.stages.items:
-        update["stages"] = record.stages.model_copy(update={"items": []})
-    if record.error_codes:
-        update["error_codes"] = [_code_only(c) for c in record.error_codes]
-    if record.error_codes_llm:
-        update["error_codes_llm"] = [_code_only(c) for c in record.error_codes_llm]
-    return record.model_copy(update=update)
-
-
-def _code_only(code: ErrorCode) -> ErrorCode:
-    return code.model_copy(update={"evidence": ""}) if code.evidence else code
+            fields[name] = sys.intern(value)
+    if record.stages is not None:
+        record.stages.__dict__["items"] = []
+    for code in (*record.error_codes, *record.error_codes_llm):
+        code.__dict__["evidence"] = ""
+    return record
 
 
 # --------------------------------------------------------------------------- one per cell
