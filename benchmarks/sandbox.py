@@ -312,7 +312,10 @@ def bench_egress(root: Path, public: Path, repeats: int, bubblewrap: bool) -> li
     threading.Thread(target=server.serve_forever, daemon=True).start()
     folder = Path(tempfile.mkdtemp(prefix="amb-bench-eg-"))
     folder.chmod(0o755)
-    policy = EgressPolicy(mode="on", allow_networks=("127.0.0.1/32",))
+    # A port beyond the usual ones is reached only where the allow-list names it.
+    policy = EgressPolicy(
+        mode="on", allow_hosts=(f"download.test:{port}",), allow_networks=("127.0.0.1/32",)
+    )
     rows = []
     try:
         with (
