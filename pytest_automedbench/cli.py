@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_automedbench.agents.registry import (
     NAMED_MODELS,
@@ -87,24 +88,77 @@ def _real_status(task: TaskSpec, data_root: Path | None) -> str:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    """The catalogue with each task's rules; one task's rules in full with ``TASK``."""
+    from pytest_automedbench.task_rules import rules_of
+
     tasks = _load(args.suites)
-    rows = [
-        {
+    if args.task is not None:
+        return _task_detail(_find(tasks, args.task), args)
+    rows: list[dict[str, Any]] = []
+    for t in tasks:
+        rules = rules_of(t)
+        rows.append({
             "task": t.id,
             "track": t.track,
             "modality": t.modality,
             "cases": t.data.synthetic.n_cases,
+            "training": rules.training,
+            "time": f"{rules.time_limit_min:g} min",
+            "metric": rules.metric,
             "real": _real_status(t, args.data_root),
-        }
-        for t in tasks
-    ]
+            "rules": rules.as_json(),
+        })  # fmt: skip
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in rows[0]} if rows else {}
-    print("  ".join(k.ljust(w) for k, w in widths.items()))
+    shown = [k for k in rows[0] if k != "rules"] if rows else []
+    widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in shown}
+    print("  ".join(k.ljust(w) for k, w in widths.items()).rstrip())
     for row in rows:
-        print("  ".join(str(row[k]).ljust(w) for k, w in widths.items()))
+        print("  ".join(str(row[k]).ljust(w) for k, w in widths.items()).rstrip())
+    print(_tiers_note([rules_of(t) for t in tasks]))
+    return 0
+
+
+def _tiers_note(all_rules: list[Any]) -> str:
+    """The tiers, once for the catalogue where every task's briefs give the same."""
+    kinds = {tuple((t.tier, t.gives) for t in rules.tiers) for rules in all_rules}
+    tiers = (
+        "; ".join(f"{tier}: {gives}" for tier, gives in next(iter(kinds)))
+        if len(kinds) == 1
+        else "what each brief gives differs by task"
+    )
+    return (
+        f"tiers ({tiers}) share the task's data, metric, deliverable and time limit (times "
+        "--amb-time-factor); automedbench tasks TASK prints one task's rules in full"
+    )
+
+
+def _task_detail(task: TaskSpec, args: argparse.Namespace) -> int:
+    from pytest_automedbench.task_rules import rules_of
+
+    rules = rules_of(task)
+    if args.json:
+        print(json.dumps({**rules.as_json(), "real": _real_status(task, args.data_root)}, indent=1))
+        return 0
+    tiers = [f"{t.tier}: {t.gives}, {t.time_limit_min:g} min" for t in rules.tiers]
+    lines = {
+        "track": f"{task.track}, modality {task.modality}, target {task.target}",
+        "training": rules.training_detail,
+        "tiers": tiers[0],
+        **{f"tiers{n}": line for n, line in enumerate(tiers[1:], 1)},
+        "time limit": f"{rules.time_limit_min:g} min per cell in every tier (times "
+        "--amb-time-factor)",
+        "metric": f"TASK = {rules.metric_detail}",
+        "ratings": rules.rating,
+        "deliverable": rules.deliverable,
+        "data": f"{rules.cases} synthetic cases; real: {_real_status(task, args.data_root)}",
+        "runs": f"{rules.runs} per cell for model agents (--runs)",
+    }
+    print(f"{task.id}: {task.title}")
+    for key, value in lines.items():
+        label = "" if key.startswith("tiers") and key != "tiers" else key
+        print(f"  {label:<12} {value}")
     return 0
 
 
@@ -622,6 +676,20 @@ def cmd_export_harbor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_upstream(args: argparse.Namespace) -> int:
+    """Serve a scripted model on 127.0.0.1 until Ctrl-C (or SIGTERM)."""
+    import threading
+
+    from pytest_automedbench.upstream import load_script, serve
+
+    load_script(args.script)  # a bad script is a usage error before anything listens
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    serve(args.script, port=args.port, chat_only=args.chat_only, stop=stop, out=sys.stdout)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="automedbench", description=__doc__)
     parser.add_argument(
@@ -631,7 +699,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="task catalogue folder (default: ./suites, else the checkout's)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    tasks = sub.add_parser("tasks", help="list the catalogue")
+    tasks = sub.add_parser(
+        "tasks",
+        help="list the catalogue and each task's rules",
+        description=(
+            "List the catalogue: each task's track, modality, cases, training policy, time "
+            "limit, metric and real data. With TASK, that task's rules in full: training "
+            "policy, what each tier's brief gives, the time limit, the metric behind TASK, "
+            "the rating bands and the deliverable."
+        ),
+    )
+    tasks.add_argument("task", nargs="?", default=None, help="one task's rules in full")
     tasks.add_argument(
         "--data-root",
         type=Path,
@@ -858,6 +936,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="task catalogue folder (as the top-level --suites)",
     )
     imported.set_defaults(func=cmd_import_atif)
+    upstream = sub.add_parser(
+        "upstream",
+        help="serve a scripted model on 127.0.0.1: try agent systems with no key and no network",
+        description=(
+            "Play the model from a YAML script of steps (shell commands, tool calls, texts, "
+            "errors) on 127.0.0.1, in OpenAI Chat Completions, OpenAI Responses and "
+            "Anthropic Messages, streamed or not: point --agent-api-base (or an agents "
+            "file's api_base) at it to run Claude Code, Codex, Copilot or mini-swe-agent "
+            "cells with no key and no network. Prints the base URLs to use, then each "
+            "request as it is answered; Ctrl-C stops. The script's format: docs/agents.md, "
+            "'Trying agent systems offline'."
+        ),
+    )
+    upstream.add_argument("--script", type=Path, required=True, help="the YAML script")
+    upstream.add_argument(
+        "--port", type=int, default=0, help="the port to listen on (default: a free one)"
+    )
+    upstream.add_argument(
+        "--chat-only",
+        action="store_true",
+        help="speak only Chat Completions (404 elsewhere), as vLLM, Ollama or llama.cpp do",
+    )
+    upstream.set_defaults(func=cmd_upstream)
     return parser
 
 

@@ -18,8 +18,9 @@ or, for a chat request without tools, with a text action in a fenced bash block
 :class:`Text` is a text reply (an agent system ends its turn on it); :class:`Error` is an
 HTTP error in the protocol's error shape. Requests that are not the agent's conversation (no
 shell tool to call: title generation, quota probes) take no step: they get a short text with
-``side_usage``. Once the steps are served, every request gets ``default`` (or, with
-``repeat``, the script starts again: one agent played per cell, cells one after another).
+``side_usage``. Once the steps are served, every request gets ``default``. With
+``repeat``, a request that opens a conversation (no assistant turn in it yet: a new cell)
+starts the script again, so one server plays the agent of cell after cell.
 Every request is recorded and the usage of every 200 reply summed.
 
 ``chat_only=True`` plays a server that speaks only Chat Completions (vLLM, Ollama,
@@ -598,9 +599,9 @@ class ScriptedUpstream(LocalServer):
     def agent_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.step is not None]
 
-    def _next_step(self) -> Step:
-        if not self._script and self._repeat:
-            self._script.extend(self._steps)
+    def _next_step(self, protocol: Protocol, body: dict[str, Any]) -> Step:
+        if self._repeat and opens_conversation(protocol, body):
+            self._script = deque(self._steps)
         return self._script.popleft() if self._script else self.default
 
     def answer(
@@ -611,7 +612,7 @@ class ScriptedUpstream(LocalServer):
         tool = find_shell_tool(protocol, tools)
         conversation = tool is not None or (protocol == "chat" and not tools)
         with self._lock:
-            step = self._next_step() if conversation else None
+            step = self._next_step(protocol, body) if conversation else None
             if isinstance(step, Call):
                 tool = find_named_tool(protocol, tools, step.name)
             item = step if step is not None else Text("OK", self.side_usage)
@@ -639,6 +640,28 @@ class ScriptedUpstream(LocalServer):
         self.requests.append(request)
         if self._on_request is not None:
             self._on_request(request)
+
+
+#: Items of a Responses ``input`` that only a conversation under way holds.
+_TURN_ITEMS = frozenset({"function_call", "function_call_output", "custom_tool_call",
+                         "custom_tool_call_output", "local_shell_call", "reasoning"})  # fmt: skip
+
+
+def opens_conversation(protocol: Protocol, body: dict[str, Any]) -> bool:
+    """True for a request with no assistant turn in it yet (the first of a cell)."""
+    if protocol == "responses":
+        items = body.get("input")
+        if body.get("previous_response_id") or not isinstance(items, list):
+            return not body.get("previous_response_id")
+        return not any(
+            isinstance(i, dict) and (i.get("role") == "assistant" or i.get("type") in _TURN_ITEMS)
+            for i in items
+        )
+    messages = body.get("messages")
+    return not any(
+        isinstance(m, dict) and m.get("role") in ("assistant", "tool")
+        for m in (messages if isinstance(messages, list) else [])
+    )
 
 
 def _handler_for(server: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
@@ -674,7 +697,7 @@ class ScriptError(ValueError):
 class Script:
     steps: list[Step]
     repeat: bool = False
-    #: The text reply once every step is served (without ``repeat``).
+    #: The text reply once every step is served.
     after: Text = field(default_factory=lambda: Text("done"))
 
 
@@ -690,8 +713,9 @@ SCRIPT_KEYS = frozenset({"steps", "repeat", "after"})
 
 def load_script(path: Path) -> Script:
     """Read a YAML script: a list of steps, or a mapping of ``steps`` (that list),
-    ``repeat`` (start again once every step is served) and ``after`` (the text reply once
-    the steps are served, when not repeating). A step is a mapping with one of ``shell``
+    ``repeat`` and ``after`` (the text reply once
+    the steps are served); with ``repeat``, each request that opens a conversation (a new
+    cell) starts the steps again. A step is a mapping with one of ``shell``
     (a command), ``text``, ``call`` (a tool name, with ``arguments``: a mapping, or a
     string for a freeform tool) or ``error`` (an HTTP status, with ``retry_after``
     seconds and ``message``); ``shell`` and ``call`` take a ``thought``, and every step but
@@ -781,18 +805,19 @@ def announce(upstream: ScriptedUpstream, script: Script, path: Path) -> list[str
     agents at it."""
     spoken: list[Protocol] = ["chat"] if upstream.chat_only else list(PROTOCOL_NAMES)
     protocols = ", ".join(PROTOCOL_NAMES[p] for p in spoken)
-    steps = f"{len(script.steps)} steps" + (", repeated" if script.repeat else "")
+    steps = f"{len(script.steps)} steps" + (", again in each conversation" if script.repeat else "")
     lines = [
         f"automedbench upstream: {steps} from {path}, at {upstream.url} ({protocols}; "
         "streamed or not)",
-        f"  openai/<model>:    --agent-api-base {upstream.openai_url}",
+        f"  --agent-api-base {upstream.openai_url}  with hosted_vllm/<any name> (no key) or "
+        "openai/<name> (its key variable set to anything)",
     ]
     if not upstream.chat_only:
-        lines.append(f"  anthropic/<model>: --agent-api-base {upstream.url}")
+        lines.append(f"  --agent-api-base {upstream.url}  with anthropic/<name>")
     lines += [
-        '  e.g. pytest suites/vqa -k "vqa-rad and lite" --agent mini-swe-agent:openai/scripted'
-        f" --agent-api-base {upstream.openai_url}",
-        f"  agents file entry: scripted: {{model: openai/scripted, api_base: "
+        '  e.g. pytest suites/vqa -k "vqa-rad and lite" --agent mini-swe-agent:hosted_vllm/'
+        f"scripted --agent-api-base {upstream.openai_url}",
+        f"  an agents file entry: scripted: {{model: hosted_vllm/scripted, api_base: "
         f"{upstream.openai_url}, input_usd_per_mtok: 0, output_usd_per_mtok: 0}}",
         "Each request is printed as it is answered; Ctrl-C stops.",
     ]
@@ -813,8 +838,8 @@ def summary(upstream: ScriptedUpstream) -> str:
     steps = len(upstream.agent_requests())
     side = len(upstream.requests) - steps
     return (
-        f"automedbench upstream: {len(upstream.requests)} requests answered ({steps} "
-        f"steps, {side} other), {upstream.remaining} steps left; tokens served "
+        f"automedbench upstream: {len(upstream.requests)} requests answered ({steps} of "
+        f"the conversation, {side} other), {upstream.remaining} steps left; tokens served "
         f"{upstream.served_input_tokens} in, {upstream.served_output_tokens} out"
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,67 @@ def test_tasks_reports_real_data_presence(
     rows = {r["task"]: r for r in json.loads(capsys.readouterr().out)}
     real = rows["kidney-tumor-seg"]["real"]
     assert real == "none declared" or real.endswith("(present)")
+
+
+def test_tasks_shows_each_tasks_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    """Training policy, time limit and metric in the table; tiers and deliverable in the
+    JSON, all read off task.yaml and the briefs."""
+    assert main(["--suites", str(SUITES), "tasks", "--json"]) == 0
+    rows = {r["task"]: r for r in json.loads(capsys.readouterr().out)}
+    kidney, meds = rows["kidney-tumor-seg"], rows["ehr-to-meds"]
+    assert (kidney["training"], kidney["time"], kidney["metric"]) == (
+        "inference only",
+        "60 min",
+        "macro Dice",
+    )
+    assert (meds["training"], meds["metric"]) == ("training allowed", "event_f1")
+    assert rows["bccd-det"]["metric"] == "mAP@0.5" and rows["vqa-rad"]["metric"] == "accuracy"
+    rules = kidney["rules"]
+    assert [(t["tier"], t["gives"]) for t in rules["tiers"]] == [
+        ("lite", "the method given, stage hints"),
+        ("standard", "candidate methods named, stage hints"),
+        ("pro", "the goal only (no method, no hints)"),
+    ]
+    assert {t["time_limit_min"] for t in rules["tiers"]} == {60}
+    assert rules["deliverable"].startswith("outputs/<case>.nii.gz for each case")
+    assert "kidney (labels 1, 2), tumor (label 2)" in rules["metric_detail"]
+    assert rules["rating"].startswith("A: TASK >= 0.8 and AGENTIC >= 0.7; B: TASK >= 0.6")
+    assert rows["vqa-rad"]["rules"]["deliverable"].startswith(
+        "outputs/answers.json (one file for every case)"
+    )
+
+
+def test_tasks_table_and_one_tasks_rules_in_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--suites", str(SUITES), "tasks"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == [
+        "task", "track", "modality", "cases", "training", "time", "metric", "real"
+    ]  # fmt: skip
+    [meds] = [line for line in table if line.startswith("ehr-to-meds ")]
+    assert "training allowed" in meds and "event_f1" in meds
+    assert table[-1].startswith("tiers (lite: the method given, stage hints; standard:")
+    assert main(["--suites", str(SUITES), "tasks", "ehr-to-meds"]) == 0
+    detail = capsys.readouterr().out
+    assert detail.startswith("ehr-to-meds: EHR to MEDS conversion")
+    assert "  training     training allowed: fitting a model is part of the method" in detail
+    assert "  metric       TASK = mean event_f1 over the cases" in detail
+    assert "  deliverable  outputs/<case>/meds for each case" in detail
+    assert "pro: the goal only (no method, no hints), 60 min" in detail
+    # A task whose time limit and policy differ says so (a copy of the task, changed).
+    copy = tmp_path / "suites" / "kidney-tumor-seg"
+    shutil.copytree(SUITES / "segmentation" / "kidney-tumor-seg", copy)
+    text = (copy / "task.yaml").read_text().replace("time_limit_s: 3600", "time_limit_s: 1800")
+    (copy / "task.yaml").write_text(text + "protocol: {training: allowed}\n")
+    (copy / "brief_pro.md").write_text("# Task\n\n## Stage hints\n- plan first\n")
+    argv = ["--suites", str(copy.parent), "tasks", "kidney-tumor-seg", "--json"]
+    assert main(argv) == 0
+    rules = json.loads(capsys.readouterr().out)
+    assert rules["training"] == "training allowed" and rules["time_limit_min"] == 30
+    assert rules["tiers"][2] == {"tier": "pro", "gives": "stage hints", "time_limit_min": 30}
+    assert main(["--suites", str(copy.parent), "tasks", "no-such-task"]) == 2
+    assert "unknown task 'no-such-task'" in capsys.readouterr().err
 
 
 def test_stage_writes_a_synthetic_split_and_refuses_to_overwrite(
