@@ -235,6 +235,18 @@ class MeteorScorer:
             stderr=subprocess.DEVNULL,
         )
 
+    @classmethod
+    def prestart(cls) -> None:
+        """Start one JVM ahead of time (a warm evaluator), for :meth:`started` to take;
+        nothing when METEOR cannot run here."""
+        if meteor_unavailable_reason() is None and not _PRESTARTED:
+            _PRESTARTED.append(cls())
+
+    @classmethod
+    def started(cls) -> MeteorScorer:
+        """The JVM :meth:`prestart` started (used once), or a new one."""
+        return _PRESTARTED.pop() if _PRESTARTED else cls()
+
     def __enter__(self) -> MeteorScorer:
         return self
 
@@ -292,6 +304,10 @@ class MeteorScorer:
         self._send("EVAL ||| " + " ||| ".join(stats))
         per_case = [float(self._readline()) for _ in stats]
         return float(self._readline()), per_case
+
+
+#: The JVM a warm evaluator started ahead of time (:meth:`MeteorScorer.prestart`).
+_PRESTARTED: list[MeteorScorer] = []
 
 
 def _meteor_text(text: str) -> str:
@@ -409,7 +425,7 @@ class ReportEvaluator:
         reason = meteor_unavailable_reason()
         if reason is None:
             try:
-                with MeteorScorer() as meteor:
+                with MeteorScorer.started() as meteor:
                     metrics["meteor"], meteor_cases = meteor.score(hyps, gold)
             except (OSError, RuntimeError, ValueError) as exc:
                 reason = f"METEOR failed to run ({short_error(exc)})"

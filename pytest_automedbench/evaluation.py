@@ -21,13 +21,16 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import ValidationError
 
 from pytest_automedbench.evaluators.safe_io import encodable, encodable_tree, file_kind
 from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport
 from pytest_automedbench.sandbox.local import remove_tree
+
+if TYPE_CHECKING:
+    from pytest_automedbench.warm_evaluator import WarmEvaluator
 
 EVALUATOR_TIMEOUT_S = 900.0
 #: The target of every symbolic link in the evaluator's copy of a submission: nothing.
@@ -165,6 +168,7 @@ def _run(
     format_only: bool,
     placement: Placement,
     bounds: CopyBounds | None,
+    warm: WarmEvaluator | None = None,
 ) -> tuple[str, str | None]:
     workdir.mkdir(parents=True, exist_ok=True)
     copied = workdir / "submission"
@@ -175,7 +179,10 @@ def _run(
     spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
     out = workdir / ("format.json" if format_only else "evaluation.json")
     out.unlink(missing_ok=True)
-    if placement.container:
+    served = None if warm is None else warm.serve(spec_path, copied, out, format_only)
+    if served is not None:
+        rc, detail = served
+    elif placement.container:
         rc, detail = _in_container(spec_path, copied, references, out, format_only, placement)
     else:
         rc, detail = _in_process(spec_path, copied, references, out, format_only, workdir)
@@ -198,10 +205,7 @@ def _in_container(
 ) -> tuple[int, str]:
     from pytest_automedbench.sandbox import backend_class
 
-    args = ["--spec", "/in/spec.json", "--submission", "/in/submission"]
-    args += ["--references", "/in/references", "--out", f"/out/{out.name}"]
-    if format_only:
-        args.append("--format-only")
+    args = evaluator_args(IN_CONTAINER, out.name, format_only)
     mounts = {
         spec_path: ("/in/spec.json", "ro"),
         submission: ("/in/submission", "ro"),
@@ -216,14 +220,38 @@ def _in_container(
         run_id=placement.run_id,
         docker_base=placement.docker_base,
     )
-    produced = out_dir / out.name
     if rc == 124:
         return rc, f"evaluator timed out after {EVALUATOR_TIMEOUT_S:.0f} s"
-    # Only a regular file comes back: a link written to /out must not make the host read
-    # (as root) whatever it points to.
+    take_back(out_dir / out.name, out)
+    return rc, logs[-2000:]
+
+
+def take_back(produced: Path, out: Path) -> None:
+    """Move what a container wrote to ``out``: only a regular file comes back (a link
+    written to /out must not make the host read, as root, whatever it points to)."""
     if produced.exists() and stat.S_ISREG(produced.lstat().st_mode):
         produced.replace(out)
-    return rc, logs[-2000:]
+
+
+@dataclass(frozen=True)
+class EvaluatorPaths:
+    """Where the evaluator finds its inputs and writes its verdict (its own view)."""
+
+    spec: str
+    submission: str
+    references: str
+    out_dir: str
+
+
+#: The paths inside an evaluator container (cold or warm).
+IN_CONTAINER = EvaluatorPaths("/in/spec.json", "/in/submission", "/in/references", "/out")
+
+
+def evaluator_args(paths: EvaluatorPaths, out_name: str, format_only: bool) -> list[str]:
+    """The evaluator command line's arguments (cold or warm alike)."""
+    args = ["--spec", paths.spec, "--submission", paths.submission]
+    args += ["--references", paths.references, "--out", f"{paths.out_dir}/{out_name}"]
+    return [*args, "--format-only"] if format_only else args
 
 
 def _in_process(
@@ -234,27 +262,14 @@ def _in_process(
     format_only: bool,
     workdir: Path,
 ) -> tuple[int, str]:
-    argv = [
-        sys.executable,
-        "-m",
-        "pytest_automedbench.evaluators",
-        "--spec",
-        str(spec_path),
-        "--submission",
-        str(submission),
-        "--references",
-        str(references),
-        "--out",
-        str(out),
-    ]
-    if format_only:
-        argv.append("--format-only")
-    env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
+    paths = EvaluatorPaths(str(spec_path), str(submission), str(references), str(out.parent))
+    argv = [sys.executable, "-m", "pytest_automedbench.evaluators"]
+    argv += evaluator_args(paths, out.name, format_only)
     try:
         proc = subprocess.run(
             argv,
             cwd=workdir,
-            env=env,
+            env=host_environment(),
             capture_output=True,
             text=True,
             errors="replace",  # a library may print an agent's file name as it is
@@ -264,6 +279,11 @@ def _in_process(
     except subprocess.TimeoutExpired as exc:
         raise EvaluatorError(f"evaluator timed out after {EVALUATOR_TIMEOUT_S:.0f} s") from exc
     return proc.returncode, proc.stderr[-2000:]
+
+
+def host_environment() -> dict[str, str]:
+    """The environment of an evaluator run as a host process: no key, nothing else."""
+    return {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
 
 
 _Verdict = TypeVar("_Verdict", FormatReport, EvaluationResult)
@@ -277,9 +297,10 @@ def _verdict(
     workdir: Path,
     placement: Placement,
     bounds: CopyBounds | None = None,
+    warm: WarmEvaluator | None = None,
 ) -> _Verdict:
     format_only = model is FormatReport
-    text, excess = _run(spec, submission, references, workdir, format_only, placement, bounds)
+    text, excess = _run(spec, submission, references, workdir, format_only, placement, bounds, warm)
     verdict = _parse(model, text, format_only)
     if excess is not None:
         report = verdict if isinstance(verdict, FormatReport) else verdict.format
@@ -306,9 +327,10 @@ def check_format(
     workdir: Path,
     placement: Placement = HOST_PROCESS,
     bounds: CopyBounds | None = None,
+    warm: WarmEvaluator | None = None,
 ) -> FormatReport:
     """The pre-submission check shown to the agent: format only, no scores."""
-    return _verdict(FormatReport, spec, submission, references, workdir, placement, bounds)
+    return _verdict(FormatReport, spec, submission, references, workdir, placement, bounds, warm)
 
 
 def evaluate(
@@ -318,6 +340,9 @@ def evaluate(
     workdir: Path,
     placement: Placement = HOST_PROCESS,
     bounds: CopyBounds | None = None,
+    warm: WarmEvaluator | None = None,
 ) -> EvaluationResult:
     """The final evaluation: every metric, every case (of what the bounds let through)."""
-    return _verdict(EvaluationResult, spec, submission, references, workdir, placement, bounds)
+    return _verdict(
+        EvaluationResult, spec, submission, references, workdir, placement, bounds, warm
+    )

@@ -7,7 +7,7 @@ directly, so swapping the local backend for a container changes nothing above it
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -179,6 +179,20 @@ class Sandbox(ABC):
     ) -> tuple[int, str]:
         """Run the evaluator in a container of this backend (``capabilities.containers``):
         its exit code and the end of its output."""
+        raise SandboxError(f"the {cls.name or cls.__name__} backend has no evaluator container")
+
+    @classmethod
+    def start_evaluator(
+        cls,
+        args: list[str],
+        mounts: dict[Path, tuple[str, str]],
+        *,
+        run_id: str = "",
+        docker_base: str = "debootstrap",
+    ) -> Callable[[], None]:
+        """Start a cell's warm evaluator (``python -m pytest_automedbench.evaluators.serve
+        ARGS``) in a container of this backend, hardened as :meth:`run_evaluator`'s; returns
+        what removes it."""
         raise SandboxError(f"the {cls.name or cls.__name__} backend has no evaluator container")
 
     @property

@@ -414,6 +414,17 @@ class DockerSandbox(MountedFiles):
             cls, args, mounts, out_dir, timeout_s, run_id=run_id, docker_base=docker_base
         )
 
+    @classmethod
+    def start_evaluator(
+        cls,
+        args: list[str],
+        mounts: dict[Path, tuple[str, str]],
+        *,
+        run_id: str = "",
+        docker_base: str = "debootstrap",
+    ) -> Callable[[], None]:
+        return warm_evaluator_container(cls, args, mounts, run_id=run_id, docker_base=docker_base)
+
     def kill_all(self) -> None:
         """SIGKILL every process of the sandbox uid until none is left (pid 1 runs as
         ``nobody`` and stays); raises when some survive."""
@@ -687,33 +698,10 @@ def evaluator_in_container(
     container of ``backend``'s engine (no network, read-only mounts but ``out_dir`` at
     ``/out``); returns the exit code and the end of its output. A container that overruns
     is killed (exit 124)."""
-    client = backend.client()
-    _sweep_once(client, engine=backend.name)
-    images = backend.ensure_images(docker_base)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.chown(out_dir, NOBODY, NOBODY)
-    binds = [bind(host, inside, read_only=mode == "ro") for host, (inside, mode) in mounts.items()]
-    binds.append(bind(out_dir, "/out", read_only=False))
-    spec = SandboxSpec(
-        public_dir=out_dir,
-        workspace_dir=out_dir,
-        memory_mb=EVALUATOR_MEMORY_MB,
-        max_processes=256,
-    )
-    try:
-        container = backend.create_container(
-            images.evaluator,
-            [f"{VENV}/bin/python", "-m", "pytest_automedbench.evaluators", *args],
-            spec,
-            mounts=binds,
-            labels={
-                f"{LABEL}.role": "evaluator",
-                f"{LABEL}.run": run_id,
-                f"{LABEL}.owner": owner_label(),
-            },
-        )
-    except Exception as exc:
-        raise SandboxError(f"cannot start the evaluator container: {exc}") from exc
+    mounts = {**mounts, out_dir: ("/out", "rw")}
+    container = _evaluator_container(backend, args, mounts, run_id, docker_base)
     try:
         try:
             status = container.wait(timeout=timeout_s)
@@ -725,3 +713,61 @@ def evaluator_in_container(
         with contextlib.suppress(Exception):
             backend.client(STOP_TIMEOUT_S).api.remove_container(container.id, force=True)
     return exit_code, logs
+
+
+def _evaluator_container(
+    backend: type[DockerSandbox],
+    args: list[str],
+    mounts: dict[Path, tuple[str, str]],
+    run_id: str,
+    docker_base: str,
+    module: str = "pytest_automedbench.evaluators",
+) -> Any:
+    """A started evaluator container running ``python -m MODULE ARGS`` (no network, as
+    ``nobody``, read-only root, no capability, the evaluator's limits)."""
+    client = backend.client()
+    _sweep_once(client, engine=backend.name)
+    images = backend.ensure_images(docker_base)
+    binds = [bind(host, inside, read_only=mode == "ro") for host, (inside, mode) in mounts.items()]
+    spec = SandboxSpec(
+        public_dir=Path("/nonexistent"),
+        workspace_dir=Path("/nonexistent"),
+        memory_mb=EVALUATOR_MEMORY_MB,
+        max_processes=256,
+    )
+    try:
+        return backend.create_container(
+            images.evaluator,
+            [f"{VENV}/bin/python", "-m", module, *args],
+            spec,
+            mounts=binds,
+            labels={
+                f"{LABEL}.role": "evaluator",
+                f"{LABEL}.run": run_id,
+                f"{LABEL}.owner": owner_label(),
+            },
+        )
+    except Exception as exc:
+        raise SandboxError(f"cannot start the evaluator container: {exc}") from exc
+
+
+def warm_evaluator_container(
+    backend: type[DockerSandbox],
+    args: list[str],
+    mounts: dict[Path, tuple[str, str]],
+    *,
+    run_id: str = "",
+    docker_base: str = "debootstrap",
+) -> Callable[[], None]:
+    """:meth:`DockerSandbox.start_evaluator`: one cell's warm evaluator
+    (``pytest_automedbench.evaluators.serve``) in a container of its own, hardened as a
+    cold one; returns what removes it."""
+    container = _evaluator_container(
+        backend, args, mounts, run_id, docker_base, "pytest_automedbench.evaluators.serve"
+    )
+
+    def remove() -> None:
+        with contextlib.suppress(Exception):
+            backend.client(STOP_TIMEOUT_S).api.remove_container(container.id, force=True)
+
+    return remove

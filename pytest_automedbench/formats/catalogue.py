@@ -39,6 +39,7 @@ from pytest_automedbench.formats import (
 from pytest_automedbench.sandbox import capabilities
 from pytest_automedbench.synthetic import stage_synthetic_task
 from pytest_automedbench.terms import OUTPUTS_DIRNAME, TIERS
+from pytest_automedbench.warm_evaluator import WarmEvaluator, warm_evaluator
 
 if TYPE_CHECKING:
     from pytest_automedbench.agents.base import AgentContext, AgentOutcome
@@ -432,11 +433,21 @@ class CatalogueCell:
         self.trajectory = trajectory
         self.files = CellFiles.of(plan, task)
         self.quota: dict[str, Any] = {}
+        self.warm: WarmEvaluator | None = None
 
     @contextmanager
     def prepared(self) -> Iterator[None]:
-        with open_workspace(self.plan, self.files) as quota:
-            self.quota = quota
+        plan, files = self.plan, self.files
+        with (
+            open_workspace(plan, files) as quota,
+            warm_evaluator(
+                plan.cell_dir / "warm-evaluator",
+                plan.staged.private_dir,
+                files.spec.track,
+                files.placement,
+            ) as warm,
+        ):
+            self.quota, self.warm = quota, warm
             yield
 
     def sandbox(
@@ -458,6 +469,7 @@ class CatalogueCell:
                 plan.cell_dir / "precheck",
                 files.placement,
                 files.bounds,
+                self.warm,
             )
 
         def observe() -> dict[str, Any]:
@@ -497,6 +509,7 @@ class CatalogueCell:
             plan.cell_dir / "evaluator",
             files.placement,
             files.bounds,
+            self.warm,
         )
         evaluation = second_judgement(
             evaluation,

@@ -1,0 +1,239 @@
+"""One cell's warm evaluator: started while the agent works, used for that cell's
+pre-checks and final evaluation, then discarded.
+
+A cold evaluator pays its start (a container, Python, the track's libraries, METEOR's
+JVM) at every verdict; a warm one pays it once, ahead of time. It is the same evaluator
+command line run by :mod:`pytest_automedbench.evaluators.serve` on the same arguments and
+the same paths as the cold one would see, so its verdicts are the cold ones. With a
+backend of containers it runs in a container of its own (as hardened as a cold one: no
+network, ``nobody``, a read-only root, no capability, the same limits) that mounts only
+this cell's evaluator folder and references; otherwise as a host process.
+
+Single use: one per cell, never handed another cell's files, closed with the cell.
+Missing, dead or slow to start, it answers nothing (:meth:`WarmEvaluator.serve` gives
+None) and the caller takes the cold path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_automedbench.evaluators.serve import REPLIES, REQUESTS
+
+if TYPE_CHECKING:
+    from pytest_automedbench.evaluation import Placement
+
+#: How long a verdict waits for an evaluator still starting before it goes cold.
+READY_WAIT_S = 20.0
+#: The uid of a container's evaluator (``nobody``), who owns its control folder.
+NOBODY = 65534
+LOG = "evaluator.log"
+
+
+class WarmEvaluator:
+    """The cell's evaluator process (or container) and its two FIFOs under ``root``."""
+
+    def __init__(self, root: Path, references: Path, track: str, placement: Placement) -> None:
+        self.root, self.references, self.placement = root, references, placement
+        self.ctl = root / "ctl"
+        self.inbox, self.outbox = root / "in", root / "out"
+        self.ready = False
+        self.broken = False
+        self.served = 0
+        self._buffer = b""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._remove: Callable[[], None] | None = None
+        self._make_folders()
+        self._replies = os.open(self.ctl / REPLIES, os.O_RDONLY | os.O_NONBLOCK)
+        # Held until the evaluator says it is ready: no end of file before it opens its end.
+        self._keeper: int | None = os.open(self.ctl / REPLIES, os.O_WRONLY)
+        # Read and write: opening never blocks, and the evaluator's open finds a writer.
+        self._requests = os.open(self.ctl / REQUESTS, os.O_RDWR)
+        try:
+            self._launch(track)
+        except Exception:  # no warm evaluator: every verdict goes cold
+            self.broken = True
+
+    def _make_folders(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for folder in (self.ctl, self.inbox, self.outbox, self.inbox / "references"):
+            folder.mkdir(exist_ok=True)
+        for fifo in (REQUESTS, REPLIES):
+            os.mkfifo(self.ctl / fifo, 0o600)
+        (self.ctl / LOG).touch(0o600)
+        if self.placement.container:
+            for path in (self.ctl, self.outbox, *(self.ctl / n for n in (REQUESTS, REPLIES, LOG))):
+                os.chown(path, NOBODY, NOBODY)
+
+    def _launch(self, track: str) -> None:
+        if self.placement.container:
+            from pytest_automedbench.sandbox import backend_class
+
+            mounts = {
+                self.inbox: ("/in", "ro"),
+                self.references: ("/in/references", "ro"),
+                self.outbox: ("/out", "rw"),
+                self.ctl: ("/ctl", "rw"),
+            }
+            self._remove = backend_class(self.placement.backend).start_evaluator(
+                ["--ctl", "/ctl", "--track", track, "--log", f"/ctl/{LOG}"],
+                mounts,
+                run_id=self.placement.run_id,
+                docker_base=self.placement.docker_base,
+            )
+            return
+        from pytest_automedbench.evaluation import host_environment
+
+        argv = [sys.executable, "-m", "pytest_automedbench.evaluators.serve"]
+        argv += ["--ctl", str(self.ctl), "--track", track, "--log", str(self.ctl / LOG)]
+        self._proc = subprocess.Popen(
+            argv,
+            cwd=self.root,
+            env=host_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+
+    # ------------------------------------------------------------------ protocol
+
+    def _line(self, deadline: float) -> dict[str, object] | None:
+        """The evaluator's next reply line; None at its end or at ``deadline``."""
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or (self._proc is not None and self._proc.poll() is not None):
+                return None
+            ready, _, _ = select.select([self._replies], [], [], min(left, 0.5))
+            if not ready:
+                continue
+            chunk = os.read(self._replies, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            return None
+        return reply if isinstance(reply, dict) else None
+
+    def await_ready(self, wait_s: float = READY_WAIT_S) -> bool:
+        """Whether the evaluator is ready, waiting up to ``wait_s`` for it; one that does
+        not come in time is given up (every later verdict goes cold)."""
+        if self.ready or self.broken:
+            return self.ready
+        reply = self._line(time.monotonic() + wait_s)
+        if reply is None or reply.get("ready") is not True:
+            self.close()
+            return False
+        self.ready = True
+        if self._keeper is not None:  # from now on its end closing is the end of file
+            os.close(self._keeper)
+            self._keeper = None
+        return True
+
+    def serve(
+        self, spec_path: Path, submission: Path, out: Path, format_only: bool
+    ) -> tuple[int, str] | None:
+        """One verdict, as the cold evaluator would give it: its exit code and the end
+        of its log, the verdict at ``out``; None when there is no warm evaluator to ask
+        (the caller goes cold)."""
+        from pytest_automedbench.evaluation import (
+            EVALUATOR_TIMEOUT_S,
+            IN_CONTAINER,
+            EvaluatorPaths,
+            evaluator_args,
+            take_back,
+        )
+
+        if not self.await_ready():
+            return None
+        log_start = (self.ctl / LOG).stat().st_size
+        if self.placement.container:
+            staged = self.inbox / "submission"
+            shutil.copyfile(spec_path, self.inbox / "spec.json")
+            submission.rename(staged)
+            args = evaluator_args(IN_CONTAINER, out.name, format_only)
+        else:
+            paths = EvaluatorPaths(
+                str(spec_path), str(submission), str(self.references), str(out.parent)
+            )
+            args = evaluator_args(paths, out.name, format_only)
+        try:
+            os.write(self._requests, json.dumps({"argv": args}).encode() + b"\n")
+            reply = self._line(time.monotonic() + EVALUATOR_TIMEOUT_S)
+        finally:
+            if self.placement.container:
+                staged.rename(submission)
+        if reply is None or not isinstance(reply.get("rc"), int):
+            timed_out = not self.broken and self._alive()
+            self.close()
+            if timed_out:
+                return 124, f"evaluator timed out after {EVALUATOR_TIMEOUT_S:.0f} s"
+            return None  # it died: the cold path answers
+        if self.placement.container:
+            take_back(self.outbox / out.name, out)
+        self.served += 1
+        rc = reply["rc"]
+        assert isinstance(rc, int)
+        return rc, self._log_since(log_start)
+
+    def _alive(self) -> bool:
+        return self._proc is None or self._proc.poll() is None
+
+    def _log_since(self, start: int) -> str:
+        """The evaluator's log written since ``start`` (its end), read without following
+        a link the evaluator may have put in its place."""
+        try:
+            fd = os.open(self.ctl / LOG, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return ""
+        with os.fdopen(fd, "rb") as log:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return ""
+            log.seek(start)
+            return log.read()[-2000:].decode(errors="replace")
+
+    def close(self) -> None:
+        """Discard the evaluator (its process or container) and the FIFOs' ends."""
+        self.broken, self.ready = True, False
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
+        for fd in (self._requests, self._keeper):
+            if fd is not None and fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._requests, self._keeper = -1, None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2)  # the end of its requests ends it
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._replies >= 0:
+            os.close(self._replies)
+            self._replies = -1
+
+
+@contextmanager
+def warm_evaluator(
+    root: Path, references: Path, track: str, placement: Placement
+) -> Iterator[WarmEvaluator]:
+    """A cell's warm evaluator for the length of the block, discarded at its end."""
+    warm = WarmEvaluator(root, references, track, placement)
+    try:
+        yield warm
+    finally:
+        warm.close()
