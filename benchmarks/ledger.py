@@ -35,9 +35,11 @@ import gc
 import json
 import math
 import os
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,13 @@ TRACK_TASKS = {
 TIERS = ("lite", "standard", "pro")
 FULL_RECORDS = 100_000
 QUICK_RECORDS = 10_000
+#: The leaderboard's memory target (the issue): this many records ...
+BOARD_RECORDS = 20_000
+#: ... held in at most this much resident memory (MiB), the whole process.
+BOARD_RSS_MIB = 400
+JSON = ("--format", "json")
+#: A million records' leaderboard on one core in under this many seconds.
+MILLION_S = 60.0
 RULES = {
     "E1": "wrong_output_kind",
     "E2": "model_not_obtained",
@@ -86,8 +95,52 @@ RULES = {
 }
 
 
+#: A judged PRO cell's rubric: this many items, each with its evidence (quoted turns).
+RUBRIC_ITEMS = 12
+
+
 def synthetic_lines(n_records: int, seed: int = 0) -> list[str]:
     """``n_records`` ledger lines as the runner writes them (``model_dump_json``)."""
+    return list(synthetic_records(n_records, seed))
+
+
+def write_ledger(path: Path, n_records: int, seed: int = 0) -> int:
+    """A synthetic ledger of ``n_records`` at ``path``, written as generated (a million
+    records never held at once); returns its size in bytes."""
+    with path.open("w", encoding="utf-8") as file:
+        for line in synthetic_records(n_records, seed):
+            file.write(line + "\n")
+    return path.stat().st_size
+
+
+def _rubric(rng: np.random.Generator, stages: Any, tier: str) -> list[dict[str, Any]]:
+    """A rubric's items as a judge records them: the question, the score, the turns quoted
+    as evidence and the judge's rationale (about 4 KB a cell, as in a real PRO ledger)."""
+    items = []
+    for i in range(RUBRIC_ITEMS):
+        stage = i % 5
+        items.append(
+            {
+                "stage": f"S{stage + 1}",
+                "id": f"s{stage + 1}_item{i}",
+                "question": f"Rubric item {i}: did the agent check its step before going on?",
+                "score": float(stages[stage] > rng.random()),
+                "evidence": (
+                    f"turn {3 + i}: ran `python predict.py --case case_{i:04d}`; exit 0; "
+                    f"wrote outputs/case_{i:04d}.nii.gz (512x512x{40 + i}); then inspected "
+                    "the mask's label counts before the batch"
+                ),
+                "auto": tier == "lite",
+                "rationale": "the trajectory shows the check before the batch, as asked",
+            }
+        )
+    return items
+
+
+def synthetic_records(n_records: int, seed: int = 0) -> Iterator[str]:
+    """``n_records`` ledger lines as the runner writes them (``model_dump_json``), made as
+    they are taken: several agents, the five tracks, three tiers, many repeats; about 3 %
+    infrastructure errors and 1 % isolation violations; a judged rubric per scored cell."""
     rng = np.random.default_rng(seed)
     cells = [
         (agent, track, task, tier)
@@ -107,11 +160,12 @@ def synthetic_lines(n_records: int, seed: int = 0) -> list[str]:
         for name, field in CellResult.model_fields.items()
         if not field.is_required()
     }
-    lines: list[str] = []
+    made = 0
     for run in range(runs):
         for agent, track, task, tier in cells:
-            if len(lines) == n_records:
-                return lines
+            if made == n_records:
+                return
+            made += 1
             base: dict[str, Any] = {
                 **defaults,
                 "schema_version": RESULT_SCHEMA_VERSION,
@@ -138,7 +192,7 @@ def synthetic_lines(n_records: int, seed: int = 0) -> list[str]:
                     cost_usd=round(float(rng.uniform(0, 0.05)), 6),
                     wall_s=round(float(rng.uniform(1, 60)), 3),
                 )
-                lines.append(json.dumps(base))
+                yield json.dumps(base)
                 continue
             level = skill[agent] - 0.1 * TIERS.index(tier)
             stages = np.clip(rng.normal(level, 0.2, 5), 0.0, 1.0).round(4)
@@ -167,26 +221,7 @@ def synthetic_lines(n_records: int, seed: int = 0) -> list[str]:
                     "s3": stages[2],
                     "s4": stages[3],
                     "s5": stages[4],
-                    "items": [
-                        {
-                            "stage": "S3",
-                            "id": "s3_pilot",
-                            "question": "A pilot ran before the batch",
-                            "score": float(stages[2] > 0.5),
-                            "evidence": "turn 7: ran predict.py on case_0001 first",
-                            "auto": False,
-                            "rationale": "",
-                        },
-                        {
-                            "stage": "S1",
-                            "id": "s1_plan",
-                            "question": "The plan names the model and the metric",
-                            "score": float(stages[0] > 0.5),
-                            "evidence": "plan/plan.md names the model and macro Dice",
-                            "auto": tier == "lite",
-                            "rationale": "",
-                        },
-                    ],
+                    "items": _rubric(rng, stages, tier),
                     "judge": "rules",
                 },
                 agentic=agentic,
@@ -216,15 +251,25 @@ def synthetic_lines(n_records: int, seed: int = 0) -> list[str]:
                     {"stage": s, "calls": 3, "errors": int(rng.integers(0, 2)), "seconds": 12.5}
                     for s in STAGE_WEIGHTS
                 ],
-                verdicts={"rules": {"s1_plan": 1.0, "s2_env": 1.0, "s3_pilot": 0.0}},
+                verdicts={
+                    judge: {
+                        f"s{1 + i % 5}_item{i}": float(rng.random() > 0.3)
+                        for i in range(RUBRIC_ITEMS)
+                    }
+                    for judge in ("rules", "llm:judge-model")
+                },
+                judge={"model": "llm:judge-model", "votes": 3, "temperature": 0.0},
+                limits={"wall_clock_s": 3600, "max_turns": 200, "cost_usd": 5.0},
+                phase_s={"setup": 4.2, "agent": 900.0, "evaluate": 1.3, "judge": 20.5},
+                task_hash="a1b2c3d4e5f6a7b8",
+                data_hash="0f1e2d3c4b5a6978",
                 turns=int(rng.integers(5, 60)),
                 tokens_in=int(rng.integers(20_000, 400_000)),
                 tokens_out=int(rng.integers(2_000, 40_000)),
                 cost_usd=round(float(rng.uniform(0.05, 3.0)), 6),
                 wall_s=round(float(rng.uniform(60, 3600)), 3),
             )
-            lines.append(json.dumps(base))
-    return lines
+            yield json.dumps(base)
 
 
 @dataclass
@@ -251,11 +296,77 @@ def gc_paused(fn: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
+def leaderboard_process(path: Path) -> tuple[float, float]:
+    """``automedbench leaderboard --format json`` over ``path`` in a process of its own,
+    pinned to one core (and numpy to one thread): its wall seconds and its peak resident
+    memory (MiB, the whole process: interpreter, imports and all)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    core = min(os.sched_getaffinity(0))
+    start = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pytest_automedbench.cli", "leaderboard", str(path), *JSON],
+        stdout=subprocess.DEVNULL,
+        env=env,
+        preexec_fn=lambda: os.sched_setaffinity(0, {core}),  # before any thread
+    )
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"the leaderboard of {path} exited {child.returncode}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def board_rows(tmp: Path, n_board: int, n_timed: int | None) -> list[Row]:
+    """The leaderboard's own figures: peak memory over ``n_board`` records against the
+    target, and (``n_timed``) the wall time of a larger ledger's, scaled to a million."""
+    path = tmp / "board.jsonl"
+    size = write_ledger(path, n_board)
+    wall, rss = leaderboard_process(path)
+    met = "met" if rss <= BOARD_RSS_MIB else "NOT met"
+    rows = [
+        Row(
+            f"leaderboard, {n_board} records ({size / 2**20:.0f} MiB): peak resident",
+            f"{rss:.0f} MiB",
+            f"{rss * 2**20 / size:.2f}x file",
+            f"<= {BOARD_RSS_MIB} MiB at {BOARD_RECORDS}: {met}",
+        ),
+        Row("  its wall time, one core", f"{wall:.1f} s", "", ""),
+    ]
+    if n_timed:
+        size = write_ledger(path, n_timed)
+        wall, rss = leaderboard_process(path)
+        per_million = wall * 1_000_000 / n_timed
+        met = "met" if per_million < MILLION_S else "NOT met"
+        rows.append(
+            Row(
+                f"leaderboard, {n_timed} records ({size / 2**20:.0f} MiB), one core",
+                f"{wall:.1f} s",
+                f"{per_million:.0f} s per million",
+                f"a million in < {MILLION_S:.0f} s: {met} (peak {rss:.0f} MiB)",
+            )
+        )
+    path.unlink()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RECORDS} records")
     parser.add_argument("--records", type=int, help="this many records instead")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many rounds")
+    parser.add_argument(
+        "--board-records",
+        type=int,
+        default=BOARD_RECORDS,
+        help="the leaderboard's memory is measured over this many records",
+    )
+    parser.add_argument(
+        "--timed-records",
+        type=int,
+        help="also time the leaderboard over this many records, on one core, scaled to a "
+        "million (1000000: the issue's figure; about 7 GB of ledger)",
+    )
     args = parser.parse_args()
     n_records = args.records or (QUICK_RECORDS if args.quick else FULL_RECORDS)
 
@@ -267,15 +378,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="amb-bench-ledger-") as tmp:
         path = Path(tmp) / "ledger.jsonl"
         start = time.perf_counter()
-        lines = synthetic_lines(n_records)
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        size = path.stat().st_size
-        del lines
+        size = write_ledger(path, n_records)
         print(
             f"    (wrote {size / 2**20:.0f} MiB, {size / n_records:.0f} bytes a record, in "
             f"{time.perf_counter() - start:.1f} s)",
             flush=True,
         )
+        board_figures = board_rows(Path(tmp), args.board_records, args.timed_records)
         ledger = Ledger(path)
 
         def parse_json() -> int:
@@ -342,6 +451,8 @@ def main() -> None:
             f"{agg_p / json_p:.2f}x",
             "(what records() spends in the GC)",
         ),
+        Row("the leaderboard command, in a process of its own:", "", "", ""),
+        *board_figures,
     ]
     headers = Row("step", "best time", "ratio to json", "target")
     widths = [max(len(getattr(r, f)) for r in [headers, *rows]) for f in Row.__annotations__]
