@@ -508,8 +508,10 @@ def record_cells(label: str, t: Sequence[CellTimes]) -> None:
     name = f"`empty` cell, {label}:"
     figure(f"{name} pytest process, median", med([x.process for x in t]), "s")
     figure(f"{name} test duration, median", med([x.duration for x in t]), "s")
+    figure(f"{name} recorded wall_s (the agent's loop), median", med([x.wall for x in t]), "s")
     figure(f"{name} sandbox start, median", med([x.start for x in t]) * 1e3, "ms")
     figure(f"{name} sandbox stop, median", med([x.stop for x in t]) * 1e3, "ms")
+    figure(f"{name} evaluator in all, median", med([x.evaluator for x in t]), "s")
     figure(
         f"{name} one submit_results pre-check, median",
         med([x.prechecks for x in t]) / PRECHECKS,
