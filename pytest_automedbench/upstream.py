@@ -805,18 +805,21 @@ def announce(upstream: ScriptedUpstream, script: Script, path: Path) -> list[str
     agents at it."""
     spoken: list[Protocol] = ["chat"] if upstream.chat_only else list(PROTOCOL_NAMES)
     protocols = ", ".join(PROTOCOL_NAMES[p] for p in spoken)
-    steps = f"{len(script.steps)} steps" + (", again in each conversation" if script.repeat else "")
+    again = ", again in each new conversation" if script.repeat else ""
     lines = [
-        f"automedbench upstream: {steps} from {path}, at {upstream.url} ({protocols}; "
-        "streamed or not)",
+        f"automedbench upstream: playing {path} ({len(script.steps)} steps{again}) at "
+        f"{upstream.url} ({protocols}; streamed or not)",
         f"  --agent-api-base {upstream.openai_url}  with hosted_vllm/<any name> (no key) or "
         "openai/<name> (its key variable set to anything)",
     ]
     if not upstream.chat_only:
-        lines.append(f"  --agent-api-base {upstream.url}  with anthropic/<name>")
+        lines.append(
+            f"  --agent-api-base {upstream.url}  with anthropic/<name> (ANTHROPIC_API_KEY set "
+            "to anything)"
+        )
     lines += [
-        '  e.g. pytest suites/vqa -k "vqa-rad and lite" --agent mini-swe-agent:hosted_vllm/'
-        f"scripted --agent-api-base {upstream.openai_url}",
+        '  e.g. pytest suites/vqa -k "vqa-rad and lite" --runs 1 --agent '
+        f"mini-swe-agent:hosted_vllm/scripted --agent-api-base {upstream.openai_url}",
         f"  an agents file entry: scripted: {{model: hosted_vllm/scripted, api_base: "
         f"{upstream.openai_url}, input_usd_per_mtok: 0, output_usd_per_mtok: 0}}",
         "Each request is printed as it is answered; Ctrl-C stops.",
