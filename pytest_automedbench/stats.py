@@ -363,6 +363,9 @@ _SHARED = (
     "data_hash", "category", "training_policy",
 )  # fmt: skip
 
+#: The sets of fields given that records have had: most ledgers have one or two.
+_FIELDS_GIVEN: dict[frozenset[str], frozenset[str]] = {}
+
 
 def summary_view(record: CellResult) -> CellResult:
     """``record`` as the summaries keep it (``Ledger.scan(view=summary_view)``): every field
@@ -371,7 +374,11 @@ def summary_view(record: CellResult) -> CellResult:
     holds a fraction of its records' memory. What is validated is the whole record.
 
     The record itself is lightened, in place (a copy would cost more than the reading):
-    give it only records read for a summary, which nothing else holds."""
+    give it only records read for a summary, which nothing else holds. The view is to be
+    read, not changed: the defaults it holds and its set of fields given (a frozenset,
+    which pydantic would fail to add to) are shared between records."""
+    given = frozenset(record.model_fields_set)
+    object.__setattr__(record, "__pydantic_fields_set__", _FIELDS_GIVEN.setdefault(given, given))
     fields = record.__dict__
     fields.update(_UNREAD)
     for name in _SHARED:
