@@ -25,6 +25,7 @@ from pytest_automedbench.agents.systems import SYSTEMS
 from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.gateway import read_history
 from pytest_automedbench.results import CellKey, CellResult
 from pytest_automedbench.runner import CellPlan, run_cell
 from pytest_automedbench.sandbox import backend_class
@@ -204,7 +205,7 @@ def assert_graded_from_the_wire(cell: SystemCell, system: str) -> None:
     transcript = next(e for e in cell.events if e["kind"] == "transcript")
     assert transcript["found"] is True and transcript["bytes"] > 0
     (log,) = (cell.cell_dir / "gateway").glob("*.jsonl")
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines = read_history(log)
     assert sum(len(line["attempts"]) for line in lines) == len(cell.upstream.requests)
 
 
@@ -263,8 +264,8 @@ def test_an_upstream_429_is_retried_at_the_gateway_and_recorded(system_cell: Any
     assert [r["status"] for r in retries] == [429]
     statuses = [r.status for r in cell.upstream.requests]
     assert statuses.count(429) == 1
-    log = next((cell.cell_dir / "gateway").glob("*.jsonl")).read_text().splitlines()
-    attempts = [a["status"] for line in log for a in json.loads(line)["attempts"]]
+    log = read_history(next((cell.cell_dir / "gateway").glob("*.jsonl")))
+    attempts = [a["status"] for line in log for a in line["attempts"]]
     assert attempts.count(429) == 1
     assert_graded_from_the_wire(cell, "codex")
 

@@ -22,7 +22,14 @@ from openai.types.responses import (
     ResponseTextDeltaEvent,
 )
 
-from pytest_automedbench.gateway import Budget, CellLease, Gateway, Prices, RetryPolicy
+from pytest_automedbench.gateway import (
+    Budget,
+    CellLease,
+    Gateway,
+    Prices,
+    RetryPolicy,
+    read_history,
+)
 from tests.fake_openai import (
     ErrorReply,
     FakeOpenAI,
@@ -91,7 +98,7 @@ def open_lease(
 
 
 def log_lines(lease: CellLease) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in lease.log_path.read_text().splitlines()]
+    return read_history(lease.log_path)
 
 
 def oai(lease: CellLease) -> openai.OpenAI:

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_automedbench.gateway import CellLease, Gateway, RetryPolicy
+from pytest_automedbench.gateway import CellLease, Gateway, RetryPolicy, read_history
 from pytest_automedbench.gateway._fields import ALLOWED, GATEWAY_FIELDS, ProtocolName, screen
 from tests.local_http import LocalServer
 from tests.scripted_upstream import ScriptedUpstream, Text
@@ -175,7 +175,7 @@ def auth_of(headers: dict[str, str]) -> tuple[str | None, str | None]:
 
 def refused_by_name(lease: CellLease) -> set[str]:
     """The fields the lease's log names as refused."""
-    lines = [json.loads(line) for line in lease.log_path.read_text().splitlines()]
+    lines = read_history(lease.log_path)
     return {name for line in lines for name in line.get("refused_fields") or []}
 
 

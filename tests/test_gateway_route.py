@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_automedbench.gateway import Gateway
+from pytest_automedbench.gateway import Gateway, read_history
 from pytest_automedbench.gateway._relay import relay_epilogue, relay_prologue
 
 CURL = 'curl -s -X POST -H "Authorization: Bearer {token}" -d "{{}}" "$AMB_GATEWAY_URL{path}"'
@@ -78,7 +78,7 @@ def test_the_relay_carries_each_protocol_and_keeps_the_command_status(served: Ga
     # unknown tokens in the gateway's own note, the bad body as a digest in the cell's log.
     noted = (served.log_dir / "unauthenticated.jsonl").read_text().splitlines()
     assert [json.loads(n)["status"] for n in noted] == [401, 401, 401]
-    [line] = [json.loads(n) for n in lease.log_path.read_text().splitlines()]
+    [line] = read_history(lease.log_path)
     assert line["status"] == 400 and line["input_tokens"] == 0 and line["request"] == {}
     assert line["request_digest"]["bytes"] == len("not json")
     assert "not json" not in lease.log_path.read_text()

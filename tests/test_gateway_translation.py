@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_automedbench.gateway import CellLease, Gateway, Prices, RetryPolicy
+from pytest_automedbench.gateway import CellLease, Gateway, Prices, RetryPolicy, read_history
 from tests.local_http import JSONHandler, LocalServer
 from tests.scripted_upstream import Call, ScriptedUpstream, Shell, Step, StepUsage, Text
 
@@ -66,7 +66,7 @@ def sample(name: str) -> list[dict[str, Any]]:
 
 
 def log_lines(lease: CellLease) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in lease.log_path.read_text().splitlines()]
+    return read_history(lease.log_path)
 
 
 def sse(text: str) -> list[dict[str, Any]]:

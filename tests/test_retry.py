@@ -5,7 +5,6 @@ gateway and the harness's own LLM client retry the same statuses and honour the 
 from __future__ import annotations
 
 import email.utils
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from types import SimpleNamespace
 import openai
 import pytest
 
-from pytest_automedbench.gateway import Gateway
+from pytest_automedbench.gateway import Gateway, read_history
 from pytest_automedbench.llm import LlmClient
 from pytest_automedbench.retry import RetryPolicy, retry_after_s, retryable_status
 from tests.fake_openai import ErrorReply, FakeOpenAI, TextReply
@@ -88,7 +87,7 @@ def gateway_attempts(tmp_path: Path, upstream: FakeOpenAI) -> tuple[list[int], f
         )
         client = openai.OpenAI(base_url=lease.openai_base_url, api_key=lease.token, max_retries=0)
         client.chat.completions.create(model="m", messages=ASK["messages"])  # type: ignore[arg-type]
-    [line] = [json.loads(text) for text in lease.log_path.read_text().splitlines()]
+    [line] = read_history(lease.log_path)
     return [a["status"] for a in line["attempts"]], line["latency_s"]
 
 

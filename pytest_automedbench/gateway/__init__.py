@@ -4,8 +4,9 @@ The host runs one :class:`Gateway`; each cell gets a :class:`CellLease` with a r
 bearer token. The agent talks OpenAI Chat Completions, OpenAI Responses or Anthropic
 Messages to the gateway with that token; the gateway holds the provider key, runs the
 cell's configured litellm model whatever model the client names, meters every request
-into the cell's JSONL log, enforces the cell's token / cost / time budget, and retries
-upstream 429/5xx with bounded backoff
+into the cell's JSONL log (each repeated part of a conversation stored once;
+:func:`read_history` gives back every request whole, :mod:`._history`), enforces the
+cell's token / cost / time budget, and retries upstream 429/5xx with bounded backoff
 (:mod:`pytest_automedbench.retry`, the policy of the harness's own LLM client too).
 
 The upstream call is built from an allow-list of body fields per protocol
@@ -22,6 +23,7 @@ from pytest_automedbench.metering import LimitReached, Prices, Usage
 from pytest_automedbench.retry import RetryPolicy
 
 from ._config import Budget
+from ._history import iter_history, read_history
 from ._lease import CellLease, Listener
 from ._relay import relay_argv
 from ._server import Gateway
@@ -35,5 +37,7 @@ __all__ = [
     "Prices",
     "RetryPolicy",
     "Usage",
+    "iter_history",
+    "read_history",
     "relay_argv",
 ]

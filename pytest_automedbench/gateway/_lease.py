@@ -13,7 +13,6 @@ back in an error.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ from pytest_automedbench.redact import redact
 
 from ._config import Budget
 from ._fields import ProtocolName
+from ._history import HistoryWriter
 from ._protocols import TokenCounts, Upstream
 
 #: Unserved requests in a row that are written to the log; later ones are only counted
@@ -106,6 +106,11 @@ class CellLease:
     #: Whether a reply was served since a failed request's conversation tail was logged.
     _tail_owed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: Writes the log, each repeated part of a conversation once (:mod:`._history`).
+    _history: HistoryWriter = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._history = HistoryWriter(self.log_path, self.redact)
 
     @property
     def model(self) -> str:
@@ -276,12 +281,10 @@ class CellLease:
                 if self._unserved_in_a_row > UNSERVED_LINES_LOGGED:
                     self.unlogged += 1
                     return
-            with self.log_path.open("a", encoding="utf-8") as log:
-                log.write(text + "\n")
-                log.flush()
-                os.fsync(log.fileno())
+            logged = json.loads(text)
+            self._history.append(logged, share=reply is not None)
         if self.listener is not None:
             try:
-                self.listener(json.loads(text))
+                self.listener(logged)
             except Exception as exc:  # the agent's request is served whatever the listener does
                 self.listener_error = self.listener_error or f"{type(exc).__name__}: {exc}"

@@ -38,6 +38,8 @@ from pytest_automedbench.events import (
     ToolResultEvent,
 )
 
+from ._history import read_history
+
 #: The harness's tool names for the systems' native ones.
 EXECUTE_TOOLS: Final = frozenset(
     {"Bash", "bash", "shell", "shell_command", "exec_command", "local_shell", "text_action"}
@@ -509,20 +511,7 @@ def _count(value: Any) -> int:
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
-    """A lease log's lines; a torn (unparseable) last line, as a log still being written
-    can have, is left out. Any other bad line is an error."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    result: list[dict[str, Any]] = []
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                break
-            raise ValueError(f"{path}:{number}: not a JSON line") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"{path}:{number}: not a JSON object")
-        result.append(value)
-    return result
+    """A lease log's request lines, whole (:func:`._history.read_history`, which reads
+    both formats); a torn (unparseable) last line is left out, any other bad line is an
+    error."""
+    return read_history(path)

@@ -33,7 +33,7 @@ import httpx
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from pytest_automedbench.gateway import CellLease, Gateway, Prices, RetryPolicy
+from pytest_automedbench.gateway import CellLease, Gateway, Prices, RetryPolicy, read_history
 from tests.scripted_upstream import Call, ScriptedUpstream, Shell, Step, StepUsage, Text
 
 HERE = Path(__file__).resolve().parent
@@ -245,7 +245,7 @@ def capture(system: str, out: Path, *, trim_bodies: bool) -> dict[str, Any]:
         chat_only = system == "chat-text-actions"
         lease = gateway.open_cell(system, model, api_base, KEY_ENV, PRICES, chat_only=chat_only)
         done = run(lease, home, work)
-        lines = [json.loads(x) for x in lease.log_path.read_text().splitlines() if x.strip()]
+        lines = read_history(lease.log_path)
         requests = upstream.requests
     text = "".join(json.dumps(line) + "\n" for line in lines)
     trimmed = trim_bodies or len(text.encode()) > LIMIT
