@@ -10,36 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_automedbench import adaptive
 from pytest_automedbench.cells import Cell, formats_of
 from pytest_automedbench.extras import MissingExtraError
 from pytest_automedbench.formats import TaskFormat, format_of
-from pytest_automedbench.gates import (
-    BaselineMismatch,
-    GateError,
-    GateResult,
-    PlannedCell,
-    check_baseline_plan,
-    check_coverage,
-    check_regression,
-    check_thresholds,
-    exit_status,
-    parse_baseline_agents,
-    parse_fail_under,
-    reported_gates,
-)
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.progress import LiveProgress, planned_cells
-from pytest_automedbench.report.terminal import summary_lines
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.runner import harness_versions
 from pytest_automedbench.sandbox import SandboxError, capabilities
 from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
 from pytest_automedbench.terms import ERROR_CODES
+
+if TYPE_CHECKING:
+    # The gates, --runs auto and the summary (stats, numpy) are imported where they are
+    # used, after the cells: collecting a catalogue never pays for them.
+    from pytest_automedbench.adaptive import RunDecision
+    from pytest_automedbench.gates import GateResult, PlannedCell
 
 
 class BenchmarkController:
@@ -51,7 +41,7 @@ class BenchmarkController:
         self.progress: LiveProgress | None = None
         self.gates: list[GateResult] = []
         #: With ``--runs auto``: how each group ended (``adaptive.finish``).
-        self.runs_auto: list[adaptive.RunDecision] = []
+        self.runs_auto: list[RunDecision] = []
         #: The selected cells (after ``-k``/``-m``), those skipped at collection included.
         self.selected: list[tuple[str, Cell]] = []
         #: Why selected cells were skipped (collection or staging), by node id.
@@ -108,6 +98,8 @@ class BenchmarkController:
         run = self.session.config
         if run.baseline is None:
             return
+        from pytest_automedbench.gates import GateError, check_baseline_plan, parse_baseline_agents
+
         try:
             mapping = parse_baseline_agents(run.baseline_agents, run.agents)
             planned = [self._planned(cell) for _, cell in cells]
@@ -116,6 +108,8 @@ class BenchmarkController:
             raise pytest.UsageError(str(exc)) from None
 
     def _planned(self, cell: Cell) -> PlannedCell:
+        from pytest_automedbench.gates import PlannedCell
+
         try:
             data_hash = self.session.staged(cell.task).data_hash
         except (DataUnavailable, MissingExtraError):  # the cell says so when it runs
@@ -138,6 +132,14 @@ class BenchmarkController:
         none when the session only collects (``--collect-only``: nothing was to run)."""
         if self.config.getoption("collectonly", False):
             return []
+        from pytest_automedbench import adaptive
+        from pytest_automedbench.gates import (
+            check_coverage,
+            check_thresholds,
+            parse_fail_under,
+            reported_gates,
+        )
+
         run = self.session.config
         records = self.session.session_records()
         selected = [c.key for _, c in self.selected]
@@ -155,6 +157,13 @@ class BenchmarkController:
     def _regression(self, records: list[CellResult]) -> list[GateResult]:
         """The regression gates; a baseline of another task or other data is one failed
         gate naming the cells, and makes the session a usage error."""
+        from pytest_automedbench.gates import (
+            BaselineMismatch,
+            GateResult,
+            check_regression,
+            parse_baseline_agents,
+        )
+
         run = self.session.config
         assert run.baseline is not None
         try:
@@ -173,6 +182,9 @@ class BenchmarkController:
         terminal's count, JUnit XML and the exit status all say it), before JUnit
         writes its file. ``--amb-exit`` says whether the cells, the gates or both decide
         the exit status (:func:`~pytest_automedbench.gates.exit_status`)."""
+        from pytest_automedbench import adaptive
+        from pytest_automedbench.gates import exit_status
+
         passing = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
         self.gates = self.gate_results(cells_pass=session.exitstatus in passing)
         self.runs_auto = adaptive.finish(self.session)
@@ -239,6 +251,8 @@ class BenchmarkController:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         records = self.session.session_records()
         if records:
+            from pytest_automedbench.report.terminal import summary_lines
+
             terminalreporter.section("AutoMedBench summary")
             for line in summary_lines(records, self.runs_auto):
                 terminalreporter.write_line(line)

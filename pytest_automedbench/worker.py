@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from pytest_automedbench import adaptive
 from pytest_automedbench.cells import Cell, formats_of
 from pytest_automedbench.config import ConfigError
 from pytest_automedbench.extras import MissingExtraError
@@ -132,6 +131,8 @@ class BenchmarkWorker:
                 yield finished
                 return
         if session.config.runs == "auto":  # decided here, before any executor runs it
+            from pytest_automedbench import adaptive  # its statistics: only for --runs auto
+
             decision = adaptive.decide_cell(session, cell.key)
             if not decision.needed:
                 adaptive.note_skipped(session, decision)

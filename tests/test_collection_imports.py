@@ -1,0 +1,148 @@
+"""Collecting the catalogue stays light: what a cell needs only when it runs (numpy and the
+statistics, litellm, the imaging libraries, the data generators) is not imported while
+pytest collects, and the fixtures' declaration index is read from its cache until a module
+changes. Asserted on module names and file contents, never on times."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_automedbench.fixtures import registry
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: Imported by no part of collecting the catalogue (each was, or is one import line away).
+DEFERRED = (
+    "numpy",
+    "scipy",
+    "litellm",
+    "SimpleITK",
+    "nibabel",
+    "pydicom",
+    "PIL",
+    "pytest_automedbench.stats",
+    "pytest_automedbench.adaptive",
+    "pytest_automedbench.gates",
+    "pytest_automedbench.report.terminal",
+)
+
+#: A plugin that writes the names in ``sys.modules`` once collection is over (after every
+#: other ``pytest_collection_finish``: the session's own start included).
+PROBE = """
+import json, os, sys
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    with open(os.environ["AMB_PROBE_OUT"], "w", encoding="utf-8") as handle:
+        json.dump({"modules": sorted(sys.modules), "items": len(session.items)}, handle)
+"""
+
+
+def modules_after_collection(tmp_path: Path, *args: str) -> tuple[set[str], int]:
+    """Collect ``args`` from the repository root in a fresh pytest process (the plugin
+    loaded through its entry point): the modules imported by then and the item count."""
+    (tmp_path / "amb_collection_probe.py").write_text(PROBE, encoding="utf-8")
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "AMB_PROBE_OUT": str(out), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        env.pop(name, None)
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    proc = subprocess.run(
+        [*argv, "-p", "amb_collection_probe", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    written = json.loads(out.read_text(encoding="utf-8"))
+    return set(written["modules"]), int(written["items"])
+
+
+def test_collecting_the_catalogue_defers_what_cells_need_to_run(tmp_path: Path) -> None:
+    modules, items = modules_after_collection(tmp_path, "suites/", "--agent", "reference")
+    assert items > 0
+    assert "pytest_automedbench.plugin" in modules  # the plugin did collect the cells
+    assert "pytest_automedbench.tasks" in modules
+    imported = sorted(name for name in DEFERRED if name in modules)
+    assert imported == [], f"imported while collecting: {imported}"
+    # The data generators and stagers are imported only when a task's data is staged.
+    declaring = set(registry._index()["generator"].values())
+    assert declaring
+    generators = sorted(m for m in declaring if f"pytest_automedbench.fixtures.{m}" in modules)
+    assert generators == []
+
+
+def write_module(folder: Path, name: str, body: str) -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return path
+
+
+def test_declaration_index_is_cached_until_a_module_changes(tmp_path: Path) -> None:
+    source = tmp_path / "fixtures"
+    source.mkdir()
+    cache = tmp_path / "cache"
+    first = write_module(source, "alpha", 'GENERATORS = [SyntheticGenerator("a-gen", "1", f)]\n')
+    second = write_module(source, "beta", 'STAGERS = [RealStager(name="b-stage")]\n')
+    paths = [first, second]
+    expected = {"generator": {"a-gen": "alpha"}, "stager": {"b-stage": "beta"}}
+    assert registry.declarations(paths, cache) == expected
+    (cached,) = cache.iterdir()
+    stored = json.loads(cached.read_text(encoding="utf-8"))
+    assert stored["index"] == expected
+
+    # Read from the cache while the modules are as they were: a stored index that says
+    # otherwise is what comes back (so the cache, not a rescan, answered).
+    planted = {"generator": {"from-cache": "alpha"}, "stager": {}}
+    cached.write_text(json.dumps({**stored, "index": planted}), encoding="utf-8")
+    assert registry.declarations(paths, cache) == planted
+
+    # Any change to a module (here its size and time) reads them all again.
+    write_module(source, "beta", 'STAGERS = [RealStager(name="b-stage"), RealStager("c")]\n')
+    rescanned = registry.declarations(paths, cache)
+    assert rescanned == {
+        "generator": {"a-gen": "alpha"},
+        "stager": {"b-stage": "beta", "c": "beta"},
+    }
+    assert json.loads(cached.read_text(encoding="utf-8"))["index"] == rescanned
+
+
+def test_declaration_index_errors_are_not_cached(tmp_path: Path) -> None:
+    source = tmp_path / "fixtures"
+    source.mkdir()
+    paths = [
+        write_module(source, "alpha", 'X = SyntheticGenerator("twice")\n'),
+        write_module(source, "beta", 'Y = SyntheticGenerator("twice")\n'),
+    ]
+    for _ in range(2):  # the second call scans again and says the same
+        with pytest.raises(registry.RegistryError, match="'twice' is declared twice"):
+            registry.declarations(paths, tmp_path / "cache")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_a_damaged_or_unwritable_cache_is_ignored(tmp_path: Path) -> None:
+    source = tmp_path / "fixtures"
+    source.mkdir()
+    paths = [write_module(source, "alpha", 'G = [SyntheticGenerator(name="g")]\n')]
+    expected = {"generator": {"g": "alpha"}, "stager": {}}
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "declarations-index.json").write_text("{not json", encoding="utf-8")
+    assert registry.declarations(paths, cache) == expected
+    blocked = tmp_path / "a-file"  # a cache folder that cannot be made
+    blocked.write_text("", encoding="utf-8")
+    assert registry.declarations(paths, blocked / "cache") == expected
