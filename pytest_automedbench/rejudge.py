@@ -58,7 +58,7 @@ from pydantic import ValidationError
 from pytest_automedbench.evaluators.schema import CaseResult, FormatReport
 from pytest_automedbench.events import Event, StartEvent, ToolResultEvent, read_events
 from pytest_automedbench.formats import format_of_record
-from pytest_automedbench.ledger import Ledger, LedgerError, LedgerProblem
+from pytest_automedbench.ledger import Ledger, LedgerError, LedgerProblem, gc_paused
 from pytest_automedbench.results import CellResult
 from pytest_automedbench.scoring import JudgeSettings, apply_violation_rule, score_stages
 from pytest_automedbench.scoring.agreement import (
@@ -740,15 +740,17 @@ def _read_ledger(
     the lines it could not read; errors naming the file when there is nothing to read."""
     if not path.is_file():
         raise RejudgeError(f"ledger {path} does not exist")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with path.open("rb") as file:  # in blocks: the ledger is never held whole
+        digest = hashlib.file_digest(file, "sha256").hexdigest()
     ledger = Ledger(path)
-    records = ledger.records(run_id)
+    with gc_paused():  # read line by line, each cell kept once as it comes
+        records = latest_per_cell(ledger.scan(run_id))
     if not records:
         if ledger.problems:
             raise RejudgeError(f"no readable record in the ledger: {ledger.problems[0]}")
         which = f" of run {run_id!r}" if run_id is not None else ""
         raise RejudgeError(f"ledger {path}: no record{which}")
-    return digest, latest_per_cell(records), ledger.problems
+    return digest, records, ledger.problems
 
 
 def _no_cell_error(path: Path, skipped: Sequence[NotRejudged]) -> RejudgeError:
