@@ -83,7 +83,7 @@ def converse(folder: Path, turns: int, *, seed: int = 7) -> Conversation:
     rng = random.Random(seed)
     retry = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05, timeout_s=30)
     with (
-        ScriptedUpstream([Shell("ls /data")], repeat=True, chat_only=True) as upstream,
+        ScriptedUpstream([Shell("ls /data")] * turns, chat_only=True) as upstream,
         Gateway(folder, retry=retry) as gateway,
     ):
         heard: list[dict[str, Any]] = []
