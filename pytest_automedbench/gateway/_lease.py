@@ -2,9 +2,10 @@
 
 The lease is the unit of accounting. Every request the cell's agent makes -- served,
 refused (budget, size, refused fields), or failed upstream -- becomes one request line in
-the lease's log (with the parts of its conversation not logged before, :mod:`._history`): a served one with the request as forwarded and the native reply, any
-other as a digest and its conversation's tail (:mod:`._log`), so the log is both the
-meter and, later, the trajectory, and stays bounded by what the cell is allowed to spend.
+the lease's log (with the parts of its conversation not logged before, :mod:`._history`):
+a served one with the request as forwarded and the native reply, any other as a digest
+and its conversation's tail (:mod:`._log`), so the log is both the meter and, later, the
+trajectory, and stays bounded by what the cell is allowed to spend.
 The provider key is held here and nowhere the agent can read; every line is
 passed through a redaction of that key before it is written, in case a provider quotes it
 back in an error.
