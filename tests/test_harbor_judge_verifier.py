@@ -19,6 +19,7 @@ import pytest
 
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.events import VerifierEvent, read_events
+from pytest_automedbench.gateway import read_history
 from pytest_automedbench.harbor import load_harbor_task
 from pytest_automedbench.harbor._judge import (
     JUDGE_OPTION,
@@ -262,7 +263,7 @@ def test_an_llm_judging_verifier_is_served_through_the_gateway(
         (event,) = [e for e in read_events(cell / "trajectory.jsonl") if e.kind == "verifier"]
         assert isinstance(event, VerifierEvent) and event.get("judge") == spent
         (lease_log,) = (cell / "gateway").glob("*-verifier-1.jsonl")  # the verifier's lease
-        logged = [json.loads(line) for line in lease_log.read_text().splitlines()]
+        logged = read_history(lease_log)
         assert [line["status"] for line in logged] == [200]
         assert REAL_KEY not in lease_log.read_text()
     left = docker_client().containers.list(
