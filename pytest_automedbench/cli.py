@@ -16,7 +16,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_automedbench.agents.registry import (
     NAMED_MODELS,
@@ -51,6 +51,9 @@ from pytest_automedbench.printable import money
 from pytest_automedbench.results import CellResult, full_cells
 from pytest_automedbench.sandbox.base import SandboxError
 from pytest_automedbench.tasks import TaskError, TaskSpec, discover_tasks
+
+if TYPE_CHECKING:
+    from pytest_automedbench.task_rules import TaskRules
 
 #: A checkout keeps the catalogue next to the package.
 _CHECKOUT_SUITES = Path(__file__).resolve().parent.parent / "suites"
@@ -120,7 +123,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tiers_note(all_rules: list[Any]) -> str:
+def _tiers_note(all_rules: list[TaskRules]) -> str:
     """The tiers, once for the catalogue where every task's briefs give the same."""
     kinds = {tuple((t.tier, t.gives) for t in rules.tiers) for rules in all_rules}
     tiers = (
