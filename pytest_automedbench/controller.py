@@ -23,6 +23,7 @@ from pytest_automedbench.results import CellResult
 from pytest_automedbench.runner import harness_versions
 from pytest_automedbench.sandbox import SandboxError, capabilities
 from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
+from pytest_automedbench.stats import summary_view
 from pytest_automedbench.terms import ERROR_CODES
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class BenchmarkController:
         try:
             mapping = parse_baseline_agents(run.baseline_agents, run.agents)
             planned = [self._planned(cell) for _, cell in cells]
-            check_baseline_plan(Ledger(run.baseline).records(), planned, mapping)
+            check_baseline_plan(Ledger(run.baseline).records(view=summary_view), planned, mapping)
         except GateError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -169,7 +170,7 @@ class BenchmarkController:
         try:
             mapping = parse_baseline_agents(run.baseline_agents, run.agents)
             return check_regression(
-                records, Ledger(run.baseline).records(), run.max_regression,
+                records, Ledger(run.baseline).records(view=summary_view), run.max_regression,
                 baseline_agents=mapping,
             )  # fmt: skip
         except BaselineMismatch as exc:
