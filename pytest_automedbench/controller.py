@@ -23,7 +23,6 @@ from pytest_automedbench.results import CellResult
 from pytest_automedbench.runner import harness_versions
 from pytest_automedbench.sandbox import SandboxError, capabilities
 from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
-from pytest_automedbench.stats import summary_view
 from pytest_automedbench.terms import ERROR_CODES
 
 if TYPE_CHECKING:
@@ -100,6 +99,7 @@ class BenchmarkController:
         if run.baseline is None:
             return
         from pytest_automedbench.gates import GateError, check_baseline_plan, parse_baseline_agents
+        from pytest_automedbench.stats import summary_view
 
         try:
             mapping = parse_baseline_agents(run.baseline_agents, run.agents)
@@ -164,6 +164,7 @@ class BenchmarkController:
             check_regression,
             parse_baseline_agents,
         )
+        from pytest_automedbench.stats import summary_view
 
         run = self.session.config
         assert run.baseline is not None
