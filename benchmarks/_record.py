@@ -161,7 +161,7 @@ def write_json(path: Path | None, options: dict[str, Any] | None = None) -> None
 
 # --------------------------------------------------------------------------- the docs' table
 
-UNIT_TEXT = {"x": "\N{MULTIPLICATION SIGN}", "fraction": "", "yes=1": ""}
+UNIT_TEXT = {"x": "\N{MULTIPLICATION SIGN}", "fraction": "", "yes=1": "", "": ""}
 
 
 def value_text(value: float | None, unit: str) -> str:

@@ -8,6 +8,7 @@ scripted upstream on 127.0.0.1; each turn adds the model's tool call and a ~3 KB
 result to the conversation, after a ~2 KB system prompt and tool schemas.
 
     .venv/bin/python benchmarks/gateway_log.py [--turns 80]
+    .venv/bin/python benchmarks/gateway_log.py --json gateway_log.json   # and the figures
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _record import add_json_option, figure, write_json
 
 from pytest_automedbench.gateway import CellLease, Gateway, Prices, RetryPolicy
 from pytest_automedbench.upstream import RecordedRequest, ScriptedUpstream, Shell
@@ -148,12 +150,18 @@ def figures(run: Conversation, checkpoints: Sequence[int] = CHECKPOINTS) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=max(CHECKPOINTS))
+    parser.add_argument("--quick", action="store_true", help="the same (sizes, not times)")
+    add_json_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="amb-gateway-log-") as folder:
         run = converse(Path(folder), args.turns)
         checkpoints = [n for n in CHECKPOINTS if n <= args.turns]
         for name, value in figures(run, checkpoints).items():
             print(f"{name:<50} {value:>12}")
+            exponent = "exponent" in name
+            target = 1.1 if name.startswith("log growth exponent") else None
+            figure(name, value, "" if exponent else "B/turn", at_most=target)
+    write_json(args.json, {"turns": args.turns})
 
 
 if __name__ == "__main__":
