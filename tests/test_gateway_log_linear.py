@@ -34,7 +34,11 @@ def _benchmark() -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(BENCHMARK.parent))  # it imports its neighbours, as scripts do
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARK.parent))
     return module
 
 
@@ -111,3 +115,38 @@ def test_an_earlier_format_log_still_reads(run: Any, tmp_path: Path) -> None:
     old.write_text('{"torn\n' + json.dumps(run.heard[0]) + "\n", "utf-8")
     with pytest.raises(ValueError, match="not a JSON line"):
         read_history(old)
+
+
+def test_edited_and_compacted_conversations_read_back_exactly(tmp_path: Path) -> None:
+    """Beyond a growing prefix: a system that moves a cache marker to the last message,
+    compacts its history, repeats an earlier message, or is refused in between."""
+    from pytest_automedbench.gateway._history import HistoryWriter
+
+    rng = random.Random(3)
+    system = [{"type": "text", "text": "You are careful. " * 40}]
+    history: list[dict[str, Any]] = []
+    lines: list[dict[str, Any]] = []
+    for turn in range(30):
+        history.append({"role": "user", "content": f"result {turn}: " + "x" * rng.randint(1, 900)})
+        sent = [dict(m) for m in history]
+        sent[-1] = {**sent[-1], "cache_control": {"type": "ephemeral"}}
+        if turn == 12:  # compaction: a summary replaces the first twelve messages
+            history = [{"role": "user", "content": "summary " * 60}, *history[12:]]
+        if turn == 20:  # an earlier message sent again, out of order
+            sent = [*sent, sent[0]]
+        served = turn % 7 != 3
+        request = {"model": "claude", "system": system, "messages": sent, "max_tokens": 1.0}
+        lines.append(
+            {
+                "time": str(turn),
+                "status": 200 if served else 403,
+                "request": request,
+                "response": {"n": turn, "flag": True} if served else None,
+            }
+        )
+    log = tmp_path / "log.jsonl"
+    writer = HistoryWriter(log, lambda text: text)
+    for line in lines:
+        writer.append(line, share=line["response"] is not None)
+    assert _texts(read_history(log)) == _texts(lines)
+    assert log.stat().st_size < sum(len(t) for t in _texts(lines)) / 2
