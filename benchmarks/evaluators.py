@@ -13,7 +13,13 @@ checks that they agree, and prints the ratio, which is what carries across machi
     fresh process) vs one case's decoded arrays, prediction plus reference (target: < 3x);
 (c) COCO mAP on 1000 images x 20 boxes from JSON files: the detection evaluator end to
     end vs faster-coco-eval directly vs pycocotools (target: no slower than
-    faster-coco-eval).
+    faster-coco-eval);
+(d) a cell's warm evaluator vs the cold one, on each placement this host offers (a Docker
+    container; a host process, as with bubblewrap): a pre-check and the final evaluation
+    of an ``empty`` cell (VQA-RAD), and the final evaluation of the reference solution's
+    iu-xray report cell (METEOR's JVM included), each timed from the call (the warm
+    evaluator already up, as when the agent ends). Targets on Docker: pre-check
+    <= 0.15 s, ``empty`` final <= 0.3 s, report final <= 1.5 s.
 
     .venv/bin/python benchmarks/evaluators.py            # the sizes above
     .venv/bin/python benchmarks/evaluators.py --quick    # smaller sizes for a busy machine
@@ -364,6 +370,133 @@ def bench_map(sizes: Sizes, repeats: int, root: Path) -> list[Row]:
     ]
 
 
+# --------------------------------------------------------------------------- (d) warm
+
+
+#: Docker's targets for a warm evaluator (issue 36), seconds.
+WARM_TARGETS = {"precheck_empty": 0.15, "final_empty": 0.3, "final_report": 1.5}
+
+
+def _median(values: list[float]) -> float:
+    return float(np.median(values))
+
+
+def _solved(task_id: str, root: Path, solve: bool) -> tuple[Any, Any, Path]:
+    """A catalogue task staged from its synthetic data, and its outputs (the reference
+    solution's, or none: an ``empty`` cell's)."""
+    from pytest_automedbench.fixtures.registry import get_generator
+    from pytest_automedbench.fixtures.staging import stage_synthetic
+    from pytest_automedbench.tasks import discover_tasks
+
+    suites = Path(__file__).resolve().parents[1] / "suites"
+    task = next(t for t in discover_tasks(suites) if t.id == task_id)
+    source = task.data.synthetic
+    generator = get_generator(source.generator)
+    staged = stage_synthetic(
+        task.id,
+        generator.name,
+        generator.generate,
+        root / "data",
+        source.n_cases,
+        source.seed,
+        generator.version,
+        layout=task.case_layout,
+    )
+    outputs = root / "outputs"
+    outputs.mkdir(parents=True, exist_ok=True)
+    if solve:
+        libraries = {str(lib.parent) for lib in task.reference_libraries}
+        argv = [sys.executable, str(task.reference_dir / "solve.py")]
+        argv += ["--inputs", str(staged.public_dir), "--outputs", str(outputs)]
+        proc = subprocess.run(
+            [*argv, "--pattern", task.output_pattern],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sorted(libraries))},
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"{task_id}'s reference solution failed: {proc.stderr[-2000:]}")
+    return task, staged, outputs
+
+
+def _timed_verdicts(
+    task: Any, staged: Any, outputs: Path, work: Path, placement: Any, warm: bool, repeats: int
+) -> tuple[list[float], list[float]]:
+    """Pre-check and final-evaluation times of ``repeats`` cells (a fresh warm evaluator
+    per cell, each made ready first, as while the agent works)."""
+    from pytest_automedbench.evaluation import check_format, evaluate
+    from pytest_automedbench.warm_evaluator import warm_evaluator
+
+    spec, refs = task.eval_spec(staged.case_ids), staged.private_dir
+    prechecks: list[float] = []
+    finals: list[float] = []
+    for n in range(repeats):
+        cell = work / f"{'warm' if warm else 'cold'}-{n}"
+        context = (
+            warm_evaluator(cell / "warm-evaluator", refs, spec.track, placement)
+            if warm
+            else contextlib.nullcontext(None)
+        )
+        with context as evaluator:
+            if evaluator is not None and not evaluator.await_ready():
+                raise RuntimeError("the warm evaluator did not start")
+            start = time.perf_counter()
+            check_format(spec, outputs, refs, cell / "precheck", placement, None, evaluator)
+            prechecks.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            evaluate(spec, outputs, refs, cell / "evaluator", placement, None, evaluator)
+            finals.append(time.perf_counter() - start)
+    return prechecks, finals
+
+
+def warm_figures(root: Path, repeats: int) -> dict[str, float]:
+    """The figures of (d), seconds, medians of ``repeats`` cells: ``PLACEMENT.CHECK.PATH``
+    for each placement (``docker``, ``host``), check (:data:`WARM_TARGETS`) and path
+    (``cold``, ``warm``)."""
+    from pytest_automedbench.evaluation import HOST_PROCESS, Placement
+    from pytest_automedbench.sandbox.docker import DockerSandbox, docker_problem
+
+    placements = {"host": HOST_PROCESS}
+    if docker_problem() is None:
+        DockerSandbox.session_setup()
+        placements["docker"] = Placement(
+            container=True, run_id="bench-warm", backend=DockerSandbox.name
+        )
+    empty = _solved("vqa-rad", root / "empty", solve=False)
+    report = _solved("iu-xray-report", root / "report", solve=True)
+    figures: dict[str, float] = {}
+    for name, placement in placements.items():
+        for path in ("cold", "warm"):
+            warm = path == "warm"
+            work = root / name / path
+            prechecks, finals = _timed_verdicts(*empty, work / "empty", placement, warm, repeats)
+            _, report_finals = _timed_verdicts(*report, work / "report", placement, warm, repeats)
+            figures[f"{name}.precheck_empty.{path}"] = _median(prechecks)
+            figures[f"{name}.final_empty.{path}"] = _median(finals)
+            figures[f"{name}.final_report.{path}"] = _median(report_finals)
+    return figures
+
+
+def warm_rows(figures: dict[str, float]) -> list[Row]:
+    rows = []
+    for name in ("docker", "host"):
+        for check, target in WARM_TARGETS.items():
+            if f"{name}.{check}.warm" not in figures:
+                continue
+            warm, cold = figures[f"{name}.{check}.warm"], figures[f"{name}.{check}.cold"]
+            rows.append(
+                Row(
+                    f"(d) {check.replace('_', ' ')}, {name}",
+                    f"warm {warm:.3f} s",
+                    f"cold {cold:.3f} s",
+                    f"{warm / cold:.2f}x its time",
+                    f"<= {target} s" if name == "docker" else "lower than docker",
+                )
+            )
+    return rows
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -372,6 +505,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a busy machine)")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
     parser.add_argument("--peak-child", nargs=3, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--only-warm", action="store_true", help="only (d): warm vs cold")
     args = parser.parse_args()
     if args.peak_child:
         peak_child(*args.peak_child)
@@ -389,13 +523,23 @@ def main() -> None:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="amb-bench-") as tmp:
         root = Path(tmp)
+        if args.only_warm:
+            rows = warm_rows(warm_figures(root / "warm", args.repeats))
+            print_rows(rows)
+            return
         print("  (a) Dice ...", flush=True)
         rows.append(bench_dice(sizes, args.repeats))
         print("  (b) segmentation files ...", flush=True)
         rows += bench_seg_files(sizes, args.repeats, root)
         print("  (c) mAP ...", flush=True)
         rows += bench_map(sizes, args.repeats, root)
+        print("  (d) warm vs cold evaluators ...", flush=True)
+        rows += warm_rows(warm_figures(root / "warm", args.repeats))
 
+    print_rows(rows)
+
+
+def print_rows(rows: list[Row]) -> None:
     headers = Row("check", "ours", "oracle (same run)", "ratio", "target")
     widths = [
         max(len(getattr(r, f)) for r in [headers, *rows])

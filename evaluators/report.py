@@ -41,6 +41,7 @@ import re
 import select
 import shutil
 import subprocess
+import threading
 import time
 import unicodedata
 from collections.abc import Sequence
@@ -237,15 +238,31 @@ class MeteorScorer:
 
     @classmethod
     def prestart(cls) -> None:
-        """Start one JVM ahead of time (a warm evaluator), for :meth:`started` to take;
-        nothing when METEOR cannot run here."""
-        if meteor_unavailable_reason() is None and not _PRESTARTED:
-            _PRESTARTED.append(cls())
+        """Start one JVM ahead of time (a warm evaluator) and, in the background, have it
+        score one line, which loads its tables (METEOR is stateless from line to line);
+        :meth:`started` takes it. Nothing when METEOR cannot run here."""
+        if meteor_unavailable_reason() is not None or _PRESTARTED:
+            return
+        scorer = cls()
+        warm_up = threading.Thread(target=scorer._warm_up, daemon=True)
+        warm_up.start()
+        _PRESTARTED.append((scorer, warm_up))
+
+    def _warm_up(self) -> None:
+        try:
+            self._send(f"SCORE ||| {EMPTY_TOKEN} ||| {EMPTY_TOKEN}")
+            self._readline()
+        except (OSError, RuntimeError, ValueError):
+            self.close()  # started() then makes a new one, as without a warm-up
 
     @classmethod
     def started(cls) -> MeteorScorer:
-        """The JVM :meth:`prestart` started (used once), or a new one."""
-        return _PRESTARTED.pop() if _PRESTARTED else cls()
+        """The JVM :meth:`prestart` started, once warm (used once), or a new one."""
+        if not _PRESTARTED:
+            return cls()
+        scorer, warm_up = _PRESTARTED.pop()
+        warm_up.join()
+        return scorer if scorer._proc.poll() is None else cls()
 
     def __enter__(self) -> MeteorScorer:
         return self
@@ -307,7 +324,7 @@ class MeteorScorer:
 
 
 #: The JVM a warm evaluator started ahead of time (:meth:`MeteorScorer.prestart`).
-_PRESTARTED: list[MeteorScorer] = []
+_PRESTARTED: list[tuple[MeteorScorer, threading.Thread]] = []
 
 
 def _meteor_text(text: str) -> str:
