@@ -32,9 +32,11 @@ dies leaves them behind and the next start on this host removes them.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -88,6 +90,9 @@ STAGE_PREFIX = "amb-docker-"
 IMAGE_SITE_DIR = "/usr/lib/python3/dist-packages"
 OWNER_FILE = "owner"
 
+#: The daemon's socket when ``DOCKER_HOST`` is not set (the SDK's default too).
+DOCKER_SOCKET = "/var/run/docker.sock"
+
 _clients: dict[int, Any] = {}
 
 
@@ -101,7 +106,14 @@ def docker_client(timeout: int = API_TIMEOUT_S) -> Any:
 
 
 def docker_problem() -> str | None:
-    """Why the Docker backend cannot run here, or None when a daemon answers."""
+    """Why the Docker backend cannot run here, or None when a daemon answers. A local
+    daemon's socket is asked directly first: collecting a catalogue (``--sandbox auto``)
+    then never imports the SDK (requests, urllib3), which only a cell's sandbox needs;
+    anything else (a remote ``DOCKER_HOST``, no answer) asks through the SDK, as before."""
+    if importlib.util.find_spec("docker") is None:
+        return "the docker SDK is not installed (pip install docker)"
+    if _local_socket_answers(os.environ.get("DOCKER_HOST") or f"unix://{DOCKER_SOCKET}"):
+        return None
     try:
         import docker
     except ImportError:
@@ -112,6 +124,26 @@ def docker_problem() -> str | None:
     except Exception as exc:
         return f"no Docker daemon answers ({type(exc).__name__}: {str(exc)[:200]})"
     return None
+
+
+def _local_socket_answers(host: str, timeout_s: float = 3.0) -> bool:
+    """Whether the daemon behind a ``unix://`` host answers ``GET /_ping`` with ``OK``
+    (False for any other host, and on any error: the SDK then says why)."""
+    if not host.startswith("unix://"):
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout_s)
+            connection.connect(host.removeprefix("unix://"))
+            connection.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            reply = b""
+            while len(reply) < 65536 and (chunk := connection.recv(4096)):
+                reply += chunk
+    except OSError:
+        return False
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split()
+    return len(status) >= 2 and status[1] == b"200" and body.strip() == b"OK"
 
 
 def owner_label() -> str:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -146,3 +149,69 @@ def test_a_damaged_or_unwritable_cache_is_ignored(tmp_path: Path) -> None:
     blocked = tmp_path / "a-file"  # a cache folder that cannot be made
     blocked.write_text("", encoding="utf-8")
     assert registry.declarations(paths, blocked / "cache") == expected
+
+
+@pytest.fixture
+def fake_daemon(tmp_path: Path) -> Iterator[tuple[str, list[bytes]]]:
+    """A unix socket that answers every request with the reply in the returned list
+    (``HTTP/1.0 200 OK`` and ``OK`` unless a test changes it), as dockerd answers
+    ``GET /_ping``; yields ``(DOCKER_HOST, replies)``."""
+    path = tmp_path / "d.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen()  # listening before any client connects: nothing to wait for
+    replies = [b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nOK"]
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:  # closed: the test is over
+                return
+            with connection:
+                connection.recv(4096)
+                connection.sendall(replies[0])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"unix://{path}", replies
+    server.close()
+    thread.join(timeout=10)
+
+
+def docker_problem_in_subprocess(host: str) -> tuple[str, bool]:
+    """``docker_problem()`` in a fresh process with this ``DOCKER_HOST``, and whether the
+    docker SDK was imported there."""
+    code = (
+        "import sys\n"
+        "from pytest_automedbench.sandbox.docker import docker_problem\n"
+        "print(repr(docker_problem()))\n"
+        "print('docker' in sys.modules)\n"
+    )
+    env = {**os.environ, "DOCKER_HOST": host}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    problem, imported = proc.stdout.splitlines()[-2:]
+    return problem, imported == "True"
+
+
+def test_a_local_daemon_that_answers_is_found_without_the_docker_sdk(
+    fake_daemon: tuple[str, list[bytes]],
+) -> None:
+    host, _ = fake_daemon
+    assert docker_problem_in_subprocess(host) == ("None", False)
+
+
+def test_a_daemon_that_does_not_answer_ok_is_asked_through_the_sdk(
+    fake_daemon: tuple[str, list[bytes]], tmp_path: Path
+) -> None:
+    host, replies = fake_daemon
+    replies[0] = b"HTTP/1.0 500 Internal Server Error\r\n\r\nno"
+    problem, imported = docker_problem_in_subprocess(host)
+    assert imported  # the SDK's own answer, and its message, as before
+    assert "no Docker daemon answers (" in problem
+    problem, imported = docker_problem_in_subprocess(f"unix://{tmp_path / 'none.sock'}")
+    assert imported
+    assert "no Docker daemon answers (" in problem
