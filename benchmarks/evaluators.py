@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import SimpleITK as _sitk
+from _record import add_json_option, figure, write_json
 from numpy.typing import NDArray
 from timing import best_of
 
@@ -130,6 +131,9 @@ def bench_dice(sizes: Sizes, repeats: int) -> Row:
     )
     if not np.allclose(ours, theirs, atol=1e-6, rtol=0):
         raise SystemExit(f"(a) Dice disagrees with MONAI: {ours} vs {theirs}")
+    figure(f"Dice, {k} classes, {x}x{y}x{z}, best", ours_s * 1e3, "ms")
+    figure(f"MONAI DiceMetric, {k} classes, {x}x{y}x{z}, best", monai_s * 1e3, "ms")
+    figure("Dice speed-up over MONAI", monai_s / ours_s, "x", at_least=5)
     return Row(
         f"(a) Dice, {k} classes, {x}x{y}x{z}",
         f"{ours_s * 1e3:.1f} ms",
@@ -236,6 +240,11 @@ def bench_seg_files(sizes: Sizes, repeats: int, root: Path) -> list[Row]:
     x, y, z = sizes.seg_shape
     one_case = 2 * x * y * z  # uint8 prediction + uint8 reference
     n = sizes.seg_cases
+    figure(f"score {n} cases {x}x{y}x{z} .nii.gz, best", score_s, "s")
+    figure(f"SimpleITK load of their {2 * n} files, best", load_s, "s")
+    figure("segmentation scoring / the SimpleITK load", score_s / load_s, "x", at_most=1.3)
+    figure("peak memory growth while scoring", growth / 2**20, "MiB")
+    figure("peak memory / one case's decoded arrays", growth / one_case, "x", at_most=3)
     return [
         Row(
             f"(b) score {n} cases {x}x{y}x{z} .nii.gz",
@@ -352,6 +361,11 @@ def bench_map(sizes: Sizes, repeats: int, root: Path) -> list[Row]:
     if not (abs(ours_map - py_map) < 1e-6 and abs(fast_map - py_map) < 1e-6):
         raise SystemExit(f"(c) mAP disagrees: ours {ours_map}, fce {fast_map}, pycoco {py_map}")
     label = f"(c) mAP@0.5 {sizes.det_images} images x {sizes.det_boxes} boxes"
+    at = f"mAP@0.5, {sizes.det_images} images x {sizes.det_boxes} boxes"
+    figure(f"{at}, ours, best", ours_s, "s")
+    figure(f"{at}, faster-coco-eval, best", fast_s, "s")
+    figure(f"{at}, pycocotools, best", py_s, "s")
+    figure("mAP / faster-coco-eval", ours_s / fast_s, "x", at_most=1)
     return [
         Row(
             label,
@@ -485,6 +499,9 @@ def warm_rows(figures: dict[str, float]) -> list[Row]:
             if f"{name}.{check}.warm" not in figures:
                 continue
             warm, cold = figures[f"{name}.{check}.warm"], figures[f"{name}.{check}.cold"]
+            what = f"{check.replace('_', ' ')}, {name}"
+            figure(f"{what}, warm, median", warm, "s", at_most=target if name == "docker" else None)
+            figure(f"{what}, cold, median", cold, "s")
             rows.append(
                 Row(
                     f"(d) {check.replace('_', ' ')}, {name}",
@@ -506,6 +523,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
     parser.add_argument("--peak-child", nargs=3, type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--only-warm", action="store_true", help="only (d): warm vs cold")
+    add_json_option(parser)
     args = parser.parse_args()
     if args.peak_child:
         peak_child(*args.peak_child)
@@ -526,6 +544,7 @@ def main() -> None:
         if args.only_warm:
             rows = warm_rows(warm_figures(root / "warm", args.repeats))
             print_rows(rows)
+            write_json(args.json, {"repeats": args.repeats, "only_warm": True})
             return
         print("  (a) Dice ...", flush=True)
         rows.append(bench_dice(sizes, args.repeats))
@@ -537,6 +556,7 @@ def main() -> None:
         rows += warm_rows(warm_figures(root / "warm", args.repeats))
 
     print_rows(rows)
+    write_json(args.json, {"repeats": args.repeats, "quick": args.quick})
 
 
 def print_rows(rows: list[Row]) -> None:
