@@ -9,6 +9,7 @@ writes the table of ``docs/benchmarks.md`` from it.
     .venv/bin/python benchmarks --json docs/benchmarks.json           # every script
     .venv/bin/python benchmarks --quick --json run.json               # a busy machine
     .venv/bin/python benchmarks --quick --only harness sandbox --json run.json
+    .venv/bin/python benchmarks --quick --only evaluators --update --json run.json  # rerun one
 """
 
 from __future__ import annotations
@@ -65,15 +66,37 @@ def main() -> None:
     parser.add_argument(
         "--timeout", type=float, default=3600, help="seconds each script may take (3600)"
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="rerun the chosen scripts into the record FILE, keeping the others' entries",
+    )
     args = parser.parse_args()
     chosen = [n for n in (args.only or names) if n not in args.skip]
     at_start = machine()
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="amb-benchmarks-") as tmp:
         runs = [run_script(name, args.quick, Path(tmp), args.timeout) for name in chosen]
-    record = {
+    if args.update:
+        record = updated(json.loads(args.json.read_text(encoding="utf-8")), runs, args.quick)
+    else:
+        record = whole_record(runs, args.quick, started, at_start)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    failed = [f"{r['script']} ({r['failed']})" for r in runs if "failed" in r]
+    print(f"\nwrote {args.json}: {len(runs)} scripts")
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
+
+
+def whole_record(
+    runs: list[dict[str, Any]], quick: bool, started: float, at_start: dict[str, Any]
+) -> dict[str, Any]:
+    """One run of the chosen scripts: their records, the machine at the start, the load at
+    the end and the commit."""
+    return {
         "format": RECORD_FORMAT,
-        "quick": args.quick,
+        "quick": quick,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1),
         **commit(),
@@ -81,12 +104,17 @@ def main() -> None:
         "load_average_at_end": machine()["load_average"],
         "scripts": runs,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    failed = [f"{r['script']} ({r['failed']})" for r in runs if "failed" in r]
-    print(f"\nwrote {args.json}: {len(runs)} scripts")
-    if failed:
-        sys.exit(f"failed: {', '.join(failed)}")
+
+
+def updated(record: dict[str, Any], runs: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
+    """``record`` with the entries of the scripts in ``runs`` replaced (each entry keeps its
+    own machine, load, commit and start), listed under ``rerun``."""
+    if record.get("quick") != quick:
+        sys.exit("--update: the record and this run differ in --quick")
+    fresh = {r["script"]: r for r in runs}
+    kept = [fresh.pop(r["script"], r) for r in record["scripts"]]
+    rerun = [*record.get("rerun", []), *(r["script"] for r in runs)]
+    return {**record, "scripts": [*kept, *fresh.values()], "rerun": sorted(set(rerun))}
 
 
 if __name__ == "__main__":
