@@ -438,7 +438,7 @@ def _timed_verdicts(
     task: Any, staged: Any, outputs: Path, work: Path, placement: Any, warm: bool, repeats: int
 ) -> tuple[list[float], list[float]]:
     """Pre-check and final-evaluation times of ``repeats`` cells (a fresh warm evaluator
-    per cell, each made ready first, as while the agent works)."""
+    per cell, each warm first, as when an agent ends)."""
     from pytest_automedbench.evaluation import check_format, evaluate
     from pytest_automedbench.warm_evaluator import warm_evaluator
 
@@ -453,7 +453,7 @@ def _timed_verdicts(
             else contextlib.nullcontext(None)
         )
         with context as evaluator:
-            if evaluator is not None and not evaluator.await_ready():
+            if evaluator is not None and not evaluator.await_warm(120.0):
                 raise RuntimeError("the warm evaluator did not start")
             start = time.perf_counter()
             check_format(spec, outputs, refs, cell / "precheck", placement, None, evaluator)

@@ -237,16 +237,17 @@ class MeteorScorer:
         )
 
     @classmethod
-    def prestart(cls) -> None:
+    def prestart(cls) -> threading.Thread | None:
         """Start one JVM ahead of time (a warm evaluator) and, in the background, have it
         score one line, which loads its tables (METEOR is stateless from line to line);
-        :meth:`started` takes it. Nothing when METEOR cannot run here."""
+        :meth:`started` takes it. Returns that warm-up (None when METEOR cannot run here)."""
         if meteor_unavailable_reason() is not None or _PRESTARTED:
-            return
+            return None
         scorer = cls()
         warm_up = threading.Thread(target=scorer._warm_up, daemon=True)
         warm_up.start()
         _PRESTARTED.append((scorer, warm_up))
+        return warm_up
 
     def _warm_up(self) -> None:
         try:

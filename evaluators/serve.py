@@ -9,8 +9,9 @@ are its cell's only.
 
 The protocol is two FIFOs in ``DIR``, one JSON object a line:
 
-* ``replies`` (this process writes): ``{"ready": true}`` once warm, then ``{"rc": N}``
-  after each request;
+* ``replies`` (this process writes): ``{"ready": true}`` once its imports are done (it
+  answers from then on), ``{"warm": true}`` once what warms in the background (METEOR's
+  JVM) is done too, and ``{"rc": N}`` after each request;
 * ``requests`` (the host writes): ``{"argv": [...]}``, the evaluator command line's
   arguments exactly as a cold evaluator would get them, so a verdict is the cold one.
 
@@ -24,6 +25,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,8 +37,9 @@ REPLIES = "replies"
 EXIT_BAD_INPUT = 2
 
 
-def warm_up(track: str) -> None:
-    """Import the track's evaluator (and its libraries); start METEOR for a report."""
+def warm_up(track: str) -> threading.Thread | None:
+    """Import the track's evaluator (and its libraries); start METEOR for a report (what
+    warms in the background, returned)."""
     from . import evaluator_class
     from .__main__ import main  # noqa: F401  (the command line and what it imports)
 
@@ -44,7 +47,8 @@ def warm_up(track: str) -> None:
     if track == "report":
         from .report import MeteorScorer
 
-        MeteorScorer.prestart()
+        return MeteorScorer.prestart()
+    return None
 
 
 def answer(argv: list[str]) -> int:
@@ -59,11 +63,25 @@ def answer(argv: list[str]) -> int:
 
 def serve(ctl: Path, track: str) -> int:
     """Warm up, say so, then answer requests until their end of file."""
+    background = None
     with contextlib.suppress(Exception):  # an unknown track: every request says so
-        warm_up(track)
+        background = warm_up(track)
+    lock = threading.Lock()
     with open(ctl / REPLIES, "w", encoding="utf-8") as replies:
-        replies.write(json.dumps({"ready": True}) + "\n")
-        replies.flush()
+
+        def say(reply: dict[str, object]) -> None:
+            with lock:
+                replies.write(json.dumps(reply) + "\n")
+                replies.flush()
+
+        def when_warm() -> None:
+            if background is not None:
+                background.join()
+            with contextlib.suppress(OSError, ValueError):
+                say({"warm": True})
+
+        say({"ready": True})
+        threading.Thread(target=when_warm, daemon=True).start()
         with open(ctl / REQUESTS, encoding="utf-8") as requests:
             for line in requests:
                 try:
@@ -72,8 +90,7 @@ def serve(ctl: Path, track: str) -> int:
                     return EXIT_BAD_INPUT
                 rc = answer(argv)
                 sys.stderr.flush()
-                replies.write(json.dumps({"rc": rc}) + "\n")
-                replies.flush()
+                say({"rc": rc})
     return 0
 
 

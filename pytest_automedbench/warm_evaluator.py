@@ -50,6 +50,7 @@ class WarmEvaluator:
         self.ctl = root / "ctl"
         self.inbox, self.outbox = root / "in", root / "out"
         self.ready = False
+        self.warm = False
         self.broken = False
         self.served = 0
         self._buffer = b""
@@ -109,7 +110,15 @@ class WarmEvaluator:
     # ------------------------------------------------------------------ protocol
 
     def _line(self, deadline: float) -> dict[str, object] | None:
-        """The evaluator's next reply line; None at its end or at ``deadline``."""
+        """The evaluator's next reply line but ``{"warm": true}`` (noted); None at its end
+        or at ``deadline``."""
+        while True:
+            reply = self._any_line(deadline)
+            if reply is None or reply.get("warm") is not True:
+                return reply
+            self.warm = True
+
+    def _any_line(self, deadline: float) -> dict[str, object] | None:
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or (self._proc is not None and self._proc.poll() is not None):
@@ -141,6 +150,19 @@ class WarmEvaluator:
         if self._keeper is not None:  # from now on its end closing is the end of file
             os.close(self._keeper)
             self._keeper = None
+        return True
+
+    def await_warm(self, wait_s: float = READY_WAIT_S) -> bool:
+        """Whether what the evaluator warms in the background (METEOR's JVM) is done,
+        waiting up to ``wait_s`` for it (never while a request is in flight)."""
+        if not self.await_ready(wait_s):
+            return False
+        deadline = time.monotonic() + wait_s
+        while not self.warm:
+            reply = self._any_line(deadline)
+            if reply is None:
+                return False
+            self.warm = reply.get("warm") is True
         return True
 
     def serve(
