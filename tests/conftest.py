@@ -23,9 +23,10 @@ from pytest_automedbench.egress import STATIC_ONLY_ENV
 os.environ[STATIC_ONLY_ENV] = "1"
 
 # In-process pytester runs (``pytester.runpytest``) forget the modules they imported, and
-# numpy, which the plugin's controller imports, cannot be loaded twice in one process:
-# loaded here, it stays loaded in every test process whatever order the tests run in.
-import pytest_automedbench.controller  # noqa: F401
+# numpy, which the plugin's statistics import (the gates, --runs auto and the summary, at
+# the session's end), cannot be loaded twice in one process: loaded here, it stays loaded
+# in every test process whatever order the tests run in.
+import pytest_automedbench.stats  # noqa: F401
 from pytest_automedbench.agents.tools import Toolbox
 from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.config import RunConfig
