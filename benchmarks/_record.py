@@ -213,6 +213,9 @@ def render_markdown(record: dict[str, Any]) -> str:
             lines.append(f"Did not finish ({run['failed']}): no figures.")
             continue
         load_text = f"load average {run['machine']['load_average'][0]:.1f} at its end"
+        if run.get("commit") != record.get("commit"):
+            dirty = " with uncommitted changes" if run.get("dirty") else ""
+            load_text += f", at commit `{str(run.get('commit'))[:10]}`{dirty}"
         if run["script"] in record.get("rerun", []):
             load_text += f", rerun alone ({run['started']})"
         lines += [f"{run['seconds']:.0f} s, {load_text}.", ""]
