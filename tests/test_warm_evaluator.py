@@ -176,8 +176,9 @@ def test_each_cells_evaluator_sees_only_its_own_cell(tmp_path: Path) -> None:
         staged, outputs = solved(task, tmp_path / name)
         cells[name] = (staged, outputs)
     answers = cells["b"][1] / "answers.json"
-    if answers.exists():  # cell B's outputs differ from A's
-        answers.write_text("{}", encoding="utf-8")
+    assert answers.is_file()
+    answers.write_text("{}", encoding="utf-8")  # cell B's outputs differ from A's
+    scored: dict[str, list[dict[str, Any]]] = {}
     with (
         warm_evaluator(tmp_path / "a" / "warm", cells["a"][0].private_dir, "vqa", placement) as wa,
         warm_evaluator(tmp_path / "b" / "warm", cells["b"][0].private_dir, "vqa", placement) as wb,
@@ -187,9 +188,9 @@ def test_each_cells_evaluator_sees_only_its_own_cell(tmp_path: Path) -> None:
             hot = verdicts(task, staged, outputs, tmp_path / name / "cell", placement, warm)
             cold = verdicts(task, staged, outputs, tmp_path / name / "cold", placement, None)
             assert hot == cold and warm.served == 3
-        containers = client.containers.list(
-            filters={"label": "org.automedbench.run=warm-redteam"}
-        )
+            scored[name] = hot
+        assert scored["a"][2]["task_score"] > 0 and scored["b"][2]["task_score"] == 0
+        containers = client.containers.list(filters={"label": "org.automedbench.run=warm-redteam"})
         assert len(containers) == 2
         for container in containers:
             attrs = container.attrs
