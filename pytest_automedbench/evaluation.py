@@ -3,7 +3,9 @@
 The evaluator runs apart from the harness, as its own host process or (with the Docker
 backend) in its own container without network, and is handed only a copy of the
 submission, the private references and a spec; the host never scores anything itself
-and only parses the evaluator's JSON.
+and only parses the evaluator's JSON. A cell's verdicts may come from its warm evaluator
+(:mod:`pytest_automedbench.warm_evaluator`: the same command line, started ahead of time,
+that cell's only); without one, or when it cannot answer, a cold one is started per verdict.
 
 The copy keeps what each entry is without anything it points to: a symbolic link becomes
 a link to nowhere and a FIFO an empty FIFO, so the evaluator reports them as a link and a
