@@ -3678,7 +3678,15 @@ MUST_ALLOW = [
         "nproc; grep -c processor /proc/cpuinfo; head -1 /proc/meminfo; df -h @WS@ | tail -1",
         "MemTotal",
     ),
-    allow("own_processes", "bash", "sleep 1 & ps -o pid,comm; wait", "sleep"),
+    # The listing waits until the background child has become ``sleep`` (a forked child is
+    # ``bash`` until it execs): an event, not a fixed delay.
+    allow(
+        "own_processes",
+        "bash",
+        "sleep 30 & for _ in $(seq 2000); do ps -o comm= | grep -qx sleep && break; done; "
+        "ps -o pid,comm; kill $!; wait",
+        "sleep",
+    ),
     allow("environment_variables", "bash", "printenv HOME PWD", "@WS@"),
     allow(
         "background_job_and_wait",
