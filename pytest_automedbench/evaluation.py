@@ -23,7 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -31,8 +31,17 @@ from pytest_automedbench.evaluators.safe_io import encodable, encodable_tree, fi
 from pytest_automedbench.evaluators.schema import EvalSpec, EvaluationResult, FormatReport
 from pytest_automedbench.sandbox.local import remove_tree
 
-if TYPE_CHECKING:
-    from pytest_automedbench.warm_evaluator import WarmEvaluator
+
+class WarmEvaluator(Protocol):
+    """A cell's evaluator started ahead of time
+    (:class:`pytest_automedbench.warm_evaluator.WarmEvaluator`): ``serve`` gives one
+    verdict as the cold command line would (its exit code and the end of its log, the
+    verdict at ``out``), or None when it cannot (the caller goes cold)."""
+
+    def serve(
+        self, spec_path: Path, submission: Path, out: Path, format_only: bool
+    ) -> tuple[int, str] | None: ...
+
 
 EVALUATOR_TIMEOUT_S = 900.0
 #: The target of every symbolic link in the evaluator's copy of a submission: nothing.
