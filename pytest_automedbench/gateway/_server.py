@@ -108,6 +108,22 @@ def _translation_fault(exc: BaseException) -> bool:
     return any(isinstance(link, _TRANSLATION_ERRORS) for link in chain)
 
 
+def _tcp_listener(host: str) -> socket.socket:
+    """A TCP socket bound to ``host`` on a port the OS chooses, whose connections send
+    small writes at once (``TCP_NODELAY``).
+
+    uvicorn writes a reply's headers and its body in two sends. Without ``TCP_NODELAY``
+    Nagle's algorithm holds the body until the client ACKs the headers, and the client
+    delays that ACK (~40 ms on Linux): every keep-alive reply waited for it. asyncio sets
+    the option on an accepted connection only when the listening socket says
+    ``IPPROTO_TCP`` (a socket made with protocol 0 does not), and Linux copies a
+    listener's ``TCP_NODELAY`` to the connections it accepts: both are set here."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, 0))
+    return sock
+
+
 class Gateway:
     """``with Gateway(log_dir) as gw: lease = gw.open_cell(...)``.
 
@@ -160,8 +176,7 @@ class Gateway:
         # The flag is process-wide but read only by the Messages entry point, which
         # nothing but the gateway calls; Anthropic models still pass through natively.
         litellm.use_chat_completions_url_for_anthropic_messages = True
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind((self.host, 0))
+        sock = _tcp_listener(self.host)
         self._socket = sock
         sockets = [sock]
         if self.unix_socket is not None:
