@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Literal
 
 from pytest_automedbench.printable import money
 from pytest_automedbench.results import CellKey, CellResult
-from pytest_automedbench.stats import bootstrap_ci, cost_known, latest_per_cell
 
 if TYPE_CHECKING:
     from pytest_automedbench.config import RunConfig
@@ -91,6 +90,8 @@ def overall_width(values: Sequence[float]) -> float | None:
     summary's interval uses); None for fewer than two values."""
     if len(values) < 2:
         return None
+    from pytest_automedbench.stats import bootstrap_ci  # numpy: only when an interval is drawn
+
     interval = bootstrap_ci(values)
     return 100.0 * (interval.high - interval.low)
 
@@ -99,6 +100,8 @@ def group_records(
     records: Iterable[CellResult], agent: str, task: str, tier: str, before: int | None = None
 ) -> list[CellResult]:
     """The group's records (each cell once), those of repeats below ``before`` when given."""
+    from pytest_automedbench.stats import latest_per_cell
+
     return [
         r
         for r in latest_per_cell(records)
@@ -114,6 +117,8 @@ def decide(
 ) -> RunDecision:
     """Whether repeat ``run`` of (agent, task, tier) is needed, on the group's records of
     repeats below ``run`` among ``records`` (see the module docstring for the rules)."""
+    from pytest_automedbench.stats import cost_known
+
     group = group_records(records, agent, task, tier, before=run)
     scored = [r for r in group if r.status == "scored"]
     values = [r.overall for r in scored if r.overall is not None]
@@ -172,6 +177,8 @@ def decide(
 def outcomes(config: RunConfig, records: Iterable[CellResult]) -> list[RunDecision]:
     """How each group of ``records`` ended: the decision on the repeat after its last
     (always a stop: at the latest the run cap), by (agent, task, tier)."""
+    from pytest_automedbench.stats import latest_per_cell
+
     records = latest_per_cell(records)
     groups = sorted({(r.agent, r.task, r.tier) for r in records})
     out = []

@@ -32,22 +32,20 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_automedbench.results import CellKey, CellResult, full_cells
-from pytest_automedbench.stats import (
-    MIN_PAIRS,
-    CellPair,
-    HashMismatch,
-    hash_conflict,
-    latest_per_cell,
-    pair_cells,
-    paired_runs_interval,
-    scored_cell_hashes,
-)
 from pytest_automedbench.terms import TRACKS
 from pytest_automedbench.thresholds import SCORE_KEYS, GateError, Threshold, parse_fail_under
+
+if TYPE_CHECKING:
+    from pytest_automedbench.stats import CellPair, HashMismatch
+
+# The statistics (:mod:`~pytest_automedbench.stats`, numpy) are imported by the gates that
+# read records, when they run: every session's end asks :func:`exit_status`, which needs
+# none of them (a ``--collect-only`` run among them).
 
 __all__ = [
     "SCORE_KEYS",
@@ -102,6 +100,8 @@ def _value(record: CellResult, key: str) -> float | None:
 def _scored(records: Iterable[CellResult]) -> list[CellResult]:
     """The scored records of full cells (never a smoke cell's: ``results.full_cells``),
     each cell once (``stats.latest_per_cell``)."""
+    from pytest_automedbench.stats import latest_per_cell
+
     return [r for r in latest_per_cell(full_cells(records)) if r.status == "scored"]
 
 
@@ -135,6 +135,8 @@ def check_coverage(
     wanted = set(selected) - skipped
     if skipped and not wanted:  # cannot happen (a group's first runs always run): say so
         return GateResult("coverage", False, "coverage: every selected cell was not needed")
+    from pytest_automedbench.stats import latest_per_cell
+
     latest = {r.key: r for r in latest_per_cell(records) if r.key in wanted}
     scored = sum(1 for r in latest.values() if r.status == "scored")
     infra = sum(1 for r in latest.values() if r.status == "infra_error")
@@ -272,6 +274,8 @@ def check_baseline_plan(
     baseline's agents otherwise), and no planned cell is of another task or other data
     than the baseline's records of it (:class:`BaselineMismatch`, the rule of
     :func:`~pytest_automedbench.stats.pair_cells`)."""
+    from pytest_automedbench.stats import HashMismatch, hash_conflict, scored_cell_hashes
+
     before: dict[str, list[CellResult]] = defaultdict(list)
     for record in _scored(baseline):
         before[record.agent].append(record)
@@ -317,6 +321,8 @@ def _regression_result(
         return GateResult(
             name, True, f"{head}, {new - old:+.1f} points: not enough evidence ({why})", True
         )
+    from pytest_automedbench.stats import paired_runs_interval
+
     diff = paired_runs_interval(pairs, seed=seed).scaled()
     shown = (
         f"{head}, {diff.mean:+.1f} points [95% CI {diff.low:+.1f}, {diff.high:+.1f}], "
@@ -338,13 +344,17 @@ def check_regression(
     *,
     baseline_agents: Mapping[str, str] | None = None,
     seed: int = 0,
-    min_pairs: int = MIN_PAIRS,
+    min_pairs: int | None = None,
 ) -> list[GateResult]:
     """Per agent and track of the session: its cells paired with the baseline's agent's
     (``baseline_agents``: {session agent: baseline agent}, default the same name) by
     :func:`~pytest_automedbench.stats.pair_cells`, judged by the paired interval over
     cells and runs. Raises :class:`BaselineMismatch` when a paired cell's task or data
-    hash differs."""
+    hash differs. ``min_pairs``: the fewest paired cells an interval needs (None:
+    :data:`~pytest_automedbench.stats.MIN_PAIRS`)."""
+    from pytest_automedbench.stats import MIN_PAIRS, pair_cells
+
+    least = MIN_PAIRS if min_pairs is None else min_pairs
     mapping = baseline_agents or {}
     now: dict[str, list[CellResult]] = defaultdict(list)
     for record in _scored(records):
@@ -381,7 +391,7 @@ def check_regression(
             by_track[pair.track].append(pair)
         for track, pairs in sorted(by_track.items()):
             name = f"regression {track} [{label}]"
-            results.append(_regression_result(name, pairs, max_points, seed, min_pairs))
+            results.append(_regression_result(name, pairs, max_points, seed, least))
     if mismatches:
         raise _mismatch_error(mismatches)
     return results

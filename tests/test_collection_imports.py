@@ -1,6 +1,7 @@
 """Collecting the catalogue stays light: what a cell needs only when it runs (numpy and the
-statistics, litellm, the imaging libraries, the data generators) is not imported while
-pytest collects, and the fixtures' declaration index is read from its cache until a module
+statistics, litellm, the imaging libraries, the data generators, the formats its tasks are
+not of) is not imported while pytest collects, nor (the statistics) when a ``--collect-only``
+session ends, and the fixtures' declaration index is read from its cache until a module
 changes. Asserted on module names and file contents, never on times."""
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ DEFERRED = (
     "pytest_automedbench.adaptive",
     "pytest_automedbench.gates",
     "pytest_automedbench.report.terminal",
+    "pytest_automedbench.harbor",  # no Harbor task is collected (nor asked about an agent)
 )
 
+#: Imported by no part of a ``--collect-only`` session, its end included (the gates and
+#: ``--runs auto`` look at the session's end, without the statistics when nothing ran).
+DEFERRED_TO_THE_END = ("numpy", "scipy", "pytest_automedbench.stats")
+
 #: A plugin that writes the names in ``sys.modules`` once collection is over (after every
-#: other ``pytest_collection_finish``: the session's own start included).
+#: other ``pytest_collection_finish``: the session's own start included), and again when
+#: the session ends (after every other ``pytest_unconfigure``), beside it (``.end``).
 PROBE = """
 import json, os, sys
 
@@ -48,12 +55,19 @@ import pytest
 def pytest_collection_finish(session):
     with open(os.environ["AMB_PROBE_OUT"], "w", encoding="utf-8") as handle:
         json.dump({"modules": sorted(sys.modules), "items": len(session.items)}, handle)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    with open(os.environ["AMB_PROBE_OUT"] + ".end", "w", encoding="utf-8") as handle:
+        json.dump({"modules": sorted(sys.modules)}, handle)
 """
 
 
 def modules_after_collection(tmp_path: Path, *args: str) -> tuple[set[str], int]:
     """Collect ``args`` from the repository root in a fresh pytest process (the plugin
-    loaded through its entry point): the modules imported by then and the item count."""
+    loaded through its entry point): the modules imported by then and the item count
+    (those imported by the session's end: :func:`modules_at_the_end`)."""
     (tmp_path / "amb_collection_probe.py").write_text(PROBE, encoding="utf-8")
     out = tmp_path / "modules.json"
     env = {**os.environ, "AMB_PROBE_OUT": str(out), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -75,6 +89,13 @@ def modules_after_collection(tmp_path: Path, *args: str) -> tuple[set[str], int]
     return set(written["modules"]), int(written["items"])
 
 
+def modules_at_the_end(tmp_path: Path) -> set[str]:
+    """The modules the last :func:`modules_after_collection` process had imported when
+    its session ended."""
+    written = json.loads((tmp_path / "modules.json.end").read_text(encoding="utf-8"))
+    return set(written["modules"])
+
+
 def test_collecting_the_catalogue_defers_what_cells_need_to_run(tmp_path: Path) -> None:
     modules, items = modules_after_collection(tmp_path, "suites/", "--agent", "reference")
     assert items > 0
@@ -87,6 +108,9 @@ def test_collecting_the_catalogue_defers_what_cells_need_to_run(tmp_path: Path) 
     assert declaring
     generators = sorted(m for m in declaring if f"pytest_automedbench.fixtures.{m}" in modules)
     assert generators == []
+    at_the_end = modules_at_the_end(tmp_path)
+    assert "pytest_automedbench.gates" in at_the_end  # the session's end did decide its status
+    assert sorted(name for name in DEFERRED_TO_THE_END if name in at_the_end) == []
 
 
 def write_module(folder: Path, name: str, body: str) -> Path:

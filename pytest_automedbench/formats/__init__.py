@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pytest
 
+from pytest_automedbench.agents.kinds import FormatAgent
 from pytest_automedbench.formats.known import FORMAT_MARKERS, FORMAT_PATHS, FORMATS, load
 from pytest_automedbench.formats.task import DataUnavailable, Task
 
@@ -153,7 +154,9 @@ class TaskFormat(Protocol):
         ...
 
     def only_for_own(self, entry: AgentEntry) -> str | None:
-        """Why an agent that exists only for this format's tasks cannot run another's."""
+        """Why an agent that exists only for this format's tasks cannot run another's
+        (asked of a :class:`~pytest_automedbench.agents.kinds.FormatAgent` only: the
+        agents a format contributes are the only ones kept to its tasks)."""
         ...
 
     def markers(self, task: Task, tier: str) -> tuple[str, ...]:
@@ -257,6 +260,8 @@ def agent_mismatch(entry: AgentEntry, task: Task) -> str | None:
     own = format_of(task)
     if (reason := own.refuses(entry)) is not None:
         return reason
+    if not isinstance(entry, FormatAgent):  # the only agents kept to a format's own tasks
+        return None  # (so no other format is imported to say so)
     others = (f.only_for_own(entry) for f in all_formats() if f.name != own.name)
     return next((reason for reason in others if reason is not None), None)
 
