@@ -25,7 +25,6 @@ from pydantic_core import PydanticSerializationError
 from . import get_evaluator
 from .safe_io import encodable, encodable_tree
 from .schema import SCHEMA_VERSION, EvalSpec, EvaluationResult, EvaluatorInputError, FormatReport
-from .segmentation import sitk
 from .submission import short_error
 
 EXIT_OK = 0
@@ -127,12 +126,10 @@ def _write_json(model: BaseModel, out: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # ITK prints header warnings (e.g. qform/sform disagreement in an agent's file)
-    # straight to stderr; the host reads stderr only for exit-2 diagnostics.
-    sitk.ProcessObject.SetGlobalWarningDisplay(False)
     try:
         spec = load_spec(args.spec)
         evaluator = get_evaluator(spec)
+        quiet_itk()
         if not args.format_only and args.references is None:
             raise EvaluatorInputError("--references is required unless --format-only is given")
         verdict: BaseModel
@@ -150,6 +147,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"automedbench evaluator: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return EXIT_OK
+
+
+def quiet_itk() -> None:
+    """ITK prints header warnings (e.g. qform/sform disagreement in an agent's file)
+    straight to stderr; the host reads stderr only for exit-2 diagnostics. Only a track
+    whose evaluator loaded SimpleITK (segmentation) has any: the others do not pay its
+    import (most of an evaluator's start)."""
+    sitk = sys.modules.get("SimpleITK")
+    if sitk is not None:
+        sitk.ProcessObject.SetGlobalWarningDisplay(False)
 
 
 def exit_now(code: int) -> None:

@@ -67,7 +67,13 @@ def serve(ctl: Path, track: str) -> int:
     with contextlib.suppress(Exception):  # an unknown track: every request says so
         background = warm_up(track)
     lock = threading.Lock()
-    with open(ctl / REPLIES, "w", encoding="utf-8") as replies:
+    # Requests are opened before ``ready`` is said: the host's end is open from the start,
+    # so this never waits, and a host that closes its end at once (a cell that ended before
+    # its first verdict) ends this process with an end of file, never a wait for a writer.
+    with (
+        open(ctl / REPLIES, "w", encoding="utf-8") as replies,
+        open(ctl / REQUESTS, encoding="utf-8") as requests,
+    ):
 
         def say(reply: dict[str, object]) -> None:
             with lock:
@@ -82,15 +88,14 @@ def serve(ctl: Path, track: str) -> int:
 
         say({"ready": True})
         threading.Thread(target=when_warm, daemon=True).start()
-        with open(ctl / REQUESTS, encoding="utf-8") as requests:
-            for line in requests:
-                try:
-                    argv = [str(a) for a in json.loads(line)["argv"]]
-                except (ValueError, KeyError, TypeError):
-                    return EXIT_BAD_INPUT
-                rc = answer(argv)
-                sys.stderr.flush()
-                say({"rc": rc})
+        for line in requests:
+            try:
+                argv = [str(a) for a in json.loads(line)["argv"]]
+            except (ValueError, KeyError, TypeError):
+                return EXIT_BAD_INPUT
+            rc = answer(argv)
+            sys.stderr.flush()
+            say({"rc": rc})
     return 0
 
 

@@ -12,6 +12,12 @@ this cell's evaluator folder and references; otherwise as a host process.
 Single use: one per cell, never handed another cell's files, closed with the cell.
 Missing, dead or slow to start, it answers nothing (:meth:`WarmEvaluator.serve` gives
 None) and the caller takes the cold path.
+
+Neither its start nor its discard sits on the cell's path: it is started in a thread of
+its own (the cell's sandbox starts meanwhile; the first verdict waits for it to be
+ready), and discarded by ending its requests (it exits) and handing its container to the
+backend's removal, which finishes in the background and which the backend's session
+tear-down waits for (nothing is left behind).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,10 +69,21 @@ class WarmEvaluator:
         self._keeper: int | None = os.open(self.ctl / REPLIES, os.O_WRONLY)
         # Read and write: opening never blocks, and the evaluator's open finds a writer.
         self._requests = os.open(self.ctl / REQUESTS, os.O_RDWR)
+        self._keeper_lock = threading.Lock()
+        self._starter = threading.Thread(
+            target=self._start, args=(track,), name="warm-evaluator-start", daemon=True
+        )
+        self._starter.start()
+
+    def _start(self, track: str) -> None:
+        """Launch the evaluator (in the starter thread); one that cannot be launched is
+        answered for: not ready (every verdict goes cold)."""
         try:
             self._launch(track)
-        except Exception:  # no warm evaluator: every verdict goes cold
-            self.broken = True
+        except Exception:
+            with self._keeper_lock, contextlib.suppress(OSError):
+                if self._keeper is not None:
+                    os.write(self._keeper, json.dumps({"ready": False}).encode() + b"\n")
 
     def _make_folders(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -147,10 +165,15 @@ class WarmEvaluator:
             self.close()
             return False
         self.ready = True
-        if self._keeper is not None:  # from now on its end closing is the end of file
-            os.close(self._keeper)
-            self._keeper = None
+        self._close_keeper()  # from now on its end closing is the end of file
         return True
+
+    def _close_keeper(self) -> None:
+        with self._keeper_lock:
+            if self._keeper is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._keeper)
+                self._keeper = None
 
     def await_warm(self, wait_s: float = READY_WAIT_S) -> bool:
         """Whether what the evaluator warms in the background (METEOR's JVM) is done,
@@ -228,25 +251,33 @@ class WarmEvaluator:
             return log.read()[-2000:].decode(errors="replace")
 
     def close(self) -> None:
-        """Discard the evaluator (its process or container) and the FIFOs' ends."""
+        """Discard the evaluator: the end of its requests ends it, then its container
+        goes through the backend's removal (in the background) or its process is reaped
+        (killed if it is still busy); the FIFOs' ends are closed."""
         self.broken, self.ready = True, False
+        self._starter.join()  # whatever it launched is discarded here, never left behind
+        if self._requests >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._requests)
+            self._requests = -1
+        self._close_keeper()
         if self._remove is not None:
             self._remove()
             self._remove = None
-        for fd in (self._requests, self._keeper):
-            if fd is not None and fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._requests, self._keeper = -1, None
         if self._proc is not None:
-            try:
-                self._proc.wait(timeout=2)  # the end of its requests ends it
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+            reap(self._proc)
         if self._replies >= 0:
             os.close(self._replies)
             self._replies = -1
+
+
+def reap(proc: subprocess.Popen[bytes], wait_s: float = 2.0) -> None:
+    """Wait for an evaluator process told to end (at most ``wait_s``), then kill it."""
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextmanager

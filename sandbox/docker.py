@@ -457,6 +457,11 @@ class DockerSandbox(MountedFiles):
     ) -> Callable[[], None]:
         return warm_evaluator_container(cls, args, mounts, run_id=run_id, docker_base=docker_base)
 
+    @classmethod
+    def session_teardown(cls) -> None:
+        """The discarded warm evaluators' containers are all removed before it returns."""
+        await_removals()
+
     def kill_all(self) -> None:
         """SIGKILL every process of the sandbox uid until none is left (pid 1 runs as
         ``nobody`` and stays); raises when some survive."""
@@ -797,9 +802,32 @@ def warm_evaluator_container(
     container = _evaluator_container(
         backend, args, mounts, run_id, docker_base, "pytest_automedbench.evaluators.serve"
     )
+    return partial(remove_in_background, backend, container.id)
+
+
+#: Warm evaluator containers being removed (:func:`remove_in_background`).
+_removals: list[threading.Thread] = []
+_removals_lock = threading.Lock()
+
+
+def remove_in_background(backend: type[DockerSandbox], container_id: str) -> None:
+    """Remove a discarded evaluator container off the caller's path (a cell does not wait
+    for it); :func:`await_removals` (the session's tear-down) waits for every one."""
 
     def remove() -> None:
         with contextlib.suppress(Exception):
-            backend.client(STOP_TIMEOUT_S).api.remove_container(container.id, force=True)
+            backend.client(STOP_TIMEOUT_S).api.remove_container(container_id, force=True)
 
-    return remove
+    thread = threading.Thread(target=remove, name="evaluator-removal", daemon=False)
+    with _removals_lock:
+        _removals[:] = [t for t in _removals if t.is_alive()]
+        _removals.append(thread)
+    thread.start()
+
+
+def await_removals() -> None:
+    """Wait until every container :func:`remove_in_background` was given is removed."""
+    with _removals_lock:
+        pending, _removals[:] = list(_removals), []
+    for thread in pending:
+        thread.join()

@@ -131,7 +131,7 @@ def test_an_unknown_backend_starts_no_warm_evaluator(tmp_path: Path) -> None:
     cold = verdicts(task, staged, outputs, tmp_path / "cold", HOST_PROCESS, None)
     placement = Placement(container=True, backend="bubblewrap")  # no evaluator container
     with warm_evaluator(tmp_path / "warm", staged.private_dir, "vqa", placement) as warm:
-        assert warm.broken
+        assert not warm.await_ready() and warm.broken  # it answered "not ready" at once
         # The cold path of that placement is tried (and refused) the same way as without.
         with pytest.raises(Exception, match="no evaluator container"):
             check_format(

@@ -438,14 +438,14 @@ class CatalogueCell:
     @contextmanager
     def prepared(self) -> Iterator[None]:
         plan, files = self.plan, self.files
-        with (
-            open_workspace(plan, files) as quota,
+        with (  # the evaluator first: it starts while the workspace and the sandbox do
             warm_evaluator(
                 plan.cell_dir / "warm-evaluator",
                 plan.staged.private_dir,
                 files.spec.track,
                 files.placement,
             ) as warm,
+            open_workspace(plan, files) as quota,
         ):
             self.quota, self.warm = quota, warm
             yield

@@ -3,5 +3,8 @@
 ARG AGENT
 FROM ${AGENT}
 COPY automedbench /opt/automedbench
+# Their bytecode, compiled once here: an evaluator's root is read-only, so without it
+# every evaluator start (cold or warm) would compile the package again.
+RUN python -m compileall -q /opt/automedbench
 ENV PYTHONPATH=/opt/automedbench HOME=/tmp
 WORKDIR /tmp
