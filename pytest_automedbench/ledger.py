@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from filelock import FileLock
 from pydantic import ValidationError
@@ -44,6 +44,9 @@ QUARANTINE_SUFFIX = ".quarantine"
 
 _APPEND = os.O_RDWR | os.O_APPEND  # read too: the tail repair looks at the last line
 _SCAN = 1 << 16
+#: A reader's buffer: lines of several KB each, read through the default 8 KB buffer,
+#: would cost a system call or two per line.
+_READ_BUFFER = 1 << 20
 #: A waiter retries the lock this often. An append holds it for about a millisecond (an
 #: fsync), so filelock's default of 50 ms would mostly be spent waiting on a free lock.
 _POLL_S = 0.005
@@ -72,6 +75,22 @@ class LedgerProblem:
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}"
         return f"{where}: unreadable ledger line (byte {self.offset}) skipped: {self.reason}"
+
+
+@runtime_checkable
+class RecordView(Protocol):
+    """What a reader keeps of each record (``stats.summary_view``): ``model`` validates a
+    line, ``CellResult`` itself or a projection of it (a subclass that reads only some
+    fields, the others left at their defaults), and the call lightens the record kept."""
+
+    @property
+    def model(self) -> type[CellResult]: ...
+
+    def __call__(self, record: CellResult, /) -> CellResult: ...
+
+
+#: Either a plain function of the validated record or a :class:`RecordView`.
+View = Callable[[CellResult], CellResult] | RecordView
 
 
 class Ledger:
@@ -144,9 +163,7 @@ class Ledger:
         finally:
             os.close(fd)
 
-    def records(
-        self, run_id: str | None = None, view: Callable[[CellResult], CellResult] | None = None
-    ) -> list[CellResult]:
+    def records(self, run_id: str | None = None, view: View | None = None) -> list[CellResult]:
         """All valid records (or one session's); the unreadable lines are skipped and listed
         in ``self.problems``, so one bad line costs one record, not the whole ledger.
         ``view``: each record as a reader keeps it (see :meth:`scan`)."""
@@ -155,14 +172,16 @@ class Ledger:
         with gc_paused():
             return list(self.scan(run_id, view))
 
-    def scan(
-        self, run_id: str | None = None, view: Callable[[CellResult], CellResult] | None = None
-    ) -> Iterator[CellResult]:
+    def scan(self, run_id: str | None = None, view: View | None = None) -> Iterator[CellResult]:
         """The valid records (or one session's) one at a time, in the ledger's order, read
         line by line: a reader that aggregates as it goes holds one line, not the file.
         Every line is validated whole, as by :meth:`records`; ``view`` then gives what the
         reader keeps of the record (``stats.summary_view``: only what summaries read).
-        ``self.problems`` fills as the lines are read, complete once the scan ends.
+        A :class:`RecordView` validates each line with its own ``model`` instead, a
+        projection of ``CellResult`` that reads only the fields its readers use (the rest
+        is parsed as JSON, not validated): a line it rejects is reported with the reason
+        ``CellResult`` gives, as always. ``self.problems`` fills as the lines are read,
+        complete once the scan ends.
 
         What is read is the ledger as it was when the scan began: its size then, under the
         lock; its last line, when not yet ended by a newline (the one part of a ledger an
@@ -170,7 +189,8 @@ class Ledger:
         self.problems = []
         if not self.path.exists():
             return
-        with open(self.path, "rb") as file:
+        model = view.model if isinstance(view, RecordView) else CellResult
+        with open(self.path, "rb", buffering=_READ_BUFFER) as file:
             with self._lock.acquire(poll_interval=_POLL_S):
                 size = os.fstat(file.fileno()).st_size
                 whole = _line_start(file.fileno(), size) if size else 0
@@ -178,25 +198,28 @@ class Ledger:
             number, offset = 0, 0
             for line in _lines_upto(file, whole):
                 number += 1
-                record = self._parse(line, number, offset, last=False)
+                record = self._parse(model, line, number, offset, last=False)
                 offset += len(line) + 1
                 if record is not None and (run_id is None or record.run_id == run_id):
                     yield record if view is None else view(record)
             if tail:
-                record = self._parse(tail, number + 1, offset, last=True)
+                record = self._parse(model, tail, number + 1, offset, last=True)
                 if record is not None and (run_id is None or record.run_id == run_id):
                     yield record if view is None else view(record)
 
-    def _parse(self, line: bytes, number: int, offset: int, *, last: bool) -> CellResult | None:
-        """The record of one line (without its newline); None for a blank line or an
-        unreadable one, which is added to ``self.problems`` (``last``: the ledger's
-        unterminated last line, which a writer may have been stopped in)."""
+    def _parse(
+        self, model: type[CellResult], line: bytes, number: int, offset: int, *, last: bool
+    ) -> CellResult | None:
+        """The record of one line (without its newline), validated by ``model``; None for
+        a blank line or an unreadable one, which is added to ``self.problems`` with the
+        reason ``CellResult`` gives (``last``: the ledger's unterminated last line, which a
+        writer may have been stopped in)."""
         if not line.strip():
             return None
         try:
-            return CellResult.model_validate_json(line)
+            return model.model_validate_json(line)
         except ValidationError as exc:
-            reason = _TORN if last else _reason(exc)
+            reason = _TORN if last else _reason(_whole_record_error(line, exc))
             self.problems.append(LedgerProblem(self.path, number, offset, reason))
             return None
 
@@ -224,6 +247,16 @@ def _lines_upto(file: BinaryIO, end: int) -> Iterator[bytes]:
             return
         read += len(line)
         yield line[:-1] if line.endswith(b"\n") else line
+
+
+def _whole_record_error(line: bytes, exc: ValidationError) -> ValidationError:
+    """What ``CellResult`` says of a line a projection of it rejected (every error, not
+    only those of the fields the projection reads); ``exc`` should it accept the line."""
+    try:
+        CellResult.model_validate_json(line)
+    except ValidationError as whole:
+        return whole
+    return exc
 
 
 def _reason(exc: ValidationError) -> str:

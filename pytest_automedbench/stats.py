@@ -72,6 +72,7 @@ Definitions used throughout:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gc
 import math
@@ -82,13 +83,15 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from pydantic import BaseModel, create_model
 
 from pytest_automedbench.formats import format_of_record
 from pytest_automedbench.results import CellResult, LedgerKey
+from pytest_automedbench.scoring.models import ErrorCode, StageScores
 from pytest_automedbench.terms import ERROR_CODE_IDS, STAGES
 
 FloatArray = NDArray[np.float64]
@@ -366,30 +369,83 @@ _SHARED = (
 #: The sets of fields given that records have had: most ledgers have one or two.
 _FIELDS_GIVEN: dict[frozenset[str], frozenset[str]] = {}
 
+#: A key no JSON object holds: a field given it as its only name is never read.
+_NEVER_READ = "\x00unread"
 
-def summary_view(record: CellResult) -> CellResult:
-    """``record`` as the summaries keep it (``Ledger.scan(view=summary_view)``): every field
-    they read as it was, the rest (:data:`_UNREAD`, the rubric's items, the evidence of
-    error codes) at its default and the repeated names shared, so a ledger's summary
-    holds a fraction of its records' memory. What is validated is the whole record.
+_Model = TypeVar("_Model", bound=BaseModel)
 
-    The record itself is lightened, in place (a copy would cost more than the reading):
-    give it only records read for a summary, which nothing else holds. The view is to be
-    read, not changed: the defaults it holds and its set of fields given (a frozenset,
-    which pydantic would fail to add to) are shared between records."""
-    given = frozenset(record.model_fields_set)
-    object.__setattr__(record, "__pydantic_fields_set__", _FIELDS_GIVEN.setdefault(given, given))
-    fields = record.__dict__
-    fields.update(_UNREAD)
-    for name in _SHARED:
-        value = fields[name]
-        if value is not None:
-            fields[name] = sys.intern(value)
-    if record.stages is not None:
-        record.stages.__dict__["items"] = []
-    for code in (*record.error_codes, *record.error_codes_llm):
-        code.__dict__["evidence"] = ""
-    return record
+
+def _projection(model: type[_Model], unread: Collection[str], **nested: Any) -> type[_Model]:
+    """``model`` as a reader that does not read ``unread``: a subclass whose ``unread``
+    fields match no key (each left at its default, a required one at "") and that ignores
+    the keys it does not read; every other field is ``model``'s own (type, constraints,
+    default), the ``nested`` ones with the projected type given. Derived, so it cannot
+    drift from ``model``; the keys it ignores are parsed as JSON, not validated."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if name in unread:
+            skipped = copy.copy(info)
+            skipped.validation_alias = _NEVER_READ
+            if skipped.is_required():
+                skipped.default = ""
+            fields[name] = (info.annotation, skipped)
+        elif name in nested:
+            fields[name] = (nested[name], info)
+    projected = create_model(f"{model.__name__}Read", __base__=model, **fields)
+    projected.model_config = {**model.model_config, "extra": "ignore"}
+    projected.model_rebuild(force=True)
+    return projected
+
+
+#: A ledger line as the summaries read it (:data:`summary_view`'s ``model``): what
+#: :func:`summary_view` keeps of a record, validated as ``CellResult`` validates it; the
+#: unread fields, the rubric's items and the evidence of error codes are never validated
+#: nor kept, which makes reading a record several times faster.
+_ErrorCodeRead = _projection(ErrorCode, ("evidence",))
+SummaryRecord = _projection(
+    CellResult,
+    tuple(_UNREAD),
+    stages=_projection(StageScores, ("items",)) | None,
+    error_codes=list[_ErrorCodeRead],  # type: ignore[valid-type]
+    error_codes_llm=list[_ErrorCodeRead],  # type: ignore[valid-type]
+)
+
+
+class SummaryView:
+    """What the summaries (leaderboard, compare, the gates) keep of a record:
+    ``Ledger.scan(view=summary_view)`` validates each line as :data:`SummaryRecord`
+    (``model``) and keeps it as :meth:`__call__` gives it."""
+
+    model: type[CellResult] = SummaryRecord
+
+    def __call__(self, record: CellResult) -> CellResult:
+        """``record`` as the summaries keep it: every field they read as it was, the rest
+        (:data:`_UNREAD`, the rubric's items, the evidence of error codes) at its default
+        and the repeated names shared, so a ledger's summary holds a fraction of its
+        records' memory.
+
+        The record itself is lightened, in place (a copy would cost more than the
+        reading): give it only records read for a summary, which nothing else holds. The
+        view is to be read, not changed: the defaults it holds and its set of fields given
+        (a frozenset, which pydantic would fail to add to) are shared between records."""
+        given = frozenset(record.model_fields_set)
+        object.__setattr__(
+            record, "__pydantic_fields_set__", _FIELDS_GIVEN.setdefault(given, given)
+        )
+        fields = record.__dict__
+        fields.update(_UNREAD)
+        for name in _SHARED:
+            value = fields[name]
+            if value is not None:
+                fields[name] = sys.intern(value)
+        if record.stages is not None:
+            record.stages.__dict__["items"] = []
+        for code in (*record.error_codes, *record.error_codes_llm):
+            code.__dict__["evidence"] = ""
+        return record
+
+
+summary_view = SummaryView()
 
 
 # --------------------------------------------------------------------------- one per cell
@@ -430,7 +486,13 @@ def attempt_is_trial(record: CellResult) -> bool:
     return format_of_record(record).attempts_are_trials
 
 
-def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
+class Cells(list[CellResult]):
+    """Records already one per cell and session: what :func:`latest_per_cell` returns,
+    and takes back as they are (a copy), so the tables of one leaderboard, each of which
+    counts the latest record per cell, reduce a ledger once. Add no record to it."""
+
+
+def latest_per_cell(records: Iterable[CellResult]) -> Cells:
     """One record per cell and session: what every leaderboard and summary counts.
 
     Records with the same ``cell_identity`` (run_id, agent, model, task, tier, run,
@@ -452,9 +514,12 @@ def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
     when ``--amb-resume`` runs an infra error's cell again: that cell was run once more,
     not repeated, so the infra error no longer counts.
 
-    Returns a new list, each cell at the place of its first record. One dictionary
-    lookup per record; times are parsed only for duplicates.
+    Returns a new list, each cell at the place of its first record (:class:`Cells`: given
+    one, a copy of it). One dictionary lookup per record; times are parsed only for
+    duplicates.
     """
+    if isinstance(records, Cells):
+        return Cells(records)
     chosen: dict[CellIdentity, CellResult] = {}
     # A key per record is a tuple the dictionary keeps: a ledger's worth of them would
     # set off the cyclic garbage collector again and again, each time walking every
@@ -478,25 +543,32 @@ def latest_per_cell(records: Iterable[CellResult]) -> list[CellResult]:
     finally:
         if collecting:
             gc.enable()
-    return _without_superseded_infra(list(chosen.values()))
+    return Cells(_without_superseded_infra(list(chosen.values())))
+
+
+def _across_sessions(record: CellResult) -> LedgerKey:
+    """``record.ledger_key`` (agent, model, task, tier, run, config_hash), without the
+    ``CellKey`` that the property validates on the way: this is asked of every record."""
+    return (record.agent, record.model, record.task, record.tier, record.run, record.config_hash)
 
 
 def _without_superseded_infra(records: list[CellResult]) -> list[CellResult]:
     """``records`` (one per cell and session) less each infrastructure error that a later
     record of the same ``ledger_key`` in another session supersedes (a cell run again on
     resume); the same list when there is no infra error."""
-    failed = {record.ledger_key for record in records if record.status != "scored"}
+    failed = {_across_sessions(record) for record in records if record.status != "scored"}
     if not failed:
         return records
     latest: dict[LedgerKey, float] = {}
     for record in records:
-        if record.ledger_key in failed:
-            moment = _instant(record.finished_at)
-            latest[record.ledger_key] = max(moment, latest.get(record.ledger_key, -math.inf))
+        key = _across_sessions(record)
+        if key in failed:
+            latest[key] = max(_instant(record.finished_at), latest.get(key, -math.inf))
     return [
         record
         for record in records
-        if record.status == "scored" or _instant(record.finished_at) >= latest[record.ledger_key]
+        if record.status == "scored"
+        or _instant(record.finished_at) >= latest[_across_sessions(record)]
     ]
 
 
