@@ -20,7 +20,6 @@ from pytest_automedbench.formats import TaskFormat, format_of
 from pytest_automedbench.ledger import Ledger
 from pytest_automedbench.progress import LiveProgress, planned_cells
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.runner import harness_versions
 from pytest_automedbench.sandbox import SandboxError, capabilities
 from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
 from pytest_automedbench.terms import ERROR_CODES
@@ -232,6 +231,7 @@ class BenchmarkController:
         if not allure_dir:
             return
         from pytest_automedbench.report.allure_report import write_session_files
+        from pytest_automedbench.runner import harness_versions  # the cell machinery's
 
         run = self.session.config
         backend = run.sandbox if self.session.executor.backend_on_node else self.session.backend

@@ -26,7 +26,6 @@ from pytest_automedbench.ledger import LedgerWriteError
 from pytest_automedbench.outcome import CellInfrastructureError, CellUnresolved
 from pytest_automedbench.printable import printable
 from pytest_automedbench.results import CellResult
-from pytest_automedbench.runner import CellPlan, failure_result
 from pytest_automedbench.sandbox import SandboxError, backend_class
 from pytest_automedbench.session import AutoMedBenchSession, DataUnavailable
 
@@ -137,6 +136,9 @@ class BenchmarkWorker:
             if not decision.needed:
                 adaptive.note_skipped(session, decision)
                 pytest.skip(decision.reason)
+        # The cell machinery (agents' loop, scoring, evaluators): imported when a cell runs.
+        from pytest_automedbench.runner import CellPlan, failure_result
+
         plan = CellPlan(
             key=cell.key,
             task=cell.task,

@@ -36,6 +36,9 @@ DEFERRED = (
     "pytest_automedbench.gates",
     "pytest_automedbench.report.terminal",
     "pytest_automedbench.harbor",  # no Harbor task is collected (nor asked about an agent)
+    "pytest_automedbench.runner",  # the cell machinery: imported by the executor running one
+    "pytest_automedbench.violations",  # the violation rule: the results' models need none
+    "pytest_automedbench.scoring.violation_rule",
 )
 
 #: Imported by no part of a ``--collect-only`` session, its end included (the gates and

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_automedbench.runner import CellPlan, run_cell
-
 if TYPE_CHECKING:
     from pytest_automedbench.executors import ExecutorSession
     from pytest_automedbench.results import CellResult
+    from pytest_automedbench.runner import CellPlan
 
 
 class LocalExecutor:
@@ -18,6 +17,8 @@ class LocalExecutor:
         _ = session.backend  # resolved once: `auto` asks the Docker daemon
 
     def run(self, plan: CellPlan, session: ExecutorSession) -> CellResult:
+        from pytest_automedbench.runner import run_cell  # the cell machinery: when one runs
+
         return run_cell(plan)
 
     def end_session(self, session: ExecutorSession) -> list[str]:

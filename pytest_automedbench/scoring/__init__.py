@@ -2,23 +2,41 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_automedbench.evaluators.schema import FormatReport
-from pytest_automedbench.scoring.deliverable import DeliverableScores, deliverable_scores
 from pytest_automedbench.scoring.models import ErrorCode, StageScores, verdicts_of
-from pytest_automedbench.scoring.rubric import apply_requirements, load_rubric
-from pytest_automedbench.scoring.rules import Events, JudgeContext, RuleReading, read_by_rules
-from pytest_automedbench.scoring.violation_rule import (
-    VIOLATION_RATING,
-    RuledScores,
-    apply_violation_rule,
-)
 
 if TYPE_CHECKING:
+    from pytest_automedbench.evaluators.schema import FormatReport
+    from pytest_automedbench.scoring.deliverable import DeliverableScores
     from pytest_automedbench.scoring.llm_judge import LlmJudgeConfig
+    from pytest_automedbench.scoring.rules import Events, JudgeContext, RuleReading
+    from pytest_automedbench.scoring.violation_rule import (
+        VIOLATION_RATING,
+        RuledScores,
+        apply_violation_rule,
+    )
+
+#: What this package gives from its stage modules, by the module that defines it: imported
+#: when first asked for, so that a record's models (:mod:`.models`, which the results
+#: import) do not bring the judges, the rules and the violation rule with them.
+_FROM_MODULES = {
+    "VIOLATION_RATING": "violation_rule",
+    "RuledScores": "violation_rule",
+    "apply_violation_rule": "violation_rule",
+    "DeliverableScores": "deliverable",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _FROM_MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "VIOLATION_RATING",
@@ -95,7 +113,10 @@ def score_stages(
     judge's; an LLM judge that fell back to the rules records no verdicts of its own.
     Each stage's module is asked once, in order: the rules, the LLM judges (handed the
     rules' answer to fall back on), the rubric's requirements, S4-S5, the scores."""
+    from pytest_automedbench.scoring.deliverable import deliverable_scores
     from pytest_automedbench.scoring.llm_judge import judge_llm
+    from pytest_automedbench.scoring.rubric import apply_requirements, load_rubric
+    from pytest_automedbench.scoring.rules import read_by_rules
 
     settings = settings or JudgeSettings()
     rubric = load_rubric()
