@@ -449,8 +449,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     table = rows(records)
-    systems = per_system(records)
     html_out: Path | None = args.html
+    # JSON and CSV hold the per-system table only when asked for (--per-system).
+    shown = args.per_system or args.format in ("markdown", "html") or html_out is not None
+    systems = per_system(records) if shown else []
     wants_page = args.format == "html" or html_out is not None
     agents = per_agent(records) if wants_page else []
     note = (

@@ -540,10 +540,10 @@ def latest_per_cell(records: Iterable[CellResult]) -> Cells:
             held = chosen.setdefault(key, record)
             if held is not record and _supersedes(record, held):
                 chosen[key] = record
+        return Cells(_without_superseded_infra(list(chosen.values())))
     finally:
         if collecting:
             gc.enable()
-    return Cells(_without_superseded_infra(list(chosen.values())))
 
 
 def _across_sessions(record: CellResult) -> LedgerKey:
