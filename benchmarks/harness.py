@@ -48,6 +48,14 @@ stops: a fast failure is not a measurement.
       pre-checks and the end-to-evaluation window). Target: <= 1 s beyond the sandbox's own
       start and stop.
 
+    Targets on Docker (issue 36): a pre-check <= 0.15 s, the final evaluation <= 0.3 s
+    after the agent ends (the window less the sandbox's stop);
+(d) a report cell on Docker: the ``reference`` agent on ``suites/report`` IU X-Ray lite r0
+    (its reference solution writes the reports; METEOR's JVM warms while it works), one
+    cell per round in its own pytest process (the first round stages the data): from the
+    agent's ``end`` event to the ``evaluation`` event in its trajectory (the sandbox's
+    stop included), median; target <= 1.5 s.
+
     .venv/bin/python benchmarks/harness.py            # 10 startup rounds, 5 cell rounds
     .venv/bin/python benchmarks/harness.py --quick    # 4 and 2
     .venv/bin/python benchmarks/harness.py --quick --json harness.json   # and the figures
@@ -88,7 +96,12 @@ REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 PYTEST = [PY, "-m", "pytest"]
 ONE_LINE_TEST = "def test_one():\n    assert True\n"
-CELL_SELECTION = ["suites/vqa", "-k", "vqa-rad and lite and r0", "--agent", "empty"]
+CELL_SELECTION = ["suites/vqa", "-k", "vqa-rad and lite and r0"]
+#: (d): the reference agent's IU X-Ray report lite cell.
+REPORT_SELECTION = ["suites/report", "-k", "iu-xray-report and lite and r0"]
+REPORT_AGENT = "reference"
+#: (d)'s target on Docker: from the agent's end to the evaluation (issue 36).
+REPORT_TARGET_S = 1.5
 #: Options (c) relies on: checked in ``pytest --help`` before anything is timed.
 CELL_OPTIONS = ("--agent", "--sandbox", "--amb-out", "--amb-progress")
 USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
@@ -365,10 +378,10 @@ def available_backends() -> tuple[list[Backend], list[str]]:
     return backends, notes
 
 
-def cell_argv(option: str, out: Path, junit: Path) -> list[str]:
+def cell_argv(option: str, out: Path, junit: Path, selection: Sequence[str]) -> list[str]:
     return [
         *PYTEST,
-        *CELL_SELECTION,
+        *selection,
         "-q",
         "-p",
         "no:cacheprovider",
@@ -390,13 +403,20 @@ def ledger_lines(out: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def run_cell(backend: Backend, option: str, junit: Path) -> tuple[Run, float, dict[str, Any]]:
+def run_cell(
+    backend: Backend,
+    option: str,
+    junit: Path,
+    selection: Sequence[str] = CELL_SELECTION,
+    agent: str = "empty",
+) -> tuple[Run, float, dict[str, Any]]:
     """One cell in its own pytest process: the run, the test's duration, its record.
     A usage error comes back (rc 4, for the ``--sandbox`` fallback); else the cell must
     have been scored."""
     before = len(ledger_lines(backend.out))
     junit.unlink(missing_ok=True)
-    result = run(cell_argv(option, backend.out, junit), REPO, ok=(0, 1, USAGE_ERROR))
+    argv = cell_argv(option, backend.out, junit, [*selection, "--agent", agent])
+    result = run(argv, REPO, ok=(0, 1, USAGE_ERROR))
     if result.returncode == USAGE_ERROR:
         return result, 0.0, {}
     cases = list(ET.parse(junit).getroot().iter("testcase"))
@@ -407,7 +427,7 @@ def run_cell(backend: Backend, option: str, junit: Path) -> tuple[Run, float, di
     if len(lines) != before + 1:
         raise SystemExit(f"{backend.label}: the ledger grew by {len(lines) - before} records")
     record: dict[str, Any] = json.loads(lines[-1])
-    if record.get("status") != "scored" or record.get("agent") != "empty":
+    if record.get("status") != "scored" or record.get("agent") != agent:
         raise SystemExit(f"{backend.label}: unexpected record: {lines[-1][:500]}")
     return result, float(cases[0].get("time", "nan")), record
 
@@ -542,6 +562,29 @@ def record_cells(label: str, t: Sequence[CellTimes]) -> None:
     figure(f"{name} harness overhead, median", overhead, "s", at_most=1.0)
 
 
+def bench_report_cell(backends: list[Backend], root: Path, rounds: int) -> str:
+    """(d): the reference agent's report cell on Docker, ``rounds`` cells; the line to
+    print. Without Docker the figure is recorded as not measured."""
+    name = "report cell (IU X-Ray lite, reference agent), docker: agent end to evaluation"
+    docker = next((b for b in backends if b.label == "docker"), None)
+    if docker is None:
+        figure(f"{name}, median", None, "s", at_most=REPORT_TARGET_S, note="no Docker here")
+        return "(d) report cell: not measured (no Docker)"
+    windows = []
+    for i in range(rounds):
+        print(f"  (d) round {i + 1}/{rounds}: docker report cell ...", flush=True)
+        junit = root / "junit-report.xml"
+        _, _, record = run_cell(docker, docker.option, junit, REPORT_SELECTION, REPORT_AGENT)
+        windows.append(trajectory_times(Path(record["cell_dir"]))[1])
+    window = med(windows)
+    figure(f"{name}, median", window, "s", at_most=REPORT_TARGET_S)
+    return (
+        f"(d) report cell (IU X-Ray lite, reference agent), docker: agent end to evaluation "
+        f"median {s(window)} (max {s(max(windows))}), <= {REPORT_TARGET_S} s: "
+        f"{verdict(window <= REPORT_TARGET_S)}"
+    )
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -576,6 +619,7 @@ def main() -> None:
             print(f"  (c) warm-up: {b.label} cell (stages the data) ...", flush=True)
             warm_up(b, root)
         cells = bench_cells(backends, root, cell_rounds)
+        report = bench_report_cell(backends, root, cell_rounds)
 
     table(
         ["check", "ours", "reference (same run)", "ratio", "target"],
@@ -600,6 +644,7 @@ def main() -> None:
         ],
         cells,
     )
+    print(report)
     for note in notes:
         print(f"note: {note}")
     write_json(args.json, {"rounds": rounds, "cell_rounds": cell_rounds, "notes": notes})
