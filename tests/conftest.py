@@ -41,7 +41,8 @@ from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.tasks import TaskSpec, load_task
 from pytest_automedbench.terms import OUTPUTS_DIRNAME
 
-pytest_plugins = ["pytester"]
+# tests.xdist_groups: --dist loadgroup (scripts/test) that keeps each xdist_group on one worker.
+pytest_plugins = ["pytester", "tests.xdist_groups"]
 
 REPO = Path(__file__).resolve().parent.parent
 SUITES = REPO / "suites"

@@ -54,6 +54,12 @@ def _files(root: Path) -> dict[str, bytes]:
     }
 
 
+#: The tests that read :func:`generated` run on one xdist worker (``scripts/test`` uses
+#: --dist loadgroup), so the data set (~9 s) is generated once per test run, not once on
+#: each worker that draws one of them.
+READS_GENERATED = pytest.mark.xdist_group("ehr-audit-generated")
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ehr")
@@ -149,6 +155,7 @@ def test_scoring_a_case_notes_repeats_and_refuses_rows_beyond_a_table(tmp_path: 
 # --------------------------------------------------------------------------- the generator
 
 
+@READS_GENERATED
 def test_generator_writes_gzip_csv_tables_with_row_ids(generated: Path) -> None:
     case = generated / "public" / "case_0001"
     assert sorted(p.name for p in (case / "tables").iterdir()) == sorted(
@@ -179,6 +186,7 @@ def test_generator_writes_gzip_csv_tables_with_row_ids(generated: Path) -> None:
         assert "mimic" not in path.name.lower()
 
 
+@READS_GENERATED
 def test_generator_is_deterministic_per_seed(generated: Path, tmp_path: Path) -> None:
     gen.generate_ehr_audit_dataset(
         tmp_path / "again" / "public", tmp_path / "again" / "private", 3, 11
@@ -203,6 +211,7 @@ def _rows_subjects(case: Path, cluster: dict) -> set[str]:
     return subjects
 
 
+@READS_GENERATED
 def test_each_cluster_is_one_patient_and_the_reference_rules_find_it(generated: Path) -> None:
     solve = _solve()
     scorer = EhrAuditScorer({})

@@ -310,6 +310,12 @@ def session_task(folder: Path, port: int, host: str, *, declared: bool = True) -
     assert environment.is_dir()
 
 
+#: The tests that read :func:`bootstrap_session` run on one xdist worker (``scripts/test``
+#: uses --dist loadgroup), so its Docker trials (~40 s) run once per test run, not once on
+#: each worker that draws one of them.
+READS_BOOTSTRAP_SESSION = pytest.mark.xdist_group("harbor-bootstrap-session")
+
+
 @pytest.fixture(scope="module")
 def bootstrap_session(
     tmp_path_factory: pytest.TempPathFactory, base: str
@@ -346,6 +352,7 @@ def _events(record: CellResult) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@READS_BOOTSTRAP_SESSION
 def test_the_oracle_passes_on_data_its_bootstrap_fetched_and_the_trajectory_shows_it(
     bootstrap_session: tuple[Path, dict[tuple[str, str], CellResult], list[str], str],
 ) -> None:
@@ -366,6 +373,7 @@ def test_the_oracle_passes_on_data_its_bootstrap_fetched_and_the_trajectory_show
 
 
 @pytest.mark.slow
+@READS_BOOTSTRAP_SESSION
 def test_a_bootstrap_reaching_an_undeclared_host_is_an_infrastructure_error(
     bootstrap_session: tuple[Path, dict[tuple[str, str], CellResult], list[str], str],
 ) -> None:
@@ -380,6 +388,7 @@ def test_a_bootstrap_reaching_an_undeclared_host_is_an_infrastructure_error(
 
 
 @pytest.mark.slow
+@READS_BOOTSTRAP_SESSION
 def test_a_bootstrap_host_the_session_names_serves_a_task_that_declares_none(
     bootstrap_session: tuple[Path, dict[tuple[str, str], CellResult], list[str], str],
 ) -> None:
@@ -392,6 +401,7 @@ def test_a_bootstrap_host_the_session_names_serves_a_task_that_declares_none(
 
 
 @pytest.mark.slow
+@READS_BOOTSTRAP_SESSION
 def test_redteam_the_agent_cannot_reach_the_bootstraps_host(
     bootstrap_session: tuple[Path, dict[tuple[str, str], CellResult], list[str], str],
 ) -> None:

@@ -198,6 +198,12 @@ def _network_args(server: LocalServer, bases: dict[str, str]) -> tuple[list[str]
     return args, {"AMB_HARBOR_DATA_URL": f"http://harbor-data.test:{port}/value.txt"}
 
 
+#: The tests that read :func:`builtin_session` run on one xdist worker (``scripts/test``
+#: uses --dist loadgroup), so the session, ~40 s of Docker trials, runs once per test run
+#: rather than once on each worker that draws one of them.
+READS_BUILTIN_SESSION = pytest.mark.xdist_group("harbor-builtin-session")
+
+
 @pytest.fixture(scope="module")
 def builtin_session(
     tmp_path_factory: pytest.TempPathFactory, base_images: dict[str, str]
@@ -214,6 +220,7 @@ def builtin_session(
 
 
 @pytest.mark.slow
+@READS_BUILTIN_SESSION
 def test_oracle_and_nop_get_the_rewards_the_verifiers_wrote(
     builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -257,6 +264,7 @@ def test_oracle_and_nop_get_the_rewards_the_verifiers_wrote(
 
 
 @pytest.mark.slow
+@READS_BUILTIN_SESSION
 def test_only_a_task_that_allows_the_internet_gets_a_route_out(
     builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -276,6 +284,7 @@ def test_only_a_task_that_allows_the_internet_gets_a_route_out(
 
 
 @pytest.mark.slow
+@READS_BUILTIN_SESSION
 def test_the_verifier_runs_after_the_agent_and_the_agent_never_sees_tests_or_solution(
     builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -293,6 +302,7 @@ def test_the_verifier_runs_after_the_agent_and_the_agent_never_sees_tests_or_sol
 
 
 @pytest.mark.slow
+@READS_BUILTIN_SESSION
 def test_each_attempt_is_a_harbor_trial_that_harbors_own_models_accept(
     builtin_session: tuple[Path, subprocess.CompletedProcess[str]], harbor_python: Path
 ) -> None:
@@ -448,6 +458,7 @@ def test_an_exported_catalogue_task_run_back_with_the_oracle_scores_the_referenc
 
 
 @pytest.mark.slow
+@READS_BUILTIN_SESSION
 def test_allure_shows_an_attempt_with_its_category_and_the_verifiers_output(
     builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -760,6 +771,7 @@ def test_claude_code_solves_a_harbor_task_through_the_gateway(
 
 
 @pytest.mark.slow
+@READS_BUILTIN_SESSION
 def test_junit_says_what_the_ledger_says_of_each_attempt(
     builtin_session: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:

@@ -86,6 +86,12 @@ class RuleJudge(FakeOpenAI):
         return TextReply(json.dumps({"items": items_json, "error_codes": []}))
 
 
+#: The tests that read :func:`ledger` run on one xdist worker (``scripts/test`` uses
+#: --dist loadgroup), so its six cells (~25 s) run once per test run, not once on each
+#: worker that draws one of them.
+READS_LEDGER = pytest.mark.xdist_group("rejudge-ledger")
+
+
 @pytest.fixture(scope="module")
 def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Six scored cells: three scripted agents x two runs of VQA-RAD, STANDARD tier."""
@@ -171,6 +177,7 @@ def run_rejudge(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[
 
 
 @pytest.mark.slow
+@READS_LEDGER
 def test_rejudge_reports_agreement_shifts_and_ranking_stability(
     ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -274,6 +281,7 @@ def stored_value(record: dict[str, Any], key: str) -> float:
 
 
 @pytest.mark.slow
+@READS_LEDGER
 def test_unjudgeable_records_are_listed_and_an_unusable_ledger_fails(
     ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -167,6 +167,12 @@ def _steps(root: Path, name: str, codes: Sequence[str]) -> Path:
     return path
 
 
+#: The tests that read :func:`attempts` run on one xdist worker (``scripts/test`` uses
+#: --dist loadgroup), so its session of Docker trials (~40 s) runs once per test run, not once
+#: on each worker that draws one of them.
+READS_ATTEMPTS = pytest.mark.xdist_group("harbor-verifier-attempts")
+
+
 @pytest.fixture(scope="module")
 def attempts(
     base: str, tmp_path_factory: pytest.TempPathFactory
@@ -198,6 +204,7 @@ def _lost(record: CellResult, text: str) -> None:
     assert record.termination != "verifier_error"
 
 
+@READS_ATTEMPTS
 def test_a_planted_bash_forges_no_pass_and_is_flagged(
     attempts: tuple[dict[str, CellResult], subprocess.CompletedProcess[str]],
 ) -> None:
@@ -221,6 +228,7 @@ def test_a_planted_bash_forges_no_pass_and_is_flagged(
 @pytest.mark.parametrize(
     "name", ["planted-reward-json", "folder-reward-txt", "linked-logs", "bash-env"]
 )
+@READS_ATTEMPTS
 def test_planted_verdicts_in_the_log_folder_change_nothing(
     attempts: tuple[dict[str, CellResult], subprocess.CompletedProcess[str]], name: str
 ) -> None:
@@ -232,6 +240,7 @@ def test_planted_verdicts_in_the_log_folder_change_nothing(
     assert not _violations(record), record.violations  # a losing attempt, nothing more
 
 
+@READS_ATTEMPTS
 def test_an_input_the_agent_broke_is_its_failure_not_an_infrastructure_error(
     attempts: tuple[dict[str, CellResult], subprocess.CompletedProcess[str]],
 ) -> None:
@@ -247,6 +256,7 @@ def test_an_input_the_agent_broke_is_its_failure_not_an_infrastructure_error(
     assert not _violations(record)
 
 
+@READS_ATTEMPTS
 def test_breaking_the_verifier_through_the_images_programs_is_flagged(
     attempts: tuple[dict[str, CellResult], subprocess.CompletedProcess[str]],
 ) -> None:
@@ -266,6 +276,7 @@ def test_breaking_the_verifier_through_the_images_programs_is_flagged(
 
 
 @pytest.mark.parametrize("name", ["honest", "honest-nothing-installed"])
+@READS_ATTEMPTS
 def test_honest_work_and_package_installs_pass_unflagged(
     attempts: tuple[dict[str, CellResult], subprocess.CompletedProcess[str]], name: str
 ) -> None:
