@@ -2507,6 +2507,7 @@ MEMORY = [
         "python",
         """
         import multiprocessing as mp
+        import time
         share = int(0.45 * @MEM@)   # 4 x 0.45 = 1.8 x the sandbox's memory limit
         def hold(ready, done):
             block = bytearray(share)
@@ -2518,10 +2519,22 @@ MEMORY = [
         workers = [mp.Process(target=hold, args=(ready, done)) for _ in range(4)]
         for w in workers:
             w.start()
-        held = sum(1 for _ in workers if ready.acquire(timeout=20))
+        # One deadline for all four, and no wait past the moment four can no longer hold
+        # (a worker that died before its share was held can never be ready): waiting 20 s
+        # for each killed worker in turn made this the red team's slowest attempt.
+        start = time.monotonic()
+        held, deadline = 0, start + 40
+        while held < 4 and time.monotonic() < deadline:
+            if ready.acquire(timeout=0.2):
+                held += 1
+            elif held + sum(w.is_alive() for w in workers) < 4:
+                break
         print("workers holding their share:", held)
         if held == 4:
             print("ESCAPED: the sandbox holds 1.8x its memory limit across processes")
+        # What is held stays held a few seconds: the harness checks the other cell while
+        # the attack runs (a second in).
+        time.sleep(max(0.0, start + 5 - time.monotonic()))
         for _ in workers:
             done.release()
         for w in workers:
