@@ -11,15 +11,18 @@ that fails every request.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import pytest_automedbench.gateway
 import tests.test_agent_system_cells as cells
 from pytest_automedbench.agents.trajectory import read_trajectory
 from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures.staging import StagedData
+from pytest_automedbench.gateway import RetryPolicy, read_history
 from pytest_automedbench.results import CellKey
 from pytest_automedbench.runner import CellPlan, run_cell
 from tests.local_http import JSONHandler, LocalServer
@@ -129,7 +132,14 @@ def test_a_codex_cell_whose_model_never_answered_is_a_provider_error(
     staged: StagedData,
     tmp_path: Path,
     canary: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Codex's own retries (it sends 30 requests: 5 tries of each of 6 stream tries) over
+    the gateway's (every try of each). The gateway's back-off is the run's policy with
+    test-sized waits (~2.6 s a request otherwise, ~80 s of the cell): as many tries."""
+    policy = RetryPolicy()
+    fast = functools.partial(RetryPolicy, base_delay_s=0.01, max_delay_s=0.05)
+    monkeypatch.setattr(pytest_automedbench.gateway, "RetryPolicy", fast)
     with FailsEveryRequest(status, body, content_type) as upstream:
         result, events, cell_dir = run_system_cell(
             "codex", f"{upstream.origin}/v1", staged, tmp_path
@@ -144,3 +154,6 @@ def test_a_codex_cell_whose_model_never_answered_is_a_provider_error(
     assert failed and all(e["status"] != 200 and e["status"] >= 500 for e in failed)
     (log,) = (cell_dir / "gateway").glob("*.jsonl")
     assert '"status": 200' not in log.read_text()
+    lines = read_history(log)
+    assert len(lines) == len(failed)
+    assert all(len(line["attempts"]) == policy.max_attempts for line in lines)
