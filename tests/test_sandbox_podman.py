@@ -35,6 +35,16 @@ def _server_pid(path: str) -> int:
     return pid
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs: an ended child that no one has reaped yet (a zombie)
+    keeps its /proc entry, and waiting for that entry to go waited out the whole 30 s."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 @needs_podman
 def test_a_service_is_started_where_none_answers(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -63,8 +73,10 @@ def test_a_service_is_started_where_none_answers(
         if pid is not None:  # the service this test started (in a session of its own)
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 30
-            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            while _running(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
+            with contextlib.suppress(ChildProcessError):  # reaped, when it is this process's
+                os.waitpid(pid, os.WNOHANG)
         for leftover in folder.glob("*"):
             leftover.unlink()
         if folder.exists():
