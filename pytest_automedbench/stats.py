@@ -166,13 +166,13 @@ def _resample_counts(n: int, n_boot: int, seed: int) -> Iterator[FloatArray]:
     # Below 2**31 the same draws as 64-bit indices (numpy draws 32 bits for a range that
     # fits them, whatever the type given), with half the memory to write.
     kind = np.int32 if rows * n < 2**31 else np.intp
-    offsets = (np.arange(rows, dtype=kind) * n)[:, None]
+    offsets: NDArray[np.signedinteger[Any]] = np.arange(rows, dtype=np.intp)[:, None] * n
     done = 0
     while done < n_boot:
         m = min(rows, n_boot - done)
-        index = rng.integers(0, n, size=(m, n), dtype=kind)
+        index: NDArray[np.signedinteger[Any]] = rng.integers(0, n, size=(m, n), dtype=kind)
         if m > 1:
-            index += offsets[:m]
+            index += offsets[:m].astype(kind)
         counts = np.bincount(index.ravel(), minlength=m * n).reshape(m, n)
         yield counts.astype(np.float64)
         done += m
