@@ -42,24 +42,18 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from pytest_automedbench.agents.base import INFRA_TERMINATIONS
-from pytest_automedbench.events import (
-    EndEvent,
-    Event,
-    MessageEvent,
-    StartEvent,
-    kind_of,
-    parse_event,
-    parse_events,
-)
 from pytest_automedbench.printable import money
 from pytest_automedbench.results import CellKey
-from pytest_automedbench.scoring.attribution import attributed_calls
-from pytest_automedbench.scoring.rules import JudgeContext
 from pytest_automedbench.terms import OUTPUTS_DIRNAME
 
 if TYPE_CHECKING:
     from pytest_automedbench.cells import Cell
+    from pytest_automedbench.events import Event, StartEvent
+    from pytest_automedbench.scoring.rules import JudgeContext
     from pytest_automedbench.session import AutoMedBenchSession
+
+# The events and the stage attribution are imported by the functions that read a cell's
+# trajectory: the session's pre-flight lines (printed while collecting) need neither.
 
 #: Default seconds between progress lines (``--amb-progress``; 0 turns them off).
 DEFAULT_INTERVAL_S = 30.0
@@ -207,6 +201,8 @@ def parse_chunk(data: bytes) -> tuple[list[Event], int]:
     """Events from newly read trajectory bytes, typed (the fields a progress line reads),
     and how many bytes they used: a last line without its newline (being written, or
     torn by a kill) waits for the next read; a complete line that is not JSON is skipped."""
+    from pytest_automedbench.events import parse_event
+
     end = data.rfind(b"\n") + 1
     events: list[Event] = []
     for raw in data[:end].splitlines():
@@ -263,6 +259,8 @@ class CellProgress:
 
 def _judge_context(start: StartEvent) -> JudgeContext:
     """What stage attribution needs, from the ``start`` event alone."""
+    from pytest_automedbench.scoring.rules import JudgeContext
+
     return JudgeContext(
         tier=start.tier or "",
         track="",
@@ -278,6 +276,9 @@ def _judge_context(start: StartEvent) -> JudgeContext:
 
 def current_stage(events: Sequence[Mapping[str, Any] | Event]) -> str | None:
     """The stage of the latest tool call that ran (None before the first)."""
+    from pytest_automedbench.events import StartEvent, kind_of, parse_event, parse_events
+    from pytest_automedbench.scoring.attribution import attributed_calls
+
     start = next((e for e in events if kind_of(e) == "start"), None)
     if start is None:
         return None
@@ -291,6 +292,8 @@ def current_stage(events: Sequence[Mapping[str, Any] | Event]) -> str | None:
 def is_finished(events: Sequence[Mapping[str, Any] | Event], result_written: bool) -> bool:
     """The harness is done with this cell: result.json, a crash or interrupt, or an
     infrastructure end (which writes no result.json)."""
+    from pytest_automedbench.events import EndEvent, kind_of, parse_event
+
     if result_written:
         return True
     for event in events:
@@ -318,6 +321,8 @@ def cell_progress(
     time is ``t_last + (now - mtime)``; before any event, ``now - mtime``. The cost is
     unknown (None) when ``price_known`` is False (the plan's: the model has no price)
     or any reply so far was unpriced: once unknown, it stays unknown."""
+    from pytest_automedbench.events import EndEvent, MessageEvent, parse_events
+
     typed = parse_events(events)
     kinds = [e.kind for e in typed]
     turn = max((e.turn for e in typed if e.turn is not None), default=0)

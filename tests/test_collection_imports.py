@@ -39,6 +39,11 @@ DEFERRED = (
     "pytest_automedbench.runner",  # the cell machinery: imported by the executor running one
     "pytest_automedbench.violations",  # the violation rule: the results' models need none
     "pytest_automedbench.scoring.violation_rule",
+    # A trajectory's events and their stage attribution: read when an agent runs (or the
+    # progress lines follow one), never to resolve an agent's name or print the plan.
+    "pytest_automedbench.events",
+    "pytest_automedbench.agents.trajectory",
+    "pytest_automedbench.scoring.rules",
 )
 
 #: Imported by no part of a ``--collect-only`` session, its end included (the gates and

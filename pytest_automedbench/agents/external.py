@@ -35,27 +35,15 @@ from pytest_automedbench.agents.base import (
 from pytest_automedbench.agents.kinds import AgentKind
 from pytest_automedbench.agents.model import ModelAgent
 from pytest_automedbench.agents.systems import cli_model_name, quiet_environment, system_version
-from pytest_automedbench.agents.tools import exec_content, exec_record, truncate_middle
-from pytest_automedbench.agents.trajectory import (
-    TrajectoryWriter,
-    conversation_from_events,
-    end_episode,
-)
-from pytest_automedbench.events import (
-    EndCommandEvent,
-    GatewayErrorEvent,
-    LimitEvent,
-    MessageEvent,
-    ProviderErrorEvent,
-    RequestRejectedEvent,
-    StartCommandEvent,
-    ToolResultEvent,
-    TranscriptEvent,
-)
 from pytest_automedbench.sandbox import ExecResult, Sandbox, SandboxError
 
 if TYPE_CHECKING:
+    from pytest_automedbench.agents.trajectory import TrajectoryWriter
+    from pytest_automedbench.events import TranscriptEvent
     from pytest_automedbench.gateway import Gateway
+
+# The trajectory, its events and the tools are imported by the functions that run an agent:
+# resolving an agent's name (while pytest collects) needs none of them.
 
 
 @dataclass(frozen=True)
@@ -309,6 +297,13 @@ class GatewayRoute:
         system finished on its own. A model that never answered usably (every request
         that reached the upstream failed: ``LeaseCounts.never_answered``) is a provider
         error whatever the system did next."""
+        from pytest_automedbench.events import (
+            GatewayErrorEvent,
+            LimitEvent,
+            ProviderErrorEvent,
+            RequestRejectedEvent,
+        )
+
         if result.exit_code == RELAY_FAILED_EXIT and RELAY_FAILED_TEXT in result.stderr:
             trajectory.write(GatewayErrorEvent.of(error=result.stderr[-2000:]))
             return "gateway_error"
@@ -399,6 +394,8 @@ def _record_transcript(
     are not interpreted beyond counting JSON-lines records. The sandbox read confines
     the path to the workspace and public inputs, so a transcript that is a link to
     anything else is refused, not followed."""
+    from pytest_automedbench.events import TranscriptEvent
+
     if not entry.transcript:
         return None
     path = entry.transcript
@@ -438,6 +435,8 @@ def run_command_agent(entry: CommandAgent | SystemAgent, run: AgentRun) -> Agent
     through the toolbox, so the format pre-check runs and the submission is recorded as
     any other.
     """
+    from pytest_automedbench.events import MessageEvent, StartCommandEvent
+
     if not isinstance(entry, CommandAgent | SystemAgent) or not entry.command:
         raise ValueError(f"agent {entry.name!r} is not a command agent")
     sandbox, trajectory, limits = run.sandbox, run.trajectory, run.limits
@@ -483,6 +482,10 @@ def _opaque_episode(
 ) -> AgentOutcome:
     """A command agent the harness cannot see into: its command is one ``execute`` call,
     its spending unknown."""
+    from pytest_automedbench.agents.tools import exec_content, exec_record
+    from pytest_automedbench.agents.trajectory import end_episode
+    from pytest_automedbench.events import LimitEvent
+
     trajectory, toolbox = run.trajectory, run.toolbox
     messages: list[Message] = [kickoff]
     _record_tool_result(
@@ -518,6 +521,10 @@ def _opaque_episode(
 def _system_episode(run: AgentRun, route: GatewayRoute, result: ExecResult) -> AgentOutcome:
     """An agent system's episode: its turns are already in the trajectory (from the
     wire); here the command's end, the transcript, how the cell ended, the submission."""
+    from pytest_automedbench.agents.tools import truncate_middle
+    from pytest_automedbench.agents.trajectory import conversation_from_events, end_episode
+    from pytest_automedbench.events import EndCommandEvent
+
     trajectory, toolbox = run.trajectory, run.toolbox
     trajectory.write(
         EndCommandEvent.of(
@@ -579,6 +586,8 @@ def _record_tool_result(
 ) -> None:
     """A tool message in the conversation and its ``tool_result`` event, shaped as the
     agent loop writes them (turn 1 for a plain command agent: its episode is one turn)."""
+    from pytest_automedbench.events import ToolResultEvent
+
     message: Message = {"role": "tool", "tool_call_id": call_id, "name": tool, "content": content}
     messages.append(message)
     trajectory.write(

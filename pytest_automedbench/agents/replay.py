@@ -51,7 +51,6 @@ import yaml
 
 from pytest_automedbench.agents.base import AgentContext, Message, Policy, Reply
 from pytest_automedbench.agents.kinds import TurnByTurn
-from pytest_automedbench.agents.trajectory import TRAJECTORY_SCHEMA_VERSION
 
 ReplayKind = Literal["trajectory", "conversation", "steps"]
 
@@ -271,6 +270,8 @@ def _turn_from_message(message: Any, where: str, path: Path) -> ReplayTurn:
 
 
 def _from_trajectory(path: Path, text: str) -> ReplayScript:
+    from pytest_automedbench.agents.trajectory import TRAJECTORY_SCHEMA_VERSION
+
     lines = text.splitlines()
     last = max((n for n, line in enumerate(lines, start=1) if line.strip()), default=0)
     start: dict[str, Any] = {}

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_automedbench.evaluation import CopyBounds, Placement, check_format, evaluate
 from pytest_automedbench.evaluators.schema import EvalSpec
-from pytest_automedbench.events import EvaluationEvent
 from pytest_automedbench.fixtures.registry import get_stager
 from pytest_automedbench.fixtures.staging import (
     StagedData,
@@ -499,6 +498,7 @@ class CatalogueCell:
     def verdict(self, checked: object, outcome: AgentOutcome) -> Verdict:
         """The submission evaluated (TASK and the metrics), with HealthAgentBench's LLM
         votes folded in where its category asks for them."""
+        from pytest_automedbench.events import EvaluationEvent
         from pytest_automedbench.scoring.correction_judge import second_judgement
 
         plan, files = self.plan, self.files
