@@ -24,7 +24,9 @@ stops: a fast failure is not a measurement.
     target: the catalogue's own cost (the difference of the medians) <= 0.5 s, with the
     ratio of the medians; the same difference in CPU time (user + system of each process,
     which a busy neighbour inflates less than the wall clock) and pytest's own "collected
-    in" time (from session start, so without the startup) are printed too;
+    in" time (from session start, so without the startup) are printed too; both sides
+    write Python's bytecode cache (``PYTHONDONTWRITEBYTECODE`` unset for them), so the
+    warm-up round leaves no module to compile again;
 (c) the harness's time per cell, for the ``empty`` agent (it submits nothing three times:
     three format pre-checks, then the final evaluation) on ``suites/vqa`` VQA-RAD lite r0,
     on each sandbox backend that runs here (bubblewrap, as ``--sandbox bubblewrap`` or its
@@ -289,14 +291,20 @@ def collected(output: str) -> tuple[int, float]:
 
 #: The catalogue's own collection cost, beyond collecting a one-line test (issue 36).
 COLLECT_TARGET_S = 0.5
+#: Both sides of (b) run with Python's bytecode cache written, as a user's pytest writes it:
+#: the warm-up round then caches every module (pytest's rewritten plugin modules too), so
+#: no timed round compiles one again. With ``PYTHONDONTWRITEBYTECODE`` set by the caller,
+#: every round would recompile each module changed since its cache was written: a cost of
+#: how stale the checkout's caches are, not of collecting.
+WITH_BYTECODE_CACHE = ["env", "-u", "PYTHONDONTWRITEBYTECODE"]
 
 
 def bench_collect(folder: Path, rounds: int) -> tuple[list[str], int]:
-    base = ["--collect-only", "-q", "-p", "no:cacheprovider"]
+    base = [*WITH_BYTECODE_CACHE, *PYTEST, "--collect-only", "-q", "-p", "no:cacheprovider"]
     catalogue, one = interleaved(
         rounds,
-        ([*PYTEST, *base, "suites/"], REPO),
-        ([*PYTEST, *base, str(folder / "test_one.py")], folder),
+        ([*base, "suites/"], REPO),
+        ([*base, str(folder / "test_one.py")], folder),
     )
     counts = {collected(r.output)[0] for r in catalogue}
     if len(counts) != 1 or {collected(r.output)[0] for r in one} != {1}:
