@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_automedbench.cells import plan_cells
+from pytest_automedbench.config import RunConfig
 from pytest_automedbench.fixtures import registry
+from pytest_automedbench.tasks import discover_tasks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,6 +122,21 @@ def test_collecting_the_catalogue_defers_what_cells_need_to_run(tmp_path: Path) 
     at_the_end = modules_at_the_end(tmp_path)
     assert "pytest_automedbench.gates" in at_the_end  # the session's end did decide its status
     assert sorted(name for name in DEFERRED_TO_THE_END if name in at_the_end) == []
+
+
+def test_an_agent_of_another_format_is_still_refused_by_that_format(tmp_path: Path) -> None:
+    """Harbor's own agents on catalogue tasks: each cell is skipped with Harbor's reason,
+    so the Harbor format is imported for them (and only for them)."""
+    modules, items = modules_after_collection(tmp_path, "suites/vqa", "--agent", "oracle")
+    assert items > 0
+    assert "pytest_automedbench.harbor" in modules
+    tasks = discover_tasks(REPO / "suites" / "vqa")
+    cells = plan_cells(RunConfig(agents=["oracle", "reference"]), tasks)
+    reasons = {(c.key.agent, c.skip_reason) for c in cells}
+    assert reasons == {
+        ("oracle", "oracle is a Harbor agent: it runs Harbor tasks (--harbor) only"),
+        ("reference", None),
+    }
 
 
 def write_module(folder: Path, name: str, body: str) -> Path:
