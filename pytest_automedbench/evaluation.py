@@ -292,9 +292,15 @@ def _in_process(
     return proc.returncode, proc.stderr[-2000:]
 
 
+#: The evaluator's own settings, the same in its image: no pydantic plugin runs in it
+#: (looking for one scans every installed package's metadata at each start).
+EVALUATOR_SETTINGS = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
+
+
 def host_environment() -> dict[str, str]:
     """The environment of an evaluator run as a host process: no key, nothing else."""
-    return {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
+    kept = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
+    return {**kept, **EVALUATOR_SETTINGS}
 
 
 _Verdict = TypeVar("_Verdict", FormatReport, EvaluationResult)

@@ -6,5 +6,7 @@ COPY automedbench /opt/automedbench
 # Their bytecode, compiled once here: an evaluator's root is read-only, so without it
 # every evaluator start (cold or warm) would compile the package again.
 RUN python -m compileall -q /opt/automedbench
-ENV PYTHONPATH=/opt/automedbench HOME=/tmp
+# No pydantic plugin (none is installed; looking for one scans every package's metadata
+# at each start).
+ENV PYTHONPATH=/opt/automedbench HOME=/tmp PYDANTIC_DISABLE_PLUGINS=__all__
 WORKDIR /tmp
