@@ -10,15 +10,19 @@ import os
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_automedbench import evaluation
+from pytest_automedbench.agents.trajectory import TrajectoryWriter
 from pytest_automedbench.evaluation import HOST_PROCESS, Placement
 from pytest_automedbench.evaluators.serve import REQUESTS
 from pytest_automedbench.sandbox.docker import DockerSandbox, docker_problem
 from pytest_automedbench.warm_evaluator import WarmEvaluator, warm_evaluator
 
-from .test_warm_evaluator import PER_TRACK, TASKS, solved, verdicts
+from .conftest import run_lite_cell
+from .test_warm_evaluator import PER_TRACK, TASKS, solved, stage, verdicts
 
 #: How long a gated launch waits for its gate before it goes on regardless (never in a
 #: passing run: the test opens the gate as soon as the constructor has returned).
@@ -40,6 +44,10 @@ class GatedLaunch(WarmEvaluator):
         self.launched.set()
 
 
+def launched_and_ready(warm: GatedLaunch) -> tuple[bool, bool]:
+    return warm.launched.is_set(), warm.ready
+
+
 class FailingLaunch(WarmEvaluator):
     def _launch(self, track: str) -> None:
         raise RuntimeError("no evaluator today")
@@ -55,10 +63,10 @@ def test_the_launch_runs_beside_the_caller_and_the_first_verdict_waits_for_it(
     warm = GatedLaunch(tmp_path / "warm", staged.private_dir, "vqa", HOST_PROCESS, gate=gate)
     try:
         # The constructor came back while the launch still waits for its gate.
-        assert not warm.launched.is_set() and not warm.ready
+        assert launched_and_ready(warm) == (False, False)
         gate.set()
         hot = verdicts(task, staged, outputs, tmp_path / "cell", HOST_PROCESS, warm)
-        assert warm.launched.is_set() and warm.ready
+        assert launched_and_ready(warm) == (True, True)
         assert warm.served == 3  # the first verdict too: it waited for the evaluator
     finally:
         gate.set()
@@ -116,3 +124,44 @@ def test_a_discarded_container_is_gone_when_the_session_tear_down_returns(
             assert len(client.containers.list(all=True, filters=label)) >= 1
     DockerSandbox.session_teardown()
     assert client.containers.list(all=True, filters=label) == []
+
+
+def test_a_cell_starts_its_evaluator_before_its_agent_and_every_verdict_is_warm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``empty`` agent's cell (three pre-checks at once, then the final evaluation):
+    the evaluator is started before the cell's sandbox and agent start, and serves the
+    first pre-check and every later verdict (the cold path is never taken)."""
+    order: list[str] = []
+    started, served = WarmEvaluator.__init__, WarmEvaluator.serve
+    written = TrajectoryWriter.write
+
+    def start(self: WarmEvaluator, *args: Any) -> None:
+        order.append("evaluator started")
+        started(self, *args)
+
+    def serve(self: WarmEvaluator, *args: Any) -> tuple[int, str] | None:
+        answer = served(self, *args)
+        order.append("warm verdict" if answer is not None else "no warm verdict")
+        return answer
+
+    def write(self: TrajectoryWriter, event: Any) -> Any:
+        order.append(event.kind)
+        return written(self, event)
+
+    def cold(*args: Any) -> tuple[int, str]:
+        raise AssertionError("a verdict went cold")
+
+    monkeypatch.setattr(WarmEvaluator, "__init__", start)
+    monkeypatch.setattr(WarmEvaluator, "serve", serve)
+    monkeypatch.setattr(TrajectoryWriter, "write", write)
+    monkeypatch.setattr(evaluation, "_in_process", cold)
+    task = TASKS[PER_TRACK["vqa"]]
+    staged = stage(task, tmp_path / "data")
+    result, _ = run_lite_cell("empty", task, staged, tmp_path / "cell", "warm", sandbox="process")
+    assert result.status == "scored"
+    assert order.index("evaluator started") < order.index("start")  # the agent's first event
+    verdicts = [entry for entry in order if "verdict" in entry]
+    assert verdicts == ["warm verdict"] * 4  # three pre-checks and the final evaluation
+    first_precheck = order.index("tool_result")
+    assert order[first_precheck - 1] == "warm verdict"  # the first pre-check was served warm
