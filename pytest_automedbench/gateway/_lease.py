@@ -13,7 +13,6 @@ back in an error.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -206,6 +205,11 @@ class CellLease:
             owed, self._tail_owed = self._tail_owed, False
         return owed
 
+    def sync(self) -> None:
+        """Return once every line of the lease's log is on disk: the fsync of each line
+        follows its reply, on a thread of its own (:mod:`._history`)."""
+        self._history.sync()
+
     def redact(self, text: str) -> str:
         """``text`` without the real key (the harness's one redaction, :mod:`.redact`)."""
         key = self.upstream.api_key
@@ -256,7 +260,6 @@ class CellLease:
             "response": reply,
             **(extra or {}),
         }
-        text = self.redact(json.dumps(line, default=str))
         with self._lock:
             self.requests += 1
             self.served += reply is not None
@@ -282,8 +285,7 @@ class CellLease:
                 if self._unserved_in_a_row > UNSERVED_LINES_LOGGED:
                     self.unlogged += 1
                     return
-            logged = json.loads(text)
-            self._history.append(logged, share=reply is not None)
+            logged = self._history.append(line, share=reply is not None)
         if self.listener is not None:
             try:
                 self.listener(logged)

@@ -49,15 +49,17 @@ async def read_capped(request: Request, limit: int) -> bytes:
         raise BodyTooLarge({"declared_bytes": int(declared), "bytes_read": 0, "limit": limit})
     chunks: list[bytes] = []
     size = 0
-    digest = hashlib.sha256()
     async for chunk in request.stream():
         size += len(chunk)
-        digest.update(chunk)
+        chunks.append(chunk)
         if size > limit:
+            # Hashed only here, for the log: a body within the limit is not hashed.
+            digest = hashlib.sha256()
+            for read in chunks:
+                digest.update(read)
             raise BodyTooLarge(
                 {"bytes_read": size, "sha256_of_read": digest.hexdigest(), "limit": limit}
             )
-        chunks.append(chunk)
     return b"".join(chunks)
 
 

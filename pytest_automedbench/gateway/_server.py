@@ -217,6 +217,10 @@ class Gateway:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+        with self._lock:
+            leases = list(self._leases.values())
+        for lease in leases:
+            lease.sync()
         for sock in (self._socket, self._unix):
             if sock is not None:
                 sock.close()
@@ -281,10 +285,12 @@ class Gateway:
         return lease
 
     def close_cell(self, lease: CellLease) -> None:
-        """Revoke the lease's token: later requests with it get 401."""
+        """Revoke the lease's token: later requests with it get 401. Returns once the
+        lease's log is on disk."""
         with self._lock:
             self._leases.pop(lease.token, None)
         lease.closed = True
+        lease.sync()
 
     # -- serving -------------------------------------------------------------------------
 
