@@ -426,6 +426,15 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     version, model), pooled success and cost per trial, then (Markdown, HTML) one row per
     system over all tracks; each cell counted once (the latest record of a cell within a
     session). ``--per-system`` prints the per-system table alone."""
+    from pytest_automedbench.ledger import gc_paused
+
+    # The records read live until the tables are written and form no cycle: a collection
+    # would walk every one of them (a million records: seconds each time).
+    with gc_paused():
+        return _leaderboard(args)
+
+
+def _leaderboard(args: argparse.Namespace) -> int:
     from pytest_automedbench.report.leaderboard import (
         imported_board,
         per_agent,
