@@ -8,7 +8,9 @@ reply and the figure would measure the fake):
 
 * ours: the agent's request through a real :class:`~pytest_automedbench.gateway.Gateway`
   lease (an ``httpx`` client with keep-alive, as an agent's SDK), i.e. the gateway's HTTP
-  server, its checks, metering and log line, and its ``litellm`` call to the upstream;
+  server (its connections ``TCP_NODELAY`` too: tests/test_gateway_latency_nodelay.py), its
+  checks, metering and log line (fsynced off the reply's path), and its ``litellm`` call to
+  the upstream;
 * reference: ``litellm.completion`` of the same messages straight to the upstream.
 
 At each conversation length (turns of ~3 KB each after a ~2 KB system prompt), median of
