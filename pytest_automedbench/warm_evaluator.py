@@ -18,6 +18,12 @@ its own (the cell's sandbox starts meanwhile; the first verdict waits for it to 
 ready), and discarded by ending its requests (it exits) and handing its container to the
 backend's removal, which finishes in the background and which the backend's session
 tear-down waits for (nothing is left behind).
+
+A process that runs cells one after another keeps one spare (:class:`SparePool`): when a
+cell takes its evaluator, the next one (same track, references and placement) starts in
+a folder of its own, so the next such cell (the next tier or repeat of the task) finds
+it ready. It has read nothing of any cell until one cell claims it (its folder moved into
+that cell's, where its mounts and open FIFOs follow it); that cell is its only one.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pytest_automedbench.evaluators.serve import REPLIES, REQUESTS
 
@@ -53,13 +60,13 @@ class WarmEvaluator:
     """The cell's evaluator process (or container) and its two FIFOs under ``root``."""
 
     def __init__(self, root: Path, references: Path, track: str, placement: Placement) -> None:
-        self.root, self.references, self.placement = root, references, placement
-        self.ctl = root / "ctl"
-        self.inbox, self.outbox = root / "in", root / "out"
+        self.references, self.placement = references, placement
+        self._place(root)
         self.ready = False
         self.warm = False
         self.broken = False
         self.served = 0
+        self.launch_failed = False
         self._buffer = b""
         self._proc: subprocess.Popen[bytes] | None = None
         self._remove: Callable[[], None] | None = None
@@ -75,12 +82,17 @@ class WarmEvaluator:
         )
         self._starter.start()
 
+    def _place(self, root: Path) -> None:
+        self.root, self.ctl = root, root / "ctl"
+        self.inbox, self.outbox = root / "in", root / "out"
+
     def _start(self, track: str) -> None:
         """Launch the evaluator (in the starter thread); one that cannot be launched is
         answered for: not ready (every verdict goes cold)."""
         try:
             self._launch(track)
         except Exception:
+            self.launch_failed = True
             with self._keeper_lock, contextlib.suppress(OSError):
                 if self._keeper is not None:
                     os.write(self._keeper, json.dumps({"ready": False}).encode() + b"\n")
@@ -116,7 +128,8 @@ class WarmEvaluator:
         from pytest_automedbench.evaluation import host_environment
 
         argv = [sys.executable, "-m", "pytest_automedbench.evaluators.serve"]
-        argv += ["--ctl", str(self.ctl), "--track", track, "--log", str(self.ctl / LOG)]
+        # Relative to its working folder (``root``): they follow the folder when it moves.
+        argv += ["--ctl", "ctl", "--track", track, "--log", f"ctl/{LOG}"]
         self._proc = subprocess.Popen(
             argv,
             cwd=self.root,
@@ -237,6 +250,44 @@ class WarmEvaluator:
     def _alive(self) -> bool:
         return self._proc is None or self._proc.poll() is None
 
+    def _read_available(self) -> bool:
+        """Read what the evaluator has said so far, without waiting; False at the end of
+        its replies (it is gone)."""
+        while select.select([self._replies], [], [], 0)[0]:
+            chunk = os.read(self._replies, 65536)
+            if not chunk:
+                return False
+            self._buffer += chunk
+        return True
+
+    def alive_now(self) -> bool:
+        """Whether it is starting or ready, by what it has said so far (never waits): not
+        broken, its launch not failed, its process not ended, its replies not at their end
+        (once it said it is ready, nothing holds them open but the evaluator)."""
+        if self.broken or self.launch_failed or not self._alive():
+            return False
+        if not self._read_available():
+            return False
+        if not self.ready and b"\n" in self._buffer:  # ready, or not (then closed)
+            return self.await_ready(0.0) and self._read_available()
+        return True
+
+    def move(self, root: Path) -> bool:
+        """Move its folder to ``root`` (absent or empty, on the same file system): its
+        container's mounts, its process's working folder and the FIFOs' open ends follow
+        the folder. Waits for its launch first (made at the old paths). False when it
+        cannot be moved or is gone (it stays where it was)."""
+        self._starter.join()
+        if not self.alive_now():
+            return False
+        try:
+            root.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(self.root, root)
+        except OSError:
+            return False
+        self._place(root)
+        return True
+
     def _log_since(self, start: int) -> str:
         """The evaluator's log written since ``start`` (its end), read without following
         a link the evaluator may have put in its place."""
@@ -280,12 +331,113 @@ def reap(proc: subprocess.Popen[bytes], wait_s: float = 2.0) -> None:
         proc.wait()
 
 
+class SpareKey(NamedTuple):
+    """What a spare must share with the cell that claims it: the same evaluator, mounts
+    and placement."""
+
+    track: str
+    references: Path
+    placement: Placement
+
+
+class SparePool:
+    """The process's one spare evaluator (:data:`SPARES`): started for the key of the
+    cell that last took an evaluator, in a folder of its own beside that cell's, claimed
+    by the next cell of that key, discarded when a cell of another key takes one or when
+    the pool is discarded (the session's end). Off until :meth:`keep` (only a process
+    that runs cells one after another keeps one: not a cell's own job, say on Slurm)."""
+
+    #: The prefix of a spare's folder (beside the cell folders, until a cell claims it).
+    PREFIX = ".warm-evaluator-spare-"
+
+    def __init__(
+        self, factory: Callable[[Path, Path, str, Placement], WarmEvaluator] = WarmEvaluator
+    ) -> None:
+        self.factory = factory
+        self.claimed = 0  #: spares claimed by cells (each by one)
+        self.started = 0  #: spares started
+        self._keeping = False
+        self._spare: tuple[SpareKey, WarmEvaluator] | None = None
+        self._discards: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def keep(self) -> None:
+        """From now on, keep a spare for the next cell."""
+        self._keeping = True
+
+    def discard(self) -> None:
+        """Discard the spare and keep none from now on; returns once every spare the
+        pool discarded is (its process reaped, its container handed to the backend's
+        removal, which the session's tear-down waits for)."""
+        with self._lock:
+            self._keeping = False
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            self._discard(spare[1])
+        with self._lock:
+            pending, self._discards = self._discards, []
+        for thread in pending:
+            thread.join()
+
+    def _discard(self, spare: WarmEvaluator) -> None:
+        """Close a spare no cell claimed and remove its folder, off the caller's path."""
+
+        def discard() -> None:
+            spare.close()
+            shutil.rmtree(spare.root, ignore_errors=True)
+
+        thread = threading.Thread(target=discard, name="spare-evaluator-discard")
+        with self._lock:
+            self._discards = [t for t in self._discards if t.is_alive()]
+            self._discards.append(thread)
+        thread.start()
+
+    def evaluator(
+        self, root: Path, references: Path, track: str, placement: Placement
+    ) -> WarmEvaluator:
+        """The cell's evaluator at ``root``: the spare of its key, moved there, or one
+        started there (no spare, another key's, or one that is gone or cannot be moved);
+        then the next spare is started."""
+        key = SpareKey(track, references, placement)
+        with self._lock:  # taken out of the pool: no other cell can claim it
+            spare, self._spare = self._spare, None
+        warm = None
+        if spare is not None and spare[0] == key and spare[1].move(root):
+            warm = spare[1]
+            self.claimed += 1
+        elif spare is not None:
+            self._discard(spare[1])
+        if warm is None:
+            warm = self.factory(root, references, track, placement)
+        if self._keeping:
+            self._start_spare(key, root.parent.parent)
+        return warm
+
+    def _start_spare(self, key: SpareKey, beside: Path) -> None:
+        root = beside / f"{self.PREFIX}{uuid.uuid4().hex}"
+        try:
+            spare = self.factory(root, key.references, key.track, key.placement)
+        except OSError:
+            shutil.rmtree(root, ignore_errors=True)
+            return
+        self.started += 1
+        with self._lock:
+            previous, self._spare = self._spare, (key, spare)
+        if previous is not None:  # never two: another cell put one meanwhile
+            self._discard(previous[1])
+
+
+#: The process's spare evaluator (see :class:`SparePool`).
+SPARES = SparePool()
+
+
 @contextmanager
 def warm_evaluator(
     root: Path, references: Path, track: str, placement: Placement
 ) -> Iterator[WarmEvaluator]:
-    """A cell's warm evaluator for the length of the block, discarded at its end."""
-    warm = WarmEvaluator(root, references, track, placement)
+    """A cell's warm evaluator for the length of the block (the process's spare, where
+    it has one for this cell), discarded at its end."""
+    warm = SPARES.evaluator(root, references, track, placement)
     try:
         yield warm
     finally:

@@ -83,10 +83,18 @@ class BenchmarkWorker:
             if (problem := task_format.backend_problem(backend)) is not None:
                 raise pytest.UsageError(problem)
         self.backend = backend
+        if backend is not None:  # its cells run here, one after another: keep a spare
+            from pytest_automedbench.warm_evaluator import SPARES
+
+            SPARES.keep()
 
     def pytest_sessionfinish(self) -> None:
-        """Once per process after its last cell: the backend's session tear-down."""
+        """Once per process after its last cell: its spare evaluator discarded, then the
+        backend's session tear-down."""
         if self.backend is not None:
+            from pytest_automedbench.warm_evaluator import SPARES
+
+            SPARES.discard()
             backend_class(self.backend).session_teardown()
 
     @pytest.hookimpl(wrapper=True, optionalhook=True)
