@@ -17,6 +17,7 @@ serialise on a file lock and the first one builds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -110,7 +111,7 @@ def ensure_images(
     say = log or (lambda message: print(f"automedbench: {message}", file=sys.stderr))
     with FileLock(str(LOCK_FILE), timeout=BUILD_TIMEOUT_S):
         base_tag = ensure_base(client, base, say)
-        py_tag, machine = _python_of(client, base_tag)
+        py_tag, machine = python_of(client, base_tag)
         agent_reqs = agent_requirements(py_tag)
         agent_tag = _ensure_built(
             client,
@@ -223,8 +224,32 @@ def ensure_base(client: Any, base: str, say: Callable[[str], None]) -> str:
     return tag
 
 
-def _python_of(client: Any, image: str) -> tuple[str, str]:
-    """The base image's CPython version tag (``311``) and machine (``x86_64``)."""
+def python_of(client: Any, image: str, cache: Path | None = None) -> tuple[str, str]:
+    """The image's CPython version tag (``311``) and machine (``x86_64``): asked of a
+    container once per image, then read from ``cache`` (:func:`python_facts_cache` by
+    default), keyed by the image's content id, so a rebuilt or re-pulled image under the
+    same tag is asked again. A cache that cannot be read or written is ignored."""
+    folder = python_facts_cache() if cache is None else cache
+    try:
+        image_id = str(client.images.get(image).id)
+    except Exception as exc:
+        raise SandboxError(f"the base image {image} cannot be inspected: {exc}") from exc
+    entry = folder / f"{image_id.replace(':', '-')}.json"
+    facts = _read_python_facts(entry)
+    if facts is None:
+        facts = _probe_python(client, image)
+        _write_python_facts(entry, facts)
+    return facts
+
+
+def python_facts_cache() -> Path:
+    """Where the images' Python facts are kept: ``$XDG_CACHE_HOME/automedbench/image-python``
+    (``~/.cache/...`` by default)."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "automedbench" / "image-python"
+
+
+def _probe_python(client: Any, image: str) -> tuple[str, str]:
     probe = "import platform, sys; print('%d%d' % sys.version_info[:2], platform.machine())"
     try:
         out = client.containers.run(
@@ -234,6 +259,37 @@ def _python_of(client: Any, image: str) -> tuple[str, str]:
         raise SandboxError(f"the base image {image} has no working python3: {exc}") from exc
     version, machine = out.decode().split()
     return version, machine
+
+
+def _read_python_facts(entry: Path) -> tuple[str, str] | None:
+    try:
+        stored = json.loads(entry.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stored, dict):
+        return None
+    version, machine = stored.get("py_tag"), stored.get("machine")
+    if not (isinstance(version, str) and version.isdigit()):
+        return None
+    if not (isinstance(machine, str) and machine and machine.isprintable() and " " not in machine):
+        return None
+    return version, machine
+
+
+def _write_python_facts(entry: Path, facts: tuple[str, str]) -> None:
+    """Whole or not at all: a concurrent reader sees no file or a complete one."""
+    temporary: Path | None = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, name = tempfile.mkstemp(suffix=".tmp", dir=entry.parent)
+        temporary = Path(name)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump({"py_tag": facts[0], "machine": facts[1]}, handle)
+        os.replace(temporary, entry)
+    except OSError:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
 
 
 # -------------------------------------------------------------------- requirements
