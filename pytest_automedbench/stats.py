@@ -432,21 +432,35 @@ class SummaryView:
         reading): give it only records read for a summary, which nothing else holds. The
         view is to be read, not changed: the defaults it holds and its set of fields given
         (a frozenset, which pydantic would fail to add to) are shared between records."""
-        given = frozenset(record.model_fields_set)
-        object.__setattr__(
-            record, "__pydantic_fields_set__", _FIELDS_GIVEN.setdefault(given, given)
-        )
+        _share_fields_given(record)
         fields = record.__dict__
         fields.update(_UNREAD)
         for name in _SHARED:
             value = fields[name]
             if value is not None:
                 fields[name] = sys.intern(value)
-        if record.stages is not None:
-            record.stages.__dict__["items"] = []
+        stages = record.stages
+        if stages is not None:
+            _share_fields_given(stages)
+            stages.__dict__["items"] = _NO_ITEMS
+            stages.__dict__["judge"] = sys.intern(stages.judge)
         for code in (*record.error_codes, *record.error_codes_llm):
+            _share_fields_given(code)
             code.__dict__["evidence"] = ""
+            code.__dict__["code"] = sys.intern(code.code)
+            code.__dict__["rule"] = sys.intern(code.rule)
         return record
+
+
+#: The rubric's items as a summary keeps them: none (one list shared, never changed).
+_NO_ITEMS: list[Any] = []
+
+
+def _share_fields_given(model: BaseModel) -> None:
+    """``model``'s set of fields given replaced by the one equal set shared by every record
+    read for a summary (a set per model object was ~0.9 KB of a kept record)."""
+    given = frozenset(model.model_fields_set)
+    object.__setattr__(model, "__pydantic_fields_set__", _FIELDS_GIVEN.setdefault(given, given))
 
 
 summary_view = SummaryView()

@@ -250,8 +250,13 @@ def all_formats() -> Iterator[TaskFormat]:
 
 
 def format_of_record(record: CellResult) -> TaskFormat:
-    """The format of a stored record's cell (the catalogue's when no other claims it)."""
-    return next((f for f in all_formats() if f.owns_record(record)), get_format("catalogue"))
+    """The format of a stored record's cell (the catalogue's when no other claims it).
+    Asked of every record a summary reads: a plain loop, no generator."""
+    for name in FORMATS:
+        owner = get_format(name)
+        if owner.owns_record(record):
+            return owner
+    return get_format("catalogue")
 
 
 def agent_mismatch(entry: AgentEntry, task: Task) -> str | None:
