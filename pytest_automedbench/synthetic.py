@@ -33,6 +33,7 @@ def stage_synthetic_task(task: TaskSpec, cache_root: Path, data_size: str = "sma
         generator = get_generator(name)
         # A generator without a realistic variant already writes real sizes: same cache.
         size = data_size if generator.realistic is not None else "small"
+        generator.for_size(size)  # an unknown size is refused here, before any staging
     return stage_synthetic(
         task_id=task.id,
         generator_name=name,

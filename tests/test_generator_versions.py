@@ -127,3 +127,13 @@ def test_a_realistic_size_still_asks_the_generator_for_its_variant(tmp_path: Pat
     small = stage_synthetic_task(task, tmp_path)
     realistic = stage_synthetic_task(task, tmp_path, "realistic")
     assert realistic.root == small.root and realistic.data_hash == small.data_hash
+
+
+def test_an_unknown_size_of_a_generator_with_a_realistic_variant_is_refused_before_staging(
+    tmp_path: Path,
+) -> None:
+    (task,) = [t for t in discover_tasks(REPO / "suites" / "detection") if t.id == "bccd-det"]
+    assert registry.get_generator(task.data.synthetic.generator).realistic is not None
+    with pytest.raises(registry.RegistryError, match="unknown data size 'huge'"):
+        stage_synthetic_task(task, tmp_path, "huge")
+    assert not any(tmp_path.iterdir())
