@@ -20,8 +20,8 @@ backend's removal, which finishes in the background and which the backend's sess
 tear-down waits for (nothing is left behind).
 
 A process that runs cells one after another keeps one spare (:class:`SparePool`): when a
-cell takes its evaluator, the next one (same track, references and placement) starts in
-a folder of its own, so the next such cell (the next tier or repeat of the task) finds
+cell takes its evaluator and the process's next cell is of the same task (its next tier
+or repeat), the next cell's evaluator starts in a folder of its own, so that cell finds
 it ready. It has read nothing of any cell until one cell claims it (its folder moved into
 that cell's, where its mounts and open FIFOs follow it); that cell is its only one.
 """
@@ -341,11 +341,12 @@ class SpareKey(NamedTuple):
 
 
 class SparePool:
-    """The process's one spare evaluator (:data:`SPARES`): started for the key of the
-    cell that last took an evaluator, in a folder of its own beside that cell's, claimed
-    by the next cell of that key, discarded when a cell of another key takes one or when
-    the pool is discarded (the session's end). Off until :meth:`keep` (only a process
-    that runs cells one after another keeps one: not a cell's own job, say on Slurm)."""
+    """The process's one spare evaluator (:data:`SPARES`): started when a cell takes its
+    evaluator and the process's next cell is of the same task (:meth:`expect`), for that
+    cell's key, in a folder of its own beside the cell's; claimed by the next cell of
+    that key, discarded when a cell of another key takes one or when the pool is
+    discarded (the session's end). None is started unless told what comes next (a
+    process that runs cells one after another: not a cell's own job, say on Slurm)."""
 
     #: The prefix of a spare's folder (beside the cell folders, until a cell claims it).
     PREFIX = ".warm-evaluator-spare-"
@@ -356,21 +357,21 @@ class SparePool:
         self.factory = factory
         self.claimed = 0  #: spares claimed by cells (each by one)
         self.started = 0  #: spares started
-        self._keeping = False
+        self._next_task: str | None = None
         self._spare: tuple[SpareKey, WarmEvaluator] | None = None
         self._discards: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def keep(self) -> None:
-        """From now on, keep a spare for the next cell."""
-        self._keeping = True
+    def expect(self, task: str | None) -> None:
+        """The task of the cell this process runs next (None: none), for the spare."""
+        self._next_task = task
 
     def discard(self) -> None:
-        """Discard the spare and keep none from now on; returns once every spare the
-        pool discarded is (its process reaped, its container handed to the backend's
-        removal, which the session's tear-down waits for)."""
+        """Discard the spare and start none from now on (until :meth:`expect`); returns
+        once every spare the pool discarded is (its process reaped, its container handed
+        to the backend's removal, which the session's tear-down waits for)."""
         with self._lock:
-            self._keeping = False
+            self._next_task = None
             spare, self._spare = self._spare, None
         if spare is not None:
             self._discard(spare[1])
@@ -393,38 +394,44 @@ class SparePool:
         thread.start()
 
     def evaluator(
-        self, root: Path, references: Path, track: str, placement: Placement
+        self, root: Path, references: Path, track: str, placement: Placement, task: str = ""
     ) -> WarmEvaluator:
-        """The cell's evaluator at ``root``: the spare of its key, moved there, or one
-        started there (no spare, another key's, or one that is gone or cannot be moved);
-        then the next spare is started."""
+        """The cell's evaluator at ``root`` (a cell of ``task``): the spare of its key,
+        moved there, or one started there (no spare, another key's, or one that is gone
+        or cannot be moved); then the spare for the next cell, if it is of ``task``."""
         key = SpareKey(track, references, placement)
         with self._lock:  # taken out of the pool: no other cell can claim it
             spare, self._spare = self._spare, None
         warm = None
         if spare is not None and spare[0] == key and spare[1].move(root):
             warm = spare[1]
-            self.claimed += 1
+            with self._lock:
+                self.claimed += 1
         elif spare is not None:
             self._discard(spare[1])
         if warm is None:
             warm = self.factory(root, references, track, placement)
-        if self._keeping:
-            self._start_spare(key, root.parent.parent)
+        if task and task == self._next_task:
+            self._start_spare(key, root.parent.parent, task)
         return warm
 
-    def _start_spare(self, key: SpareKey, beside: Path) -> None:
+    def _start_spare(self, key: SpareKey, beside: Path, task: str) -> None:
         root = beside / f"{self.PREFIX}{uuid.uuid4().hex}"
         try:
             spare = self.factory(root, key.references, key.track, key.placement)
         except OSError:
             shutil.rmtree(root, ignore_errors=True)
             return
-        self.started += 1
         with self._lock:
-            previous, self._spare = self._spare, (key, spare)
-        if previous is not None:  # never two: another cell put one meanwhile
-            self._discard(previous[1])
+            self.started += 1
+            unkept = [self._spare]  # never two: another cell may have put one meanwhile
+            if self._next_task == task:
+                self._spare = (key, spare)
+            else:  # the pool was discarded (or told otherwise) meanwhile
+                self._spare, unkept = None, [*unkept, (key, spare)]
+        for entry in unkept:
+            if entry is not None:
+                self._discard(entry[1])
 
 
 #: The process's spare evaluator (see :class:`SparePool`).
@@ -433,11 +440,11 @@ SPARES = SparePool()
 
 @contextmanager
 def warm_evaluator(
-    root: Path, references: Path, track: str, placement: Placement
+    root: Path, references: Path, track: str, placement: Placement, task: str = ""
 ) -> Iterator[WarmEvaluator]:
     """A cell's warm evaluator for the length of the block (the process's spare, where
-    it has one for this cell), discarded at its end."""
-    warm = SPARES.evaluator(root, references, track, placement)
+    it has one for this cell of ``task``), discarded at its end."""
+    warm = SPARES.evaluator(root, references, track, placement, task)
     try:
         yield warm
     finally:

@@ -83,10 +83,6 @@ class BenchmarkWorker:
             if (problem := task_format.backend_problem(backend)) is not None:
                 raise pytest.UsageError(problem)
         self.backend = backend
-        if backend is not None:  # its cells run here, one after another: keep a spare
-            from pytest_automedbench.warm_evaluator import SPARES
-
-            SPARES.keep()
 
     def pytest_sessionfinish(self) -> None:
         """Once per process after its last cell: its spare evaluator discarded, then the
@@ -96,6 +92,16 @@ class BenchmarkWorker:
 
             SPARES.discard()
             backend_class(self.backend).session_teardown()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Before a cell runs here: the task of the cell that runs next in this process,
+        for the spare evaluator (started for it while this cell runs)."""
+        if self.backend is not None and _cell_of(item) is not None:
+            from pytest_automedbench.warm_evaluator import SPARES
+
+            upcoming = None if nextitem is None else _cell_of(nextitem)
+            SPARES.expect(None if upcoming is None else upcoming.task.id)
 
     @pytest.hookimpl(wrapper=True, optionalhook=True)
     def pytest_timeout_set_timer(

@@ -443,6 +443,7 @@ class CatalogueCell:
                 plan.staged.private_dir,
                 files.spec.track,
                 files.placement,
+                plan.key.task,
             ) as warm,
             open_workspace(plan, files) as quota,
         ):
