@@ -876,9 +876,8 @@ class _Group:
         self.tokens_out = 0
         self.n_cost_unknown = 0
         self.n_trial_cost_unknown = 0
-        # Trials: every scored record (an infra error is no trial).
-        self.trial_cell = array("q")  # index into trial_cell_ids, per record
-        self.trial_cell_ids: dict[tuple[str, str, str], int] = {}
+        # Trials: every scored record (an infra error is no trial), so a trial's cell group
+        # is its run's (``cell``) and its seconds its run's (``wall``).
         self.trial_passed = array("b")
         self.n_verifier_errors = 0
         self.n_attempt_trials = 0
@@ -888,7 +887,6 @@ class _Group:
         self.pool_passed = 0
         self.n_pooled = 0
         self.trial_turns = 0
-        self.trial_wall = array("d")
         self.phases: dict[str, array[float]] = {}
 
     def add(self, record: CellResult, include_llm: bool) -> None:
@@ -904,6 +902,8 @@ class _Group:
             return
         self._add_trial(record)
         self.n_trial_cost_unknown += not known
+        key = (record.agent, record.task, record.tier)
+        self.cell.append(self.cell_ids.setdefault(key, len(self.cell_ids)))
         overall, agentic, s1, s2, s3, s4, s5, task = self.columns
         overall.append(record.overall or 0.0)
         agentic.append(record.agentic or 0.0)
@@ -922,8 +922,6 @@ class _Group:
             task.append(_NAN)
         else:
             task.append(record.task_score)
-        key = (record.agent, record.task, record.tier)
-        self.cell.append(self.cell_ids.setdefault(key, len(self.cell_ids)))
         self.resolved.append(record.resolved)
         if record.error_codes or (include_llm and record.error_codes_llm):
             codes = codes_of(record, include_llm=include_llm)
@@ -939,14 +937,11 @@ class _Group:
 
     def _add_trial(self, record: CellResult) -> None:
         """A scored record's trial figures (see the module docstring's trials)."""
-        trial_key = (record.agent, record.task, record.tier)
-        self.trial_cell.append(self.trial_cell_ids.setdefault(trial_key, len(self.trial_cell_ids)))
         self.trial_passed.append(record.passed is True)
         trials, passes = record.pooled_trials()
         self.pool_trials += trials
         self.pool_passed += passes
         self.trial_turns += record.turns
-        self.trial_wall.append(record.wall_s)
         for phase, seconds in record.phase_s.items():
             self.phases.setdefault(phase, array("d")).append(seconds)
 
@@ -1013,16 +1008,12 @@ def _stats(
     m = len(nc)
     pass_at, pass_hat = _pass_curves(nc, k)
     recovery = g.recovered / g.recovery_base if g.recovery_base else None
-    trials = len(g.trial_cell)
-    trial_cell = np.frombuffer(g.trial_cell, dtype=np.int64)
-    attempts = np.bincount(trial_cell, minlength=len(g.trial_cell_ids))
+    # Every scored run is a trial: the trials' cell groups are the runs'.
+    trials = n
     passes = np.bincount(
-        trial_cell,
-        weights=np.frombuffer(g.trial_passed, dtype=np.int8),
-        minlength=len(g.trial_cell_ids),
+        cell, weights=np.frombuffer(g.trial_passed, dtype=np.int8), minlength=len(g.cell_ids)
     )
-    trial_order = [g.trial_cell_ids[key] for key in sorted(g.trial_cell_ids)]
-    trial_nc = [[int(attempts[i]), round(passes[i])] for i in trial_order]
+    trial_nc = [[int(runs_per_cell[i]), round(passes[i])] for i in order]
     trial_k = min((n_ for n_, _ in trial_nc), default=0)
     trial_at, trial_hat = _pass_curves(trial_nc, trial_k)
     return GroupStats(
@@ -1067,7 +1058,7 @@ def _stats(
         trial_pass_at={j + 1: float(v) for j, v in enumerate(trial_at)},
         trial_pass_hat={j + 1: float(v) for j, v in enumerate(trial_hat)},
         trial_turns=g.trial_turns / trials if trials else _NAN,
-        trial_wall_s=math.fsum(g.trial_wall) / trials if trials else _NAN,
+        trial_wall_s=math.fsum(g.wall) / trials if trials else _NAN,
         phase_s={
             phase: math.fsum(seconds) / len(seconds) for phase, seconds in sorted(g.phases.items())
         },
@@ -1214,16 +1205,19 @@ def differing_versions(records: Iterable[CellResult]) -> Versions:
     that have records of it (records without the hash are not counted). A leaderboard
     row of one of those agents averages a task, or data, that another record does not
     share."""
+    # Records repeat their (cell, hashes, agent) many times over: each distinct one is
+    # gathered once, in the order first met (which orders the hashes as the records do).
+    distinct = dict.fromkeys(
+        (record.track, record.task, record.tier, record.agent, record.task_hash, record.data_hash)
+        for record in records
+        if record.status == "scored"
+    )
     found: dict[tuple[str, str, str], dict[str, dict[str, set[str]]]] = {}
-    for record in records:
-        if record.status != "scored":
-            continue
-        for field in HASH_FIELDS:
-            value = getattr(record, field)
+    for track, task, tier, agent, *hashes in distinct:
+        for field, value in zip(HASH_FIELDS, hashes, strict=True):
             if value is not None:
-                cell = (record.track, record.task, record.tier)
-                by_hash = found.setdefault(cell, {}).setdefault(field, {})
-                by_hash.setdefault(value, set()).add(record.agent)
+                by_hash = found.setdefault((track, task, tier), {}).setdefault(field, {})
+                by_hash.setdefault(value, set()).add(agent)
     return {
         cell: {
             field: {value: frozenset(agents) for value, agents in by_hash.items()}

@@ -156,14 +156,18 @@ def _systems(
     """Per key, the agent system of its records (infra errors too: the same system ran
     them): ``harness`` (``harness_of``), ``harness_version`` and ``model``, each value
     they hold joined by ", " (None: no record has a version)."""
+    # Each distinct (key, system) is looked at once: records repeat them many times over
+    # (a system: what harness_of reads, harness, agent and model, and the version).
+    distinct = {
+        (key(cell), cell.harness, cell.agent, cell.model, cell.harness_version): cell
+        for cell in cells
+    }
     found: dict[tuple[str, ...], dict[str, set[str | None]]] = {}
-    for cell in cells:
-        held = found.setdefault(
-            key(cell), {"harness": set(), "harness_version": set(), "model": set()}
-        )
+    for (group, _, _, model, version), cell in distinct.items():
+        held = found.setdefault(group, {"harness": set(), "harness_version": set(), "model": set()})
         held["harness"].add(harness_of(cell))
-        held["harness_version"].add(cell.harness_version)
-        held["model"].add(cell.model)
+        held["harness_version"].add(version)
+        held["model"].add(model)
     return {k: {field: _joined(v) for field, v in held.items()} for k, held in found.items()}
 
 
