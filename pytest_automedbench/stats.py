@@ -430,8 +430,10 @@ class SummaryView:
 
         The record itself is lightened, in place (a copy would cost more than the
         reading): give it only records read for a summary, which nothing else holds. The
-        view is to be read, not changed: the defaults it holds and its set of fields given
-        (a frozenset, which pydantic would fail to add to) are shared between records."""
+        view is to be read, not changed: the defaults it holds, its empty lists, its error
+        codes (one object per distinct code, rule, turn and event) and the sets of fields
+        given (frozensets, which pydantic would fail to add to) are shared between
+        records."""
         _share_fields_given(record)
         fields = record.__dict__
         fields.update(_UNREAD)
@@ -444,16 +446,43 @@ class SummaryView:
             _share_fields_given(stages)
             stages.__dict__["items"] = _NO_ITEMS
             stages.__dict__["judge"] = sys.intern(stages.judge)
-        for code in (*record.error_codes, *record.error_codes_llm):
-            _share_fields_given(code)
-            code.__dict__["evidence"] = ""
-            code.__dict__["code"] = sys.intern(code.code)
-            code.__dict__["rule"] = sys.intern(code.rule)
+        for name in ("error_codes", "error_codes_llm"):
+            fields[name] = [_kept_code(code) for code in fields[name]] or _NONE
+        if not fields["violations"]:
+            fields["violations"] = _NONE
+        if not fields["phase_s"]:
+            fields["phase_s"] = _NO_PHASES
         return record
 
 
 #: The rubric's items as a summary keeps them: none (one list shared, never changed).
 _NO_ITEMS: list[Any] = []
+#: A kept record's empty lists (error codes, violations) and phases: one each, shared.
+_NONE: list[Any] = []
+_NO_PHASES: dict[str, float] = {}
+#: The most distinct error codes held once (past that a code is kept as it was read).
+_MAX_CODES = 4096
+#: Each distinct error code as summaries keep it: (its model, code, rule, turn, seq and
+#: fields given) -> the one object.
+_CODES: dict[tuple[type[ErrorCode], str, str, int | None, int | None, int], ErrorCode] = {}
+
+
+def _kept_code(code: ErrorCode) -> ErrorCode:
+    """An error code as a summary keeps it (its evidence never read: ""), one object per
+    distinct value, so the many records that carry the same code share it."""
+    _share_fields_given(code)
+    fields = code.__dict__
+    fields["evidence"] = ""
+    given = id(code.model_fields_set)  # the shared set: one id per set of fields given
+    key = (type(code), fields["code"], fields["rule"], fields["turn"], fields["seq"], given)
+    held = _CODES.get(key)
+    if held is not None:
+        return held
+    fields["code"] = sys.intern(fields["code"])
+    fields["rule"] = sys.intern(fields["rule"])
+    if len(_CODES) < _MAX_CODES:
+        _CODES[key] = code
+    return code
 
 
 def _share_fields_given(model: BaseModel) -> None:

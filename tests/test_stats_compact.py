@@ -32,6 +32,11 @@ def test_nested_models_share_what_repeats(tmp_path: Path) -> None:
     assert len({id(c.model_fields_set) for c in codes}) == len(given)
     assert len({id(c.rule) for c in codes}) == len({c.rule for c in codes})
     assert {c.evidence for c in codes} == {""}
+    distinct = {(c.code, c.rule, c.turn, c.seq) for c in codes}
+    assert len({id(c) for c in codes}) == len(distinct) < len(codes)  # one object per code
+    lists = [[*(r.error_codes, r.error_codes_llm, r.violations)] for r in kept]
+    empty = [each for three in lists for each in three if not each]
+    assert len({id(e) for e in empty}) == 1 and empty[0] == []
 
 
 def test_kept_values_are_the_whole_records(tmp_path: Path) -> None:
