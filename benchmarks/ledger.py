@@ -15,7 +15,10 @@ rounds run interleaved (so a busy neighbour hurts every side alike):
 * aggregate: ``Ledger.records()`` then the leaderboard: ``stats.latest_per_cell`` (each
   cell once, as the leaderboard counts it), ``stats.summarise`` by agent x track
   (bootstrap CIs of OVERALL, AGENTIC, TASK and S1-S5, pass@k curves, error codes,
-  recovery, cost) plus the ledger-wide ``stats.error_code_distribution``.
+  recovery, cost) plus the ledger-wide ``stats.error_code_distribution``;
+* memory: the bytes Python allocates per record held (``tracemalloc``), whole records
+  (``Ledger.records()``) and as the summaries keep them (``summary_view``): what a
+  leaderboard, compare or a gate holds per record of a ledger.
 
 Target (the issue): the ledger aggregated into the leaderboard in under 3x the time of
 merely parsing it, taken against the plain-JSON parse. The ratio against the validating
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -324,6 +328,19 @@ def leaderboard_process(path: Path) -> tuple[float, float, float]:
     return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
+def held_per_record(ledger: Ledger, view: Any) -> float:
+    """Bytes allocated per record while ``ledger.records(view=view)`` is held (measured
+    after a first read, so validators and interned names are not counted)."""
+    ledger.records(view=view)
+    tracemalloc.start()
+    try:
+        records = ledger.records(view=view)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return held / len(records)
+
+
 def board_rows(tmp: Path, n_board: int, n_timed: int | None) -> list[Row]:
     """The leaderboard's own figures: peak memory over ``n_board`` records against the
     target, and (``n_timed``) the wall time of a larger ledger's, scaled to a million."""
@@ -445,6 +462,7 @@ def main() -> None:
         )
         if not n_json == n_rec == n_view == n_records:
             raise SystemExit(f"parsed {n_json} / {n_rec} / {n_view} records of {n_records}")
+        whole_b, kept_b = held_per_record(ledger, None), held_per_record(ledger, summary_view)
 
     runs = sum(g.n_runs for g in board)
     infra = sum(g.n_infra for g in board)
@@ -455,6 +473,8 @@ def main() -> None:
     figure(f"parse + dedup + summarise + codes, {n_records} records, best", agg_s, "s")
     figure("aggregation / the plain-JSON parse", agg_s / json_s, "x", at_most=3)
     figure("aggregation / the plain-JSON parse, cyclic GC paused", agg_p / json_p, "x")
+    figure("memory held per record, whole records (Ledger.records())", whole_b, "bytes")
+    figure("memory held per record as the summaries keep it (summary_view)", kept_b, "bytes")
     rows = [
         Row("parse: json.loads per line (reference)", f"{json_s:.2f} s", "1.00x", ""),
         Row("parse: Ledger.records() (pydantic)", f"{rec_s:.2f} s", f"{rec_s / json_s:.2f}x", ""),
@@ -485,6 +505,14 @@ def main() -> None:
             f"{agg_p:.2f} s",
             f"{agg_p / json_p:.2f}x",
             "(what records() spends in the GC)",
+        ),
+        Row("memory held per record (tracemalloc):", "", "", ""),
+        Row("  whole records: Ledger.records()", f"{whole_b:.0f} B", "", ""),
+        Row(
+            "  as the summaries keep them: summary_view",
+            f"{kept_b:.0f} B",
+            f"{kept_b / whole_b:.2f}x whole",
+            "",
         ),
         Row("the leaderboard command, in a process of its own:", "", "", ""),
         *board_figures,
