@@ -214,7 +214,7 @@ class Ledger:
         a blank line or an unreadable one, which is added to ``self.problems`` with the
         reason ``CellResult`` gives (``last``: the ledger's unterminated last line, which a
         writer may have been stopped in)."""
-        if not line.strip():
+        if not line or line.isspace():  # blank (no copy of a line of several KB made)
             return None
         try:
             return model.model_validate_json(line)

@@ -462,22 +462,25 @@ _NONE: list[Any] = []
 _NO_PHASES: dict[str, float] = {}
 #: The most distinct error codes held once (past that a code is kept as it was read).
 _MAX_CODES = 4096
-#: Each distinct error code as summaries keep it: (its model, code, rule, turn, seq and
-#: fields given) -> the one object.
-_CODES: dict[tuple[type[ErrorCode], str, str, int | None, int | None, int], ErrorCode] = {}
+#: Each distinct error code as summaries keep it: (its model, code, rule, turn, seq, and
+#: whether turn and seq were given) -> the one object.
+_CODES: dict[tuple[Any, ...], ErrorCode] = {}
 
 
 def _kept_code(code: ErrorCode) -> ErrorCode:
     """An error code as a summary keeps it (its evidence never read: ""), one object per
     distinct value, so the many records that carry the same code share it."""
-    _share_fields_given(code)
     fields = code.__dict__
-    fields["evidence"] = ""
-    given = id(code.model_fields_set)  # the shared set: one id per set of fields given
-    key = (type(code), fields["code"], fields["rule"], fields["turn"], fields["seq"], given)
+    # Which of turn and seq were given: its model alone decides for the others (code and
+    # rule are required, evidence is given or never read as the model reads it).
+    given = code.__pydantic_fields_set__
+    key: tuple[Any, ...] = (type(code), fields["code"], fields["rule"], fields["turn"])
+    key += (fields["seq"], "turn" in given, "seq" in given)
     held = _CODES.get(key)
     if held is not None:
         return held
+    _share_fields_given(code)
+    fields["evidence"] = ""
     fields["code"] = sys.intern(fields["code"])
     fields["rule"] = sys.intern(fields["rule"])
     if len(_CODES) < _MAX_CODES:
