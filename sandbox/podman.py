@@ -236,12 +236,19 @@ def copy_images_from_docker(tags: list[str]) -> None:
         raise SandboxError(f"copying the images from Docker to podman failed: {detail}")
 
 
-def _present(client: Any, tag: str) -> bool:
+def stale_tags(docker: Any, podman: Any, tags: list[str]) -> list[str]:
+    """The ``tags`` podman must copy from Docker: those it lacks, and those under which it
+    holds another image than Docker's (Docker rebuilt it since the copy: a rebuild of the
+    same recipe need not give the same id, and a record names the image by its id)."""
+    return [tag for tag in tags if _image_id(podman, tag) != _image_id(docker, tag)]
+
+
+def _image_id(client: Any, tag: str) -> str | None:
+    """The id of the image ``client``'s engine holds under ``tag`` (None: none)."""
     try:
-        client.images.get(tag)
+        return str(client.images.get(tag).id)
     except Exception:
-        return False
-    return True
+        return None
 
 
 @register("podman", preference=20)
@@ -294,18 +301,19 @@ class PodmanSandbox(DockerSandbox):
 
     @classmethod
     def _copy_from_docker(cls, docker_base: str) -> None:
-        """Copy the images podman lacks from a Docker engine that answers and holds the
-        base (it makes the agent and evaluator images from it when they are missing)."""
+        """Copy the images podman lacks (or holds as other images under the same tags) from
+        a Docker engine that answers and holds the base (it makes the agent and evaluator
+        images from it when they are missing)."""
         from pytest_automedbench.sandbox.docker import docker_client, docker_problem
 
         if shutil.which("docker") is None or docker_problem() is not None:
             return
         docker = docker_client()
-        if not _present(docker, base_tag_for() if docker_base == "debootstrap" else docker_base):
+        base = base_tag_for() if docker_base == "debootstrap" else docker_base
+        if _image_id(docker, base) is None:
             return
         images = ensure_images(docker, docker_base, engine="docker")
-        tags = [images.base, images.agent, images.evaluator]
-        missing = [tag for tag in tags if not _present(cls.client(), tag)]
+        missing = stale_tags(docker, cls.client(), [images.base, images.agent, images.evaluator])
         if missing:
             started = time.monotonic()
             print(

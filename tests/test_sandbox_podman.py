@@ -144,6 +144,40 @@ def test_its_images_are_the_docker_backends(tmp_path: Path) -> None:
 
 
 @needs_podman
+def test_a_tag_docker_rebuilt_is_copied_again(tmp_path: Path) -> None:
+    """A tag podman holds as another image than Docker's (Docker rebuilt it after the copy)
+    is stale, so it is copied again and both engines name the same image by it."""
+    if DockerSandbox.problem() is not None:
+        pytest.skip(f"no Docker engine to copy from: {DockerSandbox.problem()}")
+    docker, podman = DockerSandbox.client(), PodmanSandbox.client()
+    tag = f"automedbench-test/rebuilt:{uuid.uuid4().hex[:8]}"
+    repository, version = tag.split(":")
+
+    def docker_image(text: str) -> None:
+        (tmp_path / "hello.txt").write_text(text)
+        archive = tmp_path / f"{text}.tar"
+        with tarfile.open(archive, "w") as tar:
+            tar.add(tmp_path / "hello.txt", arcname="hello.txt")
+        docker.api.import_image_from_file(str(archive), repository=repository, tag=version)
+
+    try:
+        docker_image("first")
+        assert pm.stale_tags(docker, podman, [tag]) == [tag]  # podman lacks it
+        pm.copy_images_from_docker([tag])
+        assert pm.stale_tags(docker, podman, [tag]) == []
+        docker_image("second")  # the same tag, another image
+        assert pm.stale_tags(docker, podman, [tag]) == [tag]
+        pm.copy_images_from_docker([tag])
+        assert pm.stale_tags(docker, podman, [tag]) == []
+        assert podman.images.get(tag).id == docker.images.get(tag).id
+    finally:
+        with contextlib.suppress(Exception):
+            podman.images.remove(tag, force=True)
+        with contextlib.suppress(Exception):
+            docker.images.remove(tag, force=True)
+
+
+@needs_podman
 def test_images_are_copied_from_docker_with_their_ids(tmp_path: Path) -> None:
     """``docker save | podman load`` keeps an image's id (what the agent and evaluator
     tags are derived from), shown on a one-file image made for this test."""
