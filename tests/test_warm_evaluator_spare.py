@@ -150,6 +150,9 @@ def test_a_spare_is_claimed_by_one_cell_only(tmp_path: Path) -> None:
     refs = tmp_path / "refs"
     refs.mkdir()
     first = pool.evaluator(tmp_path / "a" / "warm", refs, "vqa", HOST_PROCESS, TASK)
+    # No spare after this one: the cell that claims it would start the next, which the
+    # other cell, if a little later, would rightly claim in turn.
+    pool.expect(None)
     barrier = threading.Barrier(2)
     got: dict[str, WarmEvaluator] = {}
 
