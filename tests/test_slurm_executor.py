@@ -268,7 +268,7 @@ def test_a_job_past_its_time_limit_is_a_timeout_with_its_trajectory(
     )  # fmt: skip
     assert finished.returncode == 1, finished.stdout[-3000:]
     (record,) = read_ledger(out)
-    assert record["status"] == "infra_error" and record["termination"] == "timeout"
+    assert (record["status"], record["termination"]) == ("infra_error", "timeout"), record["error"]
     (job,) = jobs_of(out)
     assert job_state(job) == "TIMEOUT"
     events = (Path(record["cell_dir"]) / "trajectory.jsonl").read_text().splitlines()

@@ -63,12 +63,31 @@ def test_job_parameters_follow_the_settings_and_the_task_limit(tmp_path: Path) -
     assert params["partition"] == "gpu" and params["account"] == "lab"
     assert params["gpus_per_node"] == 1
     assert params["mem"] == "1536M"
-    assert params["additional_parameters"] == {"constraint": "a100"}
+    assert params["additional_parameters"] == {"signal": "B:URG@60", "constraint": "a100"}
     assert params["setup"] == ["module load cuda"]
     assert params["job_name"] == "amb-reference-vqa-rad-lite-r0"
     assert "qos" not in params  # unset settings are left to the cluster's defaults
     fixed = plan_for(tmp_path, {"time_limit_min": 30})
     assert submitit_parameters(fixed, fixed.config.slurm)["time"] == 30
+
+
+def test_the_time_limit_warning_goes_to_the_batch_shell_as_an_ignored_signal(
+    tmp_path: Path,
+) -> None:
+    """submitit asks for SIGUSR2 before the limit, which Slurm may send a minute early:
+    with a short limit it reached the job's Python before any handler and killed it."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    plan = plan_for(tmp_path, {"time_limit_min": 1})
+    params = submitit_parameters(plan, plan.config.slurm)
+    script = _make_sbatch_string(command="python -m job", folder=str(tmp_path), **params)
+    assert [line for line in script.splitlines() if "--signal" in line] == [
+        "#SBATCH --signal=B:URG@60"
+    ]
+    mine = plan_for(tmp_path, {"extra_sbatch": {"signal": "B:USR1@300"}})
+    assert submitit_parameters(mine, mine.config.slurm)["additional_parameters"] == {
+        "signal": "B:USR1@300"
+    }  # a cluster's own choice stands
 
 
 def test_time_limit_rounds_up_to_whole_minutes() -> None:

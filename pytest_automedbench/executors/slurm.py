@@ -95,6 +95,15 @@ _UNKNOWN_LOOKS_BEFORE_LOST = 3
 _RESULT_GRACE_S = 30.0
 
 
+#: The ``--signal`` of every job. submitit always asks Slurm for a warning signal before
+#: the time limit (SIGUSR2, its cue to checkpoint and requeue), and Slurm may send it up
+#: to a minute early: a job with a short limit got it while Python was still starting,
+#: where SIGUSR2's default action killed the job (recorded ``job_failed``, not
+#: ``timeout``). The harness checkpoints nothing, so the warning goes to the batch shell
+#: only (``B:``), as a signal whose default action is to be ignored.
+WARNING_SIGNAL = "B:URG@60"
+
+
 def check_available() -> None:
     """Raise ConfigError unless this machine can submit Slurm jobs through submitit."""
     from pytest_automedbench.config import ConfigError
@@ -136,8 +145,6 @@ def submitit_parameters(plan: CellPlan, settings: SlurmSettings) -> dict[str, An
         "cpus_per_task": settings.cpus_per_cell,
         "mem": f"{math.ceil(settings.mem_gb * 1024)}M",
         "comment": f"automedbench run {plan.run_id}",
-        # SIGUSR2 ahead of the limit is submitit's cue to requeue; ignored in the job.
-        "signal_delay_s": 60,
     }
     if settings.gpus_per_cell:
         parameters["gpus_per_node"] = settings.gpus_per_cell
@@ -147,8 +154,7 @@ def submitit_parameters(plan: CellPlan, settings: SlurmSettings) -> dict[str, An
             parameters[key] = value
     if settings.setup:
         parameters["setup"] = list(settings.setup)
-    if settings.extra_sbatch:
-        parameters["additional_parameters"] = dict(settings.extra_sbatch)
+    parameters["additional_parameters"] = {"signal": WARNING_SIGNAL, **settings.extra_sbatch}
     return parameters
 
 
@@ -159,13 +165,17 @@ class JobTerminated(BaseException):
 
 
 def _terminated(signum: int, frame: object) -> None:
+    # Once: Slurm signals the batch step and the cell's step, and srun forwards its own;
+    # a second raise would break off the tear-down the first one started.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise JobTerminated(f"Slurm sent {signal.Signals(signum).name}: the job is being ended")
 
 
 def cell_job(plan: CellPlan) -> CellResult:
     """What runs on the compute node."""
-    # submitit would checkpoint-and-requeue on SIGUSR2; the harness retries instead, so
-    # the job simply runs until it ends or Slurm ends it. On SIGTERM (scancel, preemption,
+    # submitit would checkpoint-and-requeue on SIGUSR2 (which Slurm does not send: see
+    # WARNING_SIGNAL, but a user's ``scancel --signal`` may); the harness retries instead,
+    # so the job simply runs until it ends or Slurm ends it. On SIGTERM (scancel, preemption,
     # time limit) the cell stops at once: it must not finish and score a half-killed run.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _terminated)
