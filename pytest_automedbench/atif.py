@@ -45,14 +45,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from pytest_automedbench.atomic import replaced
 from pytest_automedbench.evaluators.safe_io import encodable_tree
 from pytest_automedbench.events import (
     EndEvent,
@@ -321,17 +320,11 @@ def to_atif(events: Sequence[Event], *, session_id: str = "unknown") -> Json:
 
 def _write_json_atomically(path: Path, data: Json) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            # A lone surrogate (an undecodable byte of a name the agent made) is spelled as
-            # its escape, as in the records: the document stays UTF-8.
-            json.dump(encodable_tree(data), out, indent=1, ensure_ascii=False)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replaced(path) as out:
+        # A lone surrogate (an undecodable byte of a name the agent made) is spelled as
+        # its escape, as in the records: the document stays UTF-8.
+        json.dump(encodable_tree(data), out, indent=1, ensure_ascii=False)
+        out.write("\n")
 
 
 def write_atif_file(trajectory: Path, target: Path) -> Path | None:

@@ -17,7 +17,6 @@ serialise on a file lock and the first one builds.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from pytest_automedbench.atomic import write_cache
 from pytest_automedbench.sandbox.base import SandboxError
 
 DEBOOTSTRAP = "debootstrap"
@@ -277,19 +277,7 @@ def _read_python_facts(entry: Path) -> tuple[str, str] | None:
 
 
 def _write_python_facts(entry: Path, facts: tuple[str, str]) -> None:
-    """Whole or not at all: a concurrent reader sees no file or a complete one."""
-    temporary: Path | None = None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, name = tempfile.mkstemp(suffix=".tmp", dir=entry.parent)
-        temporary = Path(name)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump({"py_tag": facts[0], "machine": facts[1]}, handle)
-        os.replace(temporary, entry)
-    except OSError:
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
+    write_cache(entry, json.dumps({"py_tag": facts[0], "machine": facts[1]}))
 
 
 # -------------------------------------------------------------------- requirements

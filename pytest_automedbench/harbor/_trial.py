@@ -33,15 +33,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+from pytest_automedbench.atomic import write_text
 
 #: The phases Harbor times in a trial (``TrialResult`` fields of type ``TimingInfo``).
 PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
@@ -482,18 +482,6 @@ def _write_json(path: Path, data: Json) -> None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place.
-
-    A reader (the viewer, a resumed session) sees the old file or the new one, never a
-    half-written one, even if this process is killed mid-write.
-    """
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write ``text`` whole or not at all, and to the disk: a reader (the viewer, a
+    resumed session) sees the old file or the new one, even after a crash."""
+    write_text(path, text, durable=True)

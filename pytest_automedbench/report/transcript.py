@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from pytest_automedbench.atomic import replaced
 from pytest_automedbench.events import (
     EgressEvent,
     Event,
@@ -372,16 +372,13 @@ def write_transcript(trajectory: Path, target: Path) -> Path | None:
                 out.write(render_event(item))
         if not totals.events:
             return None
-        tmp = target.with_name(f".{target.name}.tmp")
-        with tmp.open("w", encoding="utf-8") as page, body.open(encoding="utf-8") as events:
+        with replaced(target) as page, body.open(encoding="utf-8") as events:
             page.write(_page_head(totals.title) + _summary(totals) + "<main>")
             shutil.copyfileobj(events, page)
             page.write("</main></body></html>\n")
-        os.replace(tmp, target)
         return target
     finally:
         body.unlink(missing_ok=True)
-        target.with_name(f".{target.name}.tmp").unlink(missing_ok=True)
 
 
 def transcript_beside(trajectory: Path) -> Path | None:
