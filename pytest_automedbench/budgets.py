@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from pytest_automedbench.agents.external import SystemAgent
 from pytest_automedbench.agents.model import ModelAgent
 from pytest_automedbench.agents.registry import limit_settings
-from pytest_automedbench.llm import import_litellm
 from pytest_automedbench.printable import money
 
 if TYPE_CHECKING:
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 
     from pytest_automedbench.agents.registry import AgentEntry
 
-__all__ = ["metered_model", "priced", "unpriced_cap_problem"]
+__all__ = ["metered_model", "unpriced_cap_problem"]
 
 
 def metered_model(entry: AgentEntry) -> ModelAgent | None:
@@ -36,18 +35,6 @@ def metered_model(entry: AgentEntry) -> ModelAgent | None:
     if isinstance(entry, SystemAgent):
         return entry.upstream
     return None
-
-
-def priced(model: ModelAgent) -> bool:
-    """Whether a reply of ``model`` has a known cost: its definition gives prices, or
-    litellm's cost map prices its model string (as the tool loop and the gateway price it)."""
-    if model.prices is not None:
-        return True
-    try:
-        import_litellm().cost_per_token(model=model.model, prompt_tokens=1, completion_tokens=1)
-    except Exception:  # litellm raises its own "not mapped" errors, among others
-        return False
-    return True
 
 
 def unpriced_cap_problem(
@@ -64,7 +51,7 @@ def unpriced_cap_problem(
         own = limit_settings(entry).max_cost_usd
         if own is None and cap_origin is None:
             continue
-        if priced(model):
+        if model.prices_known():
             continue
         cap = own if own is not None else session_cap
         given = f"agent {name!r}'s max_cost_usd" if own is not None else cap_origin

@@ -101,12 +101,12 @@ def planned_cells(
 ) -> list[PlannedCell]:
     """The monitor's plan from the session's (node id, cell) pairs: each cell's folder
     and limits."""
-    from pytest_automedbench.budgets import metered_model, priced
+    from pytest_automedbench.budgets import metered_model
 
     config = session.config
     entries = {a: config.agent(a) for a in {c.key.agent for _, c in cells}}
     models = {a: metered_model(entry) for a, entry in entries.items()}
-    prices = {a: None if model is None else priced(model) for a, model in models.items()}
+    prices = {a: None if model is None else model.prices_known() for a, model in models.items()}
     planned = []
     for nodeid, cell in cells:
         entry = entries[cell.key.agent]

@@ -99,6 +99,19 @@ class ModelAgent(TurnByTurn, kind="model", cost=Limits().max_cost_usd):
         """A missing API key: the cell is skipped (a property of the machine)."""
         return missing_credentials(self)
 
+    def prices_known(self) -> bool:
+        """Whether a reply of this model has a known cost: the definition gives prices, or
+        litellm's cost map prices its model string (as the tool loop and the gateway price
+        it). When neither does, its cost is recorded as unknown and no cost limit can
+        stop it."""
+        if self.prices is not None:
+            return True
+        try:
+            import_litellm().cost_per_token(model=self.model, prompt_tokens=1, completion_tokens=1)
+        except Exception:  # litellm raises its own "not mapped" errors, among others
+            return False
+        return True
+
     def policy(self, ctx: AgentContext) -> Policy:
         return policy_from_entry(self)
 
@@ -192,7 +205,7 @@ class LiteLLMPolicy:
         )
         #: False when neither the entry nor litellm's cost map prices this model: its
         #: cost is then recorded as 0 and a cost limit cannot stop it.
-        self.price_known = entry.prices is not None or self._litellm_prices_known()
+        self.price_known = entry.prices_known()
 
     @property
     def max_retries(self) -> int:
@@ -205,13 +218,6 @@ class LiteLLMPolicy:
     @property
     def request_timeout_s(self) -> float:
         return self.client.request_timeout_s
-
-    def _litellm_prices_known(self) -> bool:
-        try:
-            import_litellm().cost_per_token(model=self.model, prompt_tokens=1, completion_tokens=1)
-        except Exception:  # litellm raises its own "not mapped" errors, among others
-            return False
-        return True
 
     def _api_key(self) -> str | None:
         try:
