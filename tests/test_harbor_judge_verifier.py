@@ -120,6 +120,30 @@ def test_a_verifier_that_names_the_openai_variables_calls_a_judge(tmp_path: Path
     assert judged.verifier_env() == {"JUDGE_MODEL": "gpt-judge-as-the-task-names-it"}
 
 
+def test_the_chexprompt_and_azure_variables_call_a_judge_too(tmp_path: Path) -> None:
+    """The newer CheXprompt verifier's variables, and an Azure deployment's, are a judge's
+    as well: the task is judged, and neither the verifier (from the host) nor the agent
+    (from main's environment) gets any of them."""
+    from pytest_automedbench.harbor._compose import PreparedCompose
+
+    task = _write(tmp_path / "chexprompt", CHEXPROMPT_TASK)
+    assert wants_judge(task, {}) and task.unavailable_reason() is None
+    assert task.verifier_env() == {"CHEXPROMPT_DEPLOYMENT": "gpt-5.4"}
+    reason = unavailable_reason(task, RunConfig())
+    named = "CHEXPROMPT_AZURE_OPENAI_API_KEY, CHEXPROMPT_OPENAI_API_KEY, CHEXPROMPT_OPENAI_BASE_URL"
+    assert reason is not None and f"LLM judge ({named})" in reason  # those the task names
+    plain = _write(tmp_path / "plain", {**TASK, "task.toml": TASK_TOML.split("[verifier.env]")[0]})
+    assert wants_judge(plain, {"AZURE_OPENAI_ENDPOINT": "https://x.openai.azure.com/"})
+    compose = PreparedCompose(
+        image="x",
+        environment={name: "from-env-file" for name in (*HOST_JUDGE_ENV, "MODE")},
+        working_dir=None,
+        user=None,
+        mounts=[],
+    )
+    assert agent_compose_environment(compose) == {"MODE": "from-env-file"}
+
+
 def test_a_judged_task_is_skipped_naming_the_option_unless_a_model_is_named(
     tmp_path: Path,
 ) -> None:
@@ -351,6 +375,107 @@ def test_a_judge_key_in_mains_env_file_reaches_neither_agent_nor_verifier(
     env = json.loads(log.split("ENV ", 1)[1].splitlines()[0])
     assert env["OPENAI_API_KEY"].startswith("amb-") and "127.0.0.1" in env["OPENAI_BASE_URL"]
     for secret in (ENV_FILE_KEY, REAL_KEY):
+        assert secret not in log and secret[::-1] not in log
+
+
+#: The newer CheXprompt verifier's way (HealthAgentBench's report tasks): its own
+#: variables, Azure preferred when its key, endpoint and version are all set, else the
+#: OpenAI protocol at ``CHEXPROMPT_OPENAI_BASE_URL``. The image sets an Azure endpoint and
+#: version, as a task could; the host has values for every one of them.
+CHEXPROMPT_TOML = TASK_TOML.replace(
+    'OPENAI_API_KEY = "${OPENAI_API_KEY}"\nOPENAI_BASE_URL = "https://api.openai.com/v1"\n'
+    'JUDGE_MODEL = "gpt-judge-as-the-task-names-it"\n',
+    'CHEXPROMPT_OPENAI_API_KEY = "${CHEXPROMPT_OPENAI_API_KEY}"\n'
+    'CHEXPROMPT_OPENAI_BASE_URL = "${CHEXPROMPT_OPENAI_BASE_URL:-https://api.openai.com/v1}"\n'
+    'CHEXPROMPT_AZURE_OPENAI_API_KEY = "${CHEXPROMPT_AZURE_OPENAI_API_KEY}"\n'
+    'CHEXPROMPT_DEPLOYMENT = "gpt-5.4"\n',
+)
+CHEXPROMPT_PY = """\
+import json, os, urllib.request
+env = dict(os.environ)
+print("ENV", json.dumps(env, sort_keys=True))
+print("ENV-REVERSED", json.dumps({k: v[::-1] for k, v in env.items()}, sort_keys=True))
+azure = [env.get("CHEXPROMPT_AZURE_OPENAI_" + part) for part in
+         ("API_KEY", "ENDPOINT", "API_VERSION")]
+if all(azure):
+    print("ROUTE azure")
+    raise SystemExit("the Azure route was taken")
+print("ROUTE openai")
+report = open("/app/corrected.txt").read()
+body = {"model": env["CHEXPROMPT_DEPLOYMENT"], "messages": [
+    {"role": "user", "content": "Report: " + report}]}
+request = urllib.request.Request(
+    env["CHEXPROMPT_OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+    data=json.dumps(body).encode(),
+    headers={"Authorization": "Bearer " + env["CHEXPROMPT_OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+with urllib.request.urlopen(request, timeout=60) as reply:
+    verdict = json.load(reply)["choices"][0]["message"]["content"].strip()
+json.dump({"reward": 1 if verdict == "PASS" else 0}, open("/logs/verifier/reward.json", "w"))
+"""
+CHEXPROMPT_TASK = {
+    **TASK,
+    "task.toml": CHEXPROMPT_TOML,
+    "environment/Dockerfile": (
+        "FROM python:3.11-slim-bookworm\nWORKDIR /app\n"
+        "ENV CHEXPROMPT_AZURE_OPENAI_ENDPOINT=https://image.openai.azure.com/ "
+        "CHEXPROMPT_AZURE_OPENAI_API_VERSION=2024-02-15-preview\n"
+    ),
+    "tests/judge.py": CHEXPROMPT_PY,
+}
+#: The host's values of the judge's variables: none may reach a container.
+HOST_JUDGE_ENV = {
+    "CHEXPROMPT_OPENAI_API_KEY": "sk-host-chexprompt-6161",
+    "CHEXPROMPT_OPENAI_BASE_URL": "https://host-judge.invalid/v1",
+    "CHEXPROMPT_AZURE_OPENAI_API_KEY": "host-azure-key-6262",
+    "AZURE_OPENAI_API_KEY": "host-azure-key-6363",
+    "OPENAI_API_KEY": "sk-host-openai-6464",
+}
+
+
+@pytest.mark.slow
+def test_a_chexprompt_verifier_takes_the_gateways_openai_route(
+    tmp_path: Path, python_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CheXprompt verifier's variables get the route's key and endpoint; the Azure ones
+    are empty whatever the image sets, so the verifier takes the OpenAI protocol through
+    the gateway; the host's values reach neither the verifier nor the upstream."""
+    from pytest_automedbench.results import CellKey
+    from pytest_automedbench.runner import CellPlan, run_cell
+
+    monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
+    for name, value in HOST_JUDGE_ENV.items():
+        monkeypatch.setenv(name, value)
+    task = _write(tmp_path / "tasks" / "chexprompt", CHEXPROMPT_TASK)
+    with ReportJudge([]) as judge:
+        config = RunConfig(
+            amb_out=tmp_path / "out",
+            sandbox="docker",
+            sandbox_network="off",
+            agent_definitions={"judge": _judge_definition(judge.openai_url)},
+            harbor_base=(f"python:3.11-slim-bookworm={python_image}",),
+            harbor_judge_model="judge",
+        )
+        plan = CellPlan(
+            key=CellKey(agent="oracle", task=task.id, tier="harbor", run=0),
+            task=task,
+            staged=task.staged(),
+            config=config,
+            run_id="test-harbor-judge-chexprompt",
+            cell_dir=tmp_path / "oracle",
+        )
+        record = run_cell(plan)
+        requests = list(judge.requests)
+    log = (tmp_path / "oracle" / "verifier" / "test-stdout.txt").read_text()
+    assert record.status == "scored" and record.passed is True, (record.error, log[-2000:])
+    assert "ROUTE openai" in log
+    assert [r.headers["authorization"] for r in requests] == [f"Bearer {REAL_KEY}"]
+    env = json.loads(log.split("ENV ", 1)[1].splitlines()[0])
+    assert env["CHEXPROMPT_OPENAI_API_KEY"].startswith("amb-"), env  # a lease token
+    assert env["CHEXPROMPT_OPENAI_BASE_URL"].startswith("http://127.0.0.1:"), env
+    assert env["CHEXPROMPT_AZURE_OPENAI_ENDPOINT"] == "", env  # the image's, emptied
+    assert env["CHEXPROMPT_AZURE_OPENAI_API_KEY"] == "", env
+    for secret in (REAL_KEY, *HOST_JUDGE_ENV.values()):
         assert secret not in log and secret[::-1] not in log
 
 

@@ -2,7 +2,9 @@
 
 HealthAgentBench's report-correction verifier asks an OpenAI model (the OpenAI SDK, its
 key in ``OPENAI_API_KEY``, its endpoint in ``OPENAI_BASE_URL`` or the older SDK's
-``OPENAI_API_BASE``) whether the agent's report is right. Here no provider key enters a
+``OPENAI_API_BASE``; the newer CheXprompt verifier's ``CHEXPROMPT_OPENAI_API_KEY`` and
+``CHEXPROMPT_OPENAI_BASE_URL``, or an Azure deployment's variables) whether the agent's
+report is right. Here no provider key enters a
 container: the verifier gets a lease token of the cell's LLM gateway as its key and a
 loopback URL of that gateway as its endpoint, and the gateway runs the model the user
 configured (:func:`judge_model`) whatever model the verifier names.
@@ -37,7 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_automedbench.harbor._task import (
-    JUDGE_KEY,
+    JUDGE_AZURE,
+    JUDGE_KEYS,
     JUDGE_URLS,
     JUDGE_VARIABLES,
     HarborTask,
@@ -101,10 +104,12 @@ def judge_model(config: RunConfig) -> ModelAgent | None:
 def unavailable_reason(task: HarborTask, config: RunConfig) -> str | None:
     """Why a task whose verifier calls a model cannot run in this session (it names no
     judge model), known at collection; None otherwise."""
-    if not wants_judge(task, main_environment_of(task)) or judge_model(config) is not None:
+    main_environment = main_environment_of(task)
+    if not wants_judge(task, main_environment) or judge_model(config) is not None:
         return None
+    named = (set(task.config.verifier.env) | set(main_environment)) & JUDGE_VARIABLES
     return (
-        f"{task.toml}: its verifier calls an LLM judge ({', '.join(sorted(JUDGE_VARIABLES))}); "
+        f"{task.toml}: its verifier calls an LLM judge ({', '.join(sorted(named))}); "
         f"name the judge's model with {JUDGE_OPTION} MODEL (or --judge llm:MODEL): it is "
         "served through the cell's gateway, and no provider key enters the container"
     )
@@ -185,8 +190,9 @@ class Judge:
     @contextmanager
     def route(self, box: HarborContainer, timeout_s: float) -> Iterator[dict[str, str]]:
         """A lease and a relay for one verifier run in ``box``: the verifier's variables
-        (the lease's token as the key, the relay's URL as the endpoint). The relay is
-        removed and the lease closed (its usage kept in :attr:`runs`) when it ends."""
+        (the lease's token as the key, the relay's URL as the endpoint, an Azure
+        deployment's empty). The relay is removed and the lease closed (its usage kept
+        in :attr:`runs`) when it ends."""
         from pytest_automedbench.gateway import Budget
 
         with self._serving() as gateway:
@@ -203,8 +209,9 @@ class Judge:
                 assert gateway.unix_socket is not None  # _serving's gateways serve one
                 with relay_sidecar(box, gateway.unix_socket.parent) as url:
                     yield {
-                        JUDGE_KEY: lease.token,
+                        **dict.fromkeys(JUDGE_KEYS, lease.token),
                         **dict.fromkeys(JUDGE_URLS, f"{url}/v1"),
+                        **dict.fromkeys(JUDGE_AZURE, ""),
                     }
             finally:
                 gateway.close_cell(lease)

@@ -48,12 +48,27 @@ HARBOR_TIER = "harbor"
 DEFAULT_ATTEMPTS = 3
 #: Harbor's own default agent and verifier time-outs (seconds).
 DEFAULT_TIMEOUT_S = 600.0
-#: The variable that holds an OpenAI SDK's key, and those that hold its endpoint: what a
-#: verifier's LLM judge is found by (:mod:`._judge`), given the gateway route's values,
-#: never the host's.
-JUDGE_KEY = "OPENAI_API_KEY"
-JUDGE_URLS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
-JUDGE_VARIABLES = frozenset({JUDGE_KEY, *JUDGE_URLS})
+#: The variables a verifier's LLM judge is found by (:mod:`._judge`): they get the gateway
+#: route's values, never the host's nor those of ``main``'s environment. The key: an
+#: OpenAI SDK's, and the CheXprompt verifier's (HealthAgentBench's report tasks).
+JUDGE_KEYS = ("OPENAI_API_KEY", "CHEXPROMPT_OPENAI_API_KEY")
+#: The endpoint: the OpenAI SDK's (``OPENAI_API_BASE`` in its versions before 1.0), and
+#: the CheXprompt verifier's.
+JUDGE_URLS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "CHEXPROMPT_OPENAI_BASE_URL")
+#: An Azure OpenAI deployment's, which the route does not serve: the verifier gets them
+#: empty, so that one that prefers Azure when they are set (CheXprompt's does) takes the
+#: OpenAI protocol, whatever the image or an env file sets.
+JUDGE_AZURE = (
+    "AZURE_OPENAI_API_KEY",
+    "AZURE_OPENAI_ENDPOINT",
+    "AZURE_OPENAI_BASE_URL",
+    "AZURE_OPENAI_API_VERSION",
+    "OPENAI_API_VERSION",
+    "CHEXPROMPT_AZURE_OPENAI_API_KEY",
+    "CHEXPROMPT_AZURE_OPENAI_ENDPOINT",
+    "CHEXPROMPT_AZURE_OPENAI_API_VERSION",
+)
+JUDGE_VARIABLES = frozenset({*JUDGE_KEYS, *JUDGE_URLS, *JUDGE_AZURE})
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _MARKER_SAFE = re.compile(r"[^A-Za-z0-9_]+")
