@@ -30,6 +30,7 @@ from pytest_automedbench.harbor._judge import (
 )
 from pytest_automedbench.harbor._runner import agent_compose_environment
 from pytest_automedbench.harbor._task import HarborTask
+from pytest_automedbench.results import CellResult
 
 from .scripted_upstream import Protocol, ScriptedUpstream, StepUsage, Text
 
@@ -224,6 +225,42 @@ def python_image() -> str:
     return ensure_images(docker_client(), "debootstrap").agent
 
 
+def run_judged(
+    task: HarborTask,
+    agent: str,
+    cell_dir: Path,
+    judge: ReportJudge,
+    image: str,
+    run_id: str = "test-harbor-judge",
+    **more: Any,
+) -> CellResult:
+    """One attempt of ``task`` by ``agent`` on Docker, its verifier's judge the scripted
+    ``judge`` (named ``judge``, a model agent), with ``more`` of the session's settings
+    (``agents``: more agent definitions)."""
+    from pytest_automedbench.results import CellKey
+    from pytest_automedbench.runner import CellPlan, run_cell
+
+    agents = {"judge": _judge_definition(judge.openai_url), **more.pop("agents", {})}
+    config = RunConfig(
+        amb_out=cell_dir.parent / "out",
+        sandbox="docker",
+        sandbox_network="off",
+        agent_definitions=agents,
+        harbor_base=(f"python:3.11-slim-bookworm={image}",),
+        harbor_judge_model="judge",
+        **more,
+    )
+    plan = CellPlan(
+        key=CellKey(agent=agent, task=task.id, tier="harbor", run=0),
+        task=task,
+        staged=task.staged(),
+        config=config,
+        run_id=run_id,
+        cell_dir=cell_dir,
+    )
+    return run_cell(plan)
+
+
 @pytest.mark.slow
 def test_an_llm_judging_verifier_is_served_through_the_gateway(
     tmp_path: Path, python_image: str, monkeypatch: pytest.MonkeyPatch
@@ -232,33 +269,16 @@ def test_an_llm_judging_verifier_is_served_through_the_gateway(
     real key only from the gateway, the verifier only a lease token and a loopback URL;
     the record and the trajectory have the judge's tokens and cost as the verifier's
     (the agents spent nothing); the relay and the lease are gone after the verifier."""
-    from pytest_automedbench.results import CellKey
-    from pytest_automedbench.runner import CellPlan, run_cell
     from pytest_automedbench.sandbox.docker import docker_client
     from pytest_automedbench.sandbox.images import LABEL
 
     monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
     task = _write(tmp_path / "tasks" / "judged", TASK)
-    records = {}
     with ReportJudge([]) as judge:
-        config = RunConfig(
-            amb_out=tmp_path / "out",
-            sandbox="docker",
-            sandbox_network="off",
-            agent_definitions={"judge": _judge_definition(judge.openai_url)},
-            harbor_base=(f"python:3.11-slim-bookworm={python_image}",),
-            harbor_judge_model="judge",
-        )
-        for agent in ("oracle", "nop"):
-            plan = CellPlan(
-                key=CellKey(agent=agent, task=task.id, tier="harbor", run=0),
-                task=task,
-                staged=task.staged(),
-                config=config,
-                run_id="test-harbor-judge",
-                cell_dir=tmp_path / agent,
-            )
-            records[agent] = run_cell(plan)
+        records = {
+            agent: run_judged(task, agent, tmp_path / agent, judge, python_image)
+            for agent in ("oracle", "nop")
+        }
         requests = list(judge.requests)
     oracle, nop = records["oracle"], records["nop"]
     assert oracle.status == "scored" and nop.status == "scored", (oracle.error, nop.error)
@@ -329,9 +349,6 @@ def test_a_judge_key_in_mains_env_file_reaches_neither_agent_nor_verifier(
     the judge is found through main's environment (skipped without a judge model), the
     oracle passes on the gateway's judge, and the env file's key and endpoint reach no
     container and no upstream (the agent gets the env file's other variables)."""
-    from pytest_automedbench.results import CellKey
-    from pytest_automedbench.runner import CellPlan, run_cell
-
     monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
     repo = tmp_path / "repo"
     (repo / ".env").parent.mkdir(parents=True)
@@ -344,26 +361,12 @@ def test_a_judge_key_in_mains_env_file_reaches_neither_agent_nor_verifier(
     assert "OPENAI_API_KEY" not in task.config.verifier.env
     reason = unavailable_reason(task, RunConfig())
     assert reason is not None and JUDGE_OPTION in reason
+    named = RunConfig(harbor_judge_model="judge", agent_definitions={"judge": _judge_definition(
+        "http://127.0.0.1:9/v1")})  # fmt: skip
+    assert unavailable_reason(task, named) is None
     with ReportJudge([]) as judge:
-        config = RunConfig(
-            amb_out=tmp_path / "out",
-            sandbox="docker",
-            sandbox_network="off",
-            agent_definitions={"judge": _judge_definition(judge.openai_url)},
-            harbor_base=(f"python:3.11-slim-bookworm={python_image}",),
-            harbor_mount=(repo,),
-            harbor_judge_model="judge",
-        )
-        assert unavailable_reason(task, config) is None
-        plan = CellPlan(
-            key=CellKey(agent="oracle", task=task.id, tier="harbor", run=0),
-            task=task,
-            staged=task.staged(),
-            config=config,
-            run_id="test-harbor-judge-compose",
-            cell_dir=tmp_path / "oracle",
-        )
-        record = run_cell(plan)
+        more: dict[str, Any] = {"harbor_mount": (repo,), "run_id": "test-harbor-judge-compose"}
+        record = run_judged(task, "oracle", tmp_path / "oracle", judge, python_image, **more)
         requests = list(judge.requests)
     assert record.status == "scored" and record.passed is True, record.error
     assert [r.headers["authorization"] for r in requests] == [f"Bearer {REAL_KEY}"]
@@ -440,31 +443,13 @@ def test_a_chexprompt_verifier_takes_the_gateways_openai_route(
     """The CheXprompt verifier's variables get the route's key and endpoint; the Azure ones
     are empty whatever the image sets, so the verifier takes the OpenAI protocol through
     the gateway; the host's values reach neither the verifier nor the upstream."""
-    from pytest_automedbench.results import CellKey
-    from pytest_automedbench.runner import CellPlan, run_cell
-
     monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
     for name, value in HOST_JUDGE_ENV.items():
         monkeypatch.setenv(name, value)
     task = _write(tmp_path / "tasks" / "chexprompt", CHEXPROMPT_TASK)
     with ReportJudge([]) as judge:
-        config = RunConfig(
-            amb_out=tmp_path / "out",
-            sandbox="docker",
-            sandbox_network="off",
-            agent_definitions={"judge": _judge_definition(judge.openai_url)},
-            harbor_base=(f"python:3.11-slim-bookworm={python_image}",),
-            harbor_judge_model="judge",
-        )
-        plan = CellPlan(
-            key=CellKey(agent="oracle", task=task.id, tier="harbor", run=0),
-            task=task,
-            staged=task.staged(),
-            config=config,
-            run_id="test-harbor-judge-chexprompt",
-            cell_dir=tmp_path / "oracle",
-        )
-        record = run_cell(plan)
+        run_id = "test-harbor-judge-chexprompt"
+        record = run_judged(task, "oracle", tmp_path / "oracle", judge, python_image, run_id)
         requests = list(judge.requests)
     log = (tmp_path / "oracle" / "verifier" / "test-stdout.txt").read_text()
     assert record.status == "scored" and record.passed is True, (record.error, log[-2000:])
@@ -499,30 +484,12 @@ def test_an_agent_systems_cell_serves_the_judge_on_its_gateway_with_its_own_leas
 ) -> None:
     """An agent system's cell has a gateway already: the verifier's judge gets a lease of
     its own on it; the agent's request is the agent's usage, the judge's the verifier's."""
-    from pytest_automedbench.results import CellKey
-    from pytest_automedbench.runner import CellPlan, run_cell
-
     monkeypatch.setenv("AMB_TEST_JUDGE_KEY", REAL_KEY)
     task = _write(tmp_path / "tasks" / "judged", TASK)
     with ReportJudge([]) as judge:
-        system = {"command": AGENT_COMMAND, "model": "judge"}
-        config = RunConfig(
-            amb_out=tmp_path / "out",
-            sandbox="docker",
-            sandbox_network="off",
-            agent_definitions={"judge": _judge_definition(judge.openai_url), "writer": system},
-            harbor_base=(f"python:3.11-slim-bookworm={python_image}",),
-            harbor_judge_model="judge",
-        )
-        plan = CellPlan(
-            key=CellKey(agent="writer", task=task.id, tier="harbor", run=0),
-            task=task,
-            staged=task.staged(),
-            config=config,
-            run_id="test-harbor-judge-system",
-            cell_dir=tmp_path / "cell",
-        )
-        record = run_cell(plan)
+        more: dict[str, Any] = {"agents": {"writer": {"command": AGENT_COMMAND, "model": "judge"}}}
+        run_id = "test-harbor-judge-system"
+        record = run_judged(task, "writer", tmp_path / "cell", judge, python_image, run_id, **more)
         requests = list(judge.requests)
     assert record.status == "scored" and record.passed is True, record.error
     assert [r.step for r in requests] == [Text("FAIL", AGENT_USAGE), Text("PASS", JUDGE_USAGE)]
