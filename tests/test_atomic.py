@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import stat
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,20 @@ def test_the_new_content_replaces_the_old_and_nothing_else_is_left(tmp_path: Pat
     atomic.write_text(target, "new ✓")
     assert target.read_text(encoding="utf-8") == "new ✓"
     assert leftovers(tmp_path, "result.json") == []
+
+
+def test_the_file_gets_the_mode_a_plain_write_gives(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.json"
+    plain.write_text("{}", encoding="utf-8")
+    for target in (tmp_path / "new.json", plain):
+        atomic.write_text(target, "{}")
+        assert stat.S_IMODE(target.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
+    previous = os.umask(0o077)
+    try:
+        atomic.write_text(tmp_path / "private.json", "{}")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600
 
 
 def test_a_failed_write_keeps_the_old_content_and_leaves_no_temporary_file(
