@@ -576,7 +576,11 @@ def buildkit_cli() -> list[str]:
     if docker is not None:
         try:
             probe = subprocess.run(
-                [docker, "buildx", "version"], capture_output=True, text=True, timeout=60
+                [docker, "buildx", "version"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=build_client_env(),
             )
             if probe.returncode == 0:
                 _BUILDKIT.extend([docker, "buildx", "build"])
@@ -614,6 +618,38 @@ def without_syntax_directive(dockerfile: str) -> tuple[str, str | None]:
     return dockerfile, None
 
 
+#: The host variables the build's client (``docker buildx``) is given: what it needs to
+#: find the engine, its configuration and its builder. An allow-list: the session's keys
+#: and its SSH agent never reach the client, so no Dockerfile (``RUN --mount=type=secret``
+#: or ``type=ssh``) and no later client that forwards more can hand them to a build.
+BUILD_CLIENT_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "XDG_CONFIG_HOME",
+    "XDG_RUNTIME_DIR",
+    "DOCKER_HOST",
+    "DOCKER_CONTEXT",
+    "DOCKER_CONFIG",
+    "DOCKER_CERT_PATH",
+    "DOCKER_TLS_VERIFY",
+    "DOCKER_API_VERSION",
+    "BUILDX_CONFIG",
+    "BUILDX_BUILDER",
+)
+
+
+def build_client_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The build client's environment: :data:`BUILD_CLIENT_ENV` from ``environ`` (default:
+    this process's), BuildKit on, no attestations."""
+    environ = os.environ if environ is None else environ
+    kept = {name: environ[name] for name in BUILD_CLIENT_ENV if name in environ}
+    return {**kept, "DOCKER_BUILDKIT": "1", "BUILDX_NO_DEFAULT_ATTESTATIONS": "1"}
+
+
 def _build(
     context: Path,
     tag: str,
@@ -648,7 +684,7 @@ def _build(
         text=True,
         errors="replace",
         start_new_session=True,
-        env={**os.environ, "DOCKER_BUILDKIT": "1", "BUILDX_NO_DEFAULT_ATTESTATIONS": "1"},
+        env=build_client_env(),
     )
 
     def stream() -> None:

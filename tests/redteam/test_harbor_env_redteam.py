@@ -265,6 +265,56 @@ def test_a_trap_in_a_build_context_is_refused_at_once(base: str, tmp_path: Path,
     assert expected[trap] in str(outcome)
 
 
+def test_a_build_gets_neither_the_sessions_keys_nor_its_ssh_agent(
+    base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's Dockerfile asks BuildKit for what the session holds: a secret named as a
+    provider key the host environment has, and the SSH agent listening on the host. The
+    build client gets an allow-listed environment and no ``--secret`` or ``--ssh``: the
+    image holds neither, and the agent's socket is never connected to."""
+    import shutil
+    import socket
+    import tempfile
+
+    from pytest_automedbench.harbor._environment import build_client_env
+
+    folder = Path(tempfile.mkdtemp(prefix="amb-rt-ssh-"))  # short: a socket's name
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        listener.bind(str(folder / "agent.sock"))
+        listener.listen(4)
+        listener.setblocking(False)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(folder / "agent.sock"))
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        monkeypatch.setenv("AMB_RT_SECRET", FAKE_KEY)
+        client_env = build_client_env()
+        assert FAKE_KEY not in client_env.values() and "SSH_AUTH_SOCK" not in client_env
+        environment = tmp_path / "task" / "environment"
+        environment.mkdir(parents=True)
+        (environment / "Dockerfile").write_text(
+            f"FROM {UBUNTU}\nRUN echo {uuid.uuid4().hex}\n"  # built now, no cached step
+            "RUN --mount=type=secret,id=OPENAI_API_KEY --mount=type=secret,id=AMB_RT_SECRET "
+            "sh -c 'cat /run/secrets/* > /leak-secret 2>&1; env >> /leak-secret; true'\n"
+            "RUN --mount=type=ssh sh -c 'ls -la \"$SSH_AUTH_SOCK\" > /leak-ssh 2>&1; true'\n"
+        )
+        tag = build_task_image(environment, base_map={UBUNTU: base}, say=lambda _: None)
+        held = (
+            docker_client()
+            .containers.run(
+                tag, ["cat", "/leak-secret", "/leak-ssh"], remove=True, network_disabled=True
+            )
+            .decode()
+        )
+        assert FAKE_KEY not in held, held
+        assert "cat: '/run/secrets/*': No such file or directory" in held, held  # no secret
+        assert "ls: cannot access '/run/buildkit/ssh_agent.0'" in held, held
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing ever connected to the host's agent
+    finally:
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # -------------------------------------------------------------- host variables
 
 TOML = """version = "1.0"
