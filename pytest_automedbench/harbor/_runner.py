@@ -256,6 +256,12 @@ class HarborCell:
         self._box = open_container(self.plan, self.task, self.image, gateway, egress)
         try:
             self._box.start()
+            check = self.task.config.environment.healthcheck
+            if check is not None:  # before the agent or the oracle's solution gets it
+                from pytest_automedbench.harbor._healthcheck import run_healthcheck
+
+                tries = run_healthcheck(self._box, check)
+                _say(self.trajectory, f"healthcheck passed (try {tries}): {check.command}")
             yield self._box
         finally:
             self._box.stop()

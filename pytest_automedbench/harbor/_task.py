@@ -115,6 +115,18 @@ class SolutionSection(_Section):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class HealthcheckSection(_Section):
+    """``[environment.healthcheck]`` (Harbor 0.25): a command that must pass in the
+    attempt's container before the agent starts (see :mod:`._healthcheck`)."""
+
+    command: str = Field(min_length=1)
+    interval_sec: float = Field(default=5.0, ge=0)
+    timeout_sec: float = Field(default=30.0, gt=0)
+    start_period_sec: float = Field(default=0.0, ge=0)
+    start_interval_sec: float = Field(default=5.0, ge=0)
+    retries: int = 3
+
+
 class EnvironmentSection(_Section):
     build_timeout_sec: float = Field(default=600.0, gt=0)
     docker_image: str | None = None
@@ -130,6 +142,7 @@ class EnvironmentSection(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     mcp_servers: list[Any] = Field(default_factory=list)
     skills_dir: str | None = None
+    healthcheck: HealthcheckSection | None = None
 
 
 class TaskConfig(_Section):

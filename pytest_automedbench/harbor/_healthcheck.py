@@ -1,0 +1,71 @@
+"""``[environment.healthcheck]``: the task's readiness check, run as Harbor 0.25 runs it.
+
+Once the attempt's container has started, and before the agent (or the oracle's solution)
+gets it, the command runs in the container (the harness's bash, the image's user and
+environment; whatever it leaves running is killed after it) until it exits 0. Docker
+HEALTHCHECK's rules, as Harbor applies them: a failure that began within
+``start_period_sec`` of the first try only waits ``start_interval_sec``; after that, each
+failure waits ``interval_sec``, and ``retries`` failures in a row end the attempt as an
+infrastructure error, :class:`HealthcheckError` (Harbor's name for it): an environment
+that never became ready is no fault of the agent's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pytest_automedbench.harbor._harness import HARNESS_BASH
+
+if TYPE_CHECKING:
+    from pytest_automedbench.harbor._environment import HarborContainer
+    from pytest_automedbench.harbor._task import HealthcheckSection
+
+__all__ = ["HealthcheckError", "run_healthcheck"]
+
+#: How much of the last failure's output the error keeps.
+OUTPUT_TAIL_CHARS = 2000
+
+
+class HealthcheckError(RuntimeError):
+    """The task's healthcheck did not pass: the attempt is an infrastructure error."""
+
+
+def run_healthcheck(
+    box: HarborContainer,
+    check: HealthcheckSection,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Run ``check`` in ``box`` until it passes; return how many tries it took. Raises
+    :class:`HealthcheckError` naming the command, the tries and the last output."""
+    start_period_ends = clock() + check.start_period_sec
+    failures = tries = 0
+    while True:
+        in_start_period = clock() < start_period_ends
+        result = box.run(
+            [HARNESS_BASH, "--noprofile", "--norc", "-c", check.command],
+            timeout_s=check.timeout_sec,
+        )
+        tries += 1
+        if result.exit_code == 0 and not result.timed_out:
+            return tries
+        if in_start_period:
+            sleep(check.start_interval_sec)
+            continue
+        failures += 1
+        if failures >= check.retries:
+            how = (
+                f"timed out after {check.timeout_sec:g} s"
+                if result.timed_out
+                else (f"exit {result.exit_code}")
+            )
+            output = (result.stdout + result.stderr).strip()[-OUTPUT_TAIL_CHARS:]
+            raise HealthcheckError(
+                f"the task's [environment.healthcheck] did not pass: {check.command!r} "
+                f"failed {failures} time(s) in a row after its start period ({tries} "
+                f"tries in all; the last: {how}){': ' + output if output else ''}"
+            )
+        sleep(check.interval_sec)
