@@ -131,3 +131,84 @@ def test_internet_access_follows_allow_internet_then_network_mode(
     (folder / "instruction.md").write_text("Do it.\n")
     (folder / "task.toml").write_text(f'version = "1.0"\n{table}')
     assert load_harbor_task(folder).internet is expected
+
+
+#: (task.toml tables, whether the agent gets a route, the hosts the task adds for it).
+PHASE_POLICIES = [
+    ("[environment]\nnetwork_mode = 'public'\n[agent]\nnetwork_mode = 'no-network'\n", False, ()),
+    ("[environment]\nallow_internet = false\n[agent]\nnetwork_mode = 'public'\n", True, ()),
+    (
+        "[environment]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['data.example.org']\n"
+        "[agent]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['pypi.org']\n",
+        True,
+        ("pypi.org",),
+    ),
+    (
+        "[environment]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['data.example.org']\n",
+        True,
+        ("data.example.org",),
+    ),
+    ("[environment]\nnetwork_mode = 'no-network'\n[agent]\ntimeout_sec = 60\n", False, ()),
+]
+
+#: Harbor's own resolution of the agent phase's policy (Harbor 0.25's network_policy).
+HARBOR_AGENT_PHASE = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from harbor.models.task.config import TaskConfig
+    from harbor.trial.network_policy import _explicit_phase_policy
+    out = {}
+    for path in sys.argv[1:]:
+        config = TaskConfig.model_validate_toml(Path(path).read_text())
+        policy = (_explicit_phase_policy(config, None, "agent")
+                  or config.environment.resolve_baseline())
+        out[path] = [policy.network_mode.value, list(policy.allowed_hosts)]
+    print(json.dumps(out))
+    """
+)
+
+
+def test_the_agent_phase_network_policy_replaces_the_environments_as_in_harbor(
+    harbor_python: Path, tmp_path: Path
+) -> None:
+    """``[agent] network_mode`` (Harbor 0.25's phase override) decides the agent's route
+    and the hosts the task adds to it; without one, the environment's does. Harbor's own
+    resolution of the same files agrees; the environment's hosts stay the bootstrap's."""
+    tomls = []
+    for n, (tables, internet, hosts) in enumerate(PHASE_POLICIES):
+        folder = tmp_path / f"t{n}"
+        (folder / "environment").mkdir(parents=True)
+        (folder / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
+        (folder / "tests").mkdir()
+        (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+        (folder / "instruction.md").write_text("Do it.\n")
+        (folder / "task.toml").write_text(f'version = "1.0"\n{tables}')
+        task = load_harbor_task(folder)
+        assert (task.internet, task.network.allow_hosts) == (internet, hosts), tables
+        assert task.environment_hosts == tuple(task.config.environment.allowed_hosts)
+        tomls.append(task.toml)
+    done = subprocess.run(
+        [str(harbor_python), "-c", HARBOR_AGENT_PHASE, *map(str, tomls)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    harbor = json.loads(done.stdout)
+    for toml, (tables, internet, hosts) in zip(tomls, PHASE_POLICIES, strict=True):
+        mode, allowed = harbor[str(toml)]
+        assert (mode != "no-network") == internet, tables
+        assert tuple(allowed) == hosts, tables
+
+
+def test_agent_hosts_without_an_allowlist_are_refused_naming_the_field(tmp_path: Path) -> None:
+    from pytest_automedbench.harbor._task import HarborTaskError
+
+    folder = tmp_path / "t"
+    (folder / "environment").mkdir(parents=True)
+    (folder / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (folder / "instruction.md").write_text("Do it.\n")
+    (folder / "task.toml").write_text('version = "1.0"\n[agent]\nallowed_hosts = ["pypi.org"]\n')
+    with pytest.raises(HarborTaskError, match=r"task\.toml.*agent.*allowed_hosts is only valid"):
+        load_harbor_task(folder)

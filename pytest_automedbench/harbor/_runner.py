@@ -640,7 +640,7 @@ def task_image(plan: CellPlan, task: HarborTask, trajectory: TrajectoryWriter) -
             say=lambda line: _say(trajectory, line),
             memory_mb=environment.memory_mb,
             cpus=environment.cpus,
-            egress=one_shot_egress(plan, task.network.allow_hosts, trajectory.write),
+            egress=one_shot_egress(plan, task.environment_hosts, trajectory.write),
             build_log=plan.cell_dir / BUILD_LOG,
         )
         trajectory.write(EnvironmentEvent.of(image=prepared.image, compose=str(prepared.volumes)))

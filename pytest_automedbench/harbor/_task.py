@@ -30,7 +30,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pytest_automedbench.fixtures.staging import StagedData
 from pytest_automedbench.harbor._environment import COMPOSE_FILES, compose_file
@@ -106,9 +113,23 @@ class VerifierSection(_Section):
         )
 
 
+#: Harbor's network modes (``network_mode`` of ``[environment]``, ``[agent]``, ``[verifier]``).
+HarborNetworkMode = Literal["no-network", "public", "allowlist"]
+
+
 class AgentSection(_Section):
     timeout_sec: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     user: str | int | None = None
+    #: Harbor 0.25's agent-phase network policy: when set, it replaces the environment's
+    #: for the agent (``allowed_hosts`` only with ``allowlist``, as Harbor checks).
+    network_mode: HarborNetworkMode | None = None
+    allowed_hosts: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _hosts_need_allowlist(self) -> AgentSection:
+        if self.allowed_hosts is not None and self.network_mode != "allowlist":
+            raise ValueError("allowed_hosts is only valid when network_mode='allowlist'")
+        return self
 
 
 class SolutionSection(_Section):
@@ -137,7 +158,7 @@ class EnvironmentSection(_Section):
     gpu_types: list[str] | None = None
     #: Harbor 0.3.0's switch (later versions: ``network_mode``, this one deprecated).
     allow_internet: bool | None = None
-    network_mode: Literal["no-network", "public", "allowlist"] | None = None
+    network_mode: HarborNetworkMode | None = None
     allowed_hosts: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     mcp_servers: list[Any] = Field(default_factory=list)
@@ -289,19 +310,33 @@ class HarborTask:
 
     @property
     def internet(self) -> bool:
-        """Whether the agent gets a route out at all: Harbor 0.3.0's ``allow_internet``
-        when set, else later versions' ``network_mode`` (``no-network``: none), else yes
-        (Harbor's default). The route is the session's egress policy either way."""
-        environment = self.config.environment
+        """Whether the agent gets a route out at all. The agent phase's own ``[agent]
+        network_mode`` when set (Harbor 0.25: it replaces the environment's), else the
+        environment's: Harbor 0.3.0's ``allow_internet`` when set, else later versions'
+        ``network_mode`` (``no-network``: none), else yes (Harbor's default). The route is
+        the session's egress policy either way."""
+        agent, environment = self.config.agent, self.config.environment
+        if agent.network_mode is not None:
+            return agent.network_mode != "no-network"
         if environment.allow_internet is not None:
             return environment.allow_internet
         return environment.network_mode != "no-network"
 
     @property
     def network(self) -> NetworkDecl:
-        """The hosts the task adds to the allow-list (``allowed_hosts`` of a later
-        Harbor's ``network_mode = "allowlist"``); Harbor 0.3.0 tasks declare none."""
-        return NetworkDecl(allow_hosts=tuple(self.config.environment.allowed_hosts))
+        """The hosts the task adds to the agent's allow-list: ``[agent] allowed_hosts``
+        when the agent phase has a policy of its own, else :attr:`environment_hosts`."""
+        agent = self.config.agent
+        if agent.network_mode is not None:
+            return NetworkDecl(allow_hosts=tuple(agent.allowed_hosts or ()))
+        return NetworkDecl(allow_hosts=self.environment_hosts)
+
+    @property
+    def environment_hosts(self) -> tuple[str, ...]:
+        """``[environment] allowed_hosts`` (a later Harbor's ``network_mode =
+        "allowlist"``): the environment's own, which its one-shot services (a bootstrap)
+        may reach; Harbor 0.3.0 tasks declare none."""
+        return tuple(self.config.environment.allowed_hosts)
 
     @property
     def pass_threshold(self) -> float:
