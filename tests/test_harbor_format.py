@@ -149,6 +149,12 @@ PHASE_POLICIES = [
         ("data.example.org",),
     ),
     ("[environment]\nnetwork_mode = 'no-network'\n[agent]\ntimeout_sec = 60\n", False, ()),
+    (
+        "[environment]\nnetwork_mode = 'allowlist'\nallowed_hosts = ['data.example.org']\n"
+        "[agent]\nnetwork_mode = 'public'\n",
+        True,
+        ("data.example.org",),  # Harbor's public agent reaches them too
+    ),
 ]
 
 #: Harbor's own resolution of the agent phase's policy (Harbor 0.25's network_policy).
@@ -197,7 +203,8 @@ def test_the_agent_phase_network_policy_replaces_the_environments_as_in_harbor(
     for toml, (tables, internet, hosts) in zip(tomls, PHASE_POLICIES, strict=True):
         mode, allowed = harbor[str(toml)]
         assert (mode != "no-network") == internet, tables
-        assert tuple(allowed) == hosts, tables
+        if mode == "allowlist":  # public: every host; no-network: none
+            assert tuple(allowed) == hosts, tables
 
 
 def test_agent_hosts_without_an_allowlist_are_refused_naming_the_field(tmp_path: Path) -> None:

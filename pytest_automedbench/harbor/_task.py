@@ -325,9 +325,10 @@ class HarborTask:
     @property
     def network(self) -> NetworkDecl:
         """The hosts the task adds to the agent's allow-list: ``[agent] allowed_hosts``
-        when the agent phase has a policy of its own, else :attr:`environment_hosts`."""
+        when the agent phase's own policy is ``allowlist``, else :attr:`environment_hosts`
+        (an agent phase that is ``public`` in Harbor reaches them too)."""
         agent = self.config.agent
-        if agent.network_mode is not None:
+        if agent.network_mode == "allowlist":
             return NetworkDecl(allow_hosts=tuple(agent.allowed_hosts or ()))
         return NetworkDecl(allow_hosts=self.environment_hosts)
 
