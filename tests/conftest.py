@@ -245,6 +245,21 @@ def stage_vqa_cases(cache_root: Path) -> StagedData:
     return stage_task(load_task(SUITES / "vqa" / "vqa-rad"), cache_root, 3, 0)
 
 
+def run_harbor_attempt(task: Any, agent: str, cell_dir: Path, run_id: str, **settings: Any) -> Any:
+    """One attempt (run 0) of a Harbor ``task`` by ``agent`` on Docker with the network
+    off, its results under ``cell_dir``'s parent ``out/``, with ``settings`` of the
+    session (``harbor_base`` at least: nothing is pulled)."""
+    from pytest_automedbench.config import RunConfig
+    from pytest_automedbench.results import CellKey
+    from pytest_automedbench.runner import CellPlan, run_cell
+
+    config = RunConfig(
+        amb_out=cell_dir.parent / "out", sandbox="docker", sandbox_network="off", **settings
+    )
+    key = CellKey(agent=agent, task=task.id, tier="harbor", run=0)
+    return run_cell(CellPlan(key, task, task.staged(), config, run_id, cell_dir))
+
+
 def run_lite_cell(
     agent: str, task: TaskSpec, staged: StagedData, cell_dir: Path, run_id: str, **config: Any
 ) -> tuple[CellResult, list[dict[str, Any]]]:

@@ -110,6 +110,17 @@ def test_a_task_from_harbors_own_template_loads_unchanged(
     assert str(separate.toml) in reason
 
 
+def _plain_task(folder: Path, tables: str) -> Path:
+    """A minimal task folder whose task.toml has ``tables`` after its version."""
+    (folder / "environment").mkdir(parents=True)
+    (folder / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (folder / "instruction.md").write_text("Do it.\n")
+    (folder / "task.toml").write_text(f'version = "1.0"\n{tables}')
+    return folder
+
+
 @pytest.mark.parametrize(
     ("table", "expected"),
     [
@@ -123,14 +134,7 @@ def test_a_task_from_harbors_own_template_loads_unchanged(
 def test_internet_access_follows_allow_internet_then_network_mode(
     tmp_path: Path, table: str, expected: bool
 ) -> None:
-    folder = tmp_path / "t"
-    (folder / "environment").mkdir(parents=True)
-    (folder / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
-    (folder / "tests").mkdir()
-    (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-    (folder / "instruction.md").write_text("Do it.\n")
-    (folder / "task.toml").write_text(f'version = "1.0"\n{table}')
-    assert load_harbor_task(folder).internet is expected
+    assert load_harbor_task(_plain_task(tmp_path / "t", table)).internet is expected
 
 
 #: (task.toml tables, whether the agent gets a route, the hosts the task adds for it).
@@ -183,14 +187,7 @@ def test_the_agent_phase_network_policy_replaces_the_environments_as_in_harbor(
     resolution of the same files agrees; the environment's hosts stay the bootstrap's."""
     tomls = []
     for n, (tables, internet, hosts) in enumerate(PHASE_POLICIES):
-        folder = tmp_path / f"t{n}"
-        (folder / "environment").mkdir(parents=True)
-        (folder / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
-        (folder / "tests").mkdir()
-        (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-        (folder / "instruction.md").write_text("Do it.\n")
-        (folder / "task.toml").write_text(f'version = "1.0"\n{tables}')
-        task = load_harbor_task(folder)
+        task = load_harbor_task(_plain_task(tmp_path / f"t{n}", tables))
         assert (task.internet, task.network.allow_hosts) == (internet, hosts), tables
         assert task.environment_hosts == tuple(task.config.environment.allowed_hosts)
         tomls.append(task.toml)
@@ -210,12 +207,6 @@ def test_the_agent_phase_network_policy_replaces_the_environments_as_in_harbor(
 def test_agent_hosts_without_an_allowlist_are_refused_naming_the_field(tmp_path: Path) -> None:
     from pytest_automedbench.harbor._task import HarborTaskError
 
-    folder = tmp_path / "t"
-    (folder / "environment").mkdir(parents=True)
-    (folder / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\n")
-    (folder / "tests").mkdir()
-    (folder / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-    (folder / "instruction.md").write_text("Do it.\n")
-    (folder / "task.toml").write_text('version = "1.0"\n[agent]\nallowed_hosts = ["pypi.org"]\n')
+    folder = _plain_task(tmp_path / "t", '[agent]\nallowed_hosts = ["pypi.org"]\n')
     with pytest.raises(HarborTaskError, match=r"task\.toml.*agent.*allowed_hosts is only valid"):
         load_harbor_task(folder)

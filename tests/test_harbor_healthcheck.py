@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from pytest_automedbench.config import RunConfig
 from pytest_automedbench.events import read_events
 from pytest_automedbench.harbor import load_harbor_task
 from pytest_automedbench.harbor._healthcheck import HealthcheckError, run_healthcheck
 from pytest_automedbench.harbor._task import HarborTask, HealthcheckSection
-from pytest_automedbench.results import CellKey, CellResult
+from pytest_automedbench.results import CellResult
 from pytest_automedbench.sandbox import ExecResult
+
+from .conftest import run_harbor_attempt
 
 # --------------------------------------------------------------------------- the rules
 
@@ -171,23 +172,10 @@ def local_base() -> str:
 
 
 def _attempt(task: HarborTask, cell_dir: Path, base: str, run_id: str) -> CellResult:
-    from pytest_automedbench.runner import CellPlan, run_cell
-
-    config = RunConfig(
-        amb_out=cell_dir.parent / "out",
-        sandbox="docker",
-        sandbox_network="off",
-        harbor_base=(f"ubuntu:24.04={base}",),
+    result: CellResult = run_harbor_attempt(
+        task, "oracle", cell_dir, run_id, harbor_base=(f"ubuntu:24.04={base}",)
     )
-    plan = CellPlan(
-        key=CellKey(agent="oracle", task=task.id, tier="harbor", run=0),
-        task=task,
-        staged=task.staged(),
-        config=config,
-        run_id=run_id,
-        cell_dir=cell_dir,
-    )
-    return run_cell(plan)
+    return result
 
 
 #: A check that fails once, then passes (it leaves a mark for its next try).

@@ -32,6 +32,7 @@ from pytest_automedbench.harbor._runner import agent_compose_environment
 from pytest_automedbench.harbor._task import HarborTask
 from pytest_automedbench.results import CellResult
 
+from .conftest import run_harbor_attempt
 from .scripted_upstream import Protocol, ScriptedUpstream, StepUsage, Text
 
 #: The provider key of the judge's model: on the host only.
@@ -237,28 +238,18 @@ def run_judged(
     """One attempt of ``task`` by ``agent`` on Docker, its verifier's judge the scripted
     ``judge`` (named ``judge``, a model agent), with ``more`` of the session's settings
     (``agents``: more agent definitions)."""
-    from pytest_automedbench.results import CellKey
-    from pytest_automedbench.runner import CellPlan, run_cell
-
     agents = {"judge": _judge_definition(judge.openai_url), **more.pop("agents", {})}
-    config = RunConfig(
-        amb_out=cell_dir.parent / "out",
-        sandbox="docker",
-        sandbox_network="off",
+    result: CellResult = run_harbor_attempt(
+        task,
+        agent,
+        cell_dir,
+        run_id,
         agent_definitions=agents,
         harbor_base=(f"python:3.11-slim-bookworm={image}",),
         harbor_judge_model="judge",
         **more,
     )
-    plan = CellPlan(
-        key=CellKey(agent=agent, task=task.id, tier="harbor", run=0),
-        task=task,
-        staged=task.staged(),
-        config=config,
-        run_id=run_id,
-        cell_dir=cell_dir,
-    )
-    return run_cell(plan)
+    return result
 
 
 @pytest.mark.slow
