@@ -80,8 +80,8 @@ def test_failures_in_the_start_period_only_wait_the_start_interval() -> None:
 
 def test_retries_failures_in_a_row_after_the_start_period_end_it() -> None:
     """A 3 s start period (two tries in it), then three failures 5 s apart: the error
-    names the command, how it failed and the output; a timed-out try is a failure."""
-    box = ScriptedBox([1, 1, 4, "timeout", 4, 0])
+    names the command, how it failed and the output."""
+    box = ScriptedBox([1, 1, 4, 4, 4, 0])
     check = HealthcheckSection(
         command="curl -sf localhost:8080", start_period_sec=3, start_interval_sec=2, retries=3
     )
@@ -92,6 +92,14 @@ def test_retries_failures_in_a_row_after_the_start_period_end_it() -> None:
     said = str(raised.value)
     assert "'curl -sf localhost:8080' failed 3 time(s) in a row" in said
     assert "5 tries in all; the last: exit 4" in said and "db not up yet" in said
+
+
+def test_a_try_past_its_timeout_ends_it_at_once_as_in_harbor() -> None:
+    box = ScriptedBox([1, "timeout", 0])
+    check = HealthcheckSection(command="slow", timeout_sec=2, start_period_sec=60, retries=9)
+    with pytest.raises(HealthcheckError, match=r"'slow' ran past its timeout_sec \(2 s\) on try 2"):
+        box.check(check)
+    assert box.exits == [0]  # not tried again, even within the start period
 
 
 def test_a_pass_after_the_start_period_resets_nothing_it_just_ends() -> None:

@@ -7,7 +7,8 @@ HEALTHCHECK's rules, as Harbor applies them: a failure that began within
 ``start_period_sec`` of the first try only waits ``start_interval_sec``; after that, each
 failure waits ``interval_sec``, and ``retries`` failures in a row end the attempt as an
 infrastructure error, :class:`HealthcheckError` (Harbor's name for it): an environment
-that never became ready is no fault of the agent's.
+that never became ready is no fault of the agent's. A try that runs past ``timeout_sec``
+ends it at once, as in Harbor (whose exec raises on a time-out).
 """
 
 from __future__ import annotations
@@ -50,22 +51,23 @@ def run_healthcheck(
             timeout_s=check.timeout_sec,
         )
         tries += 1
-        if result.exit_code == 0 and not result.timed_out:
+        if result.timed_out:
+            raise HealthcheckError(
+                f"the task's [environment.healthcheck] {check.command!r} ran past its "
+                f"timeout_sec ({check.timeout_sec:g} s) on try {tries}"
+            )
+        if result.exit_code == 0:
             return tries
         if in_start_period:
             sleep(check.start_interval_sec)
             continue
         failures += 1
         if failures >= check.retries:
-            how = (
-                f"timed out after {check.timeout_sec:g} s"
-                if result.timed_out
-                else (f"exit {result.exit_code}")
-            )
             output = (result.stdout + result.stderr).strip()[-OUTPUT_TAIL_CHARS:]
             raise HealthcheckError(
                 f"the task's [environment.healthcheck] did not pass: {check.command!r} "
                 f"failed {failures} time(s) in a row after its start period ({tries} "
-                f"tries in all; the last: {how}){': ' + output if output else ''}"
+                f"tries in all; the last: exit {result.exit_code})"
+                f"{': ' + output if output else ''}"
             )
         sleep(check.interval_sec)
