@@ -63,12 +63,16 @@ RELAY_PORT_DIR: Final = "/run/amb-relay"
 RELAY_START_S: Final = 20.0
 
 
+def judge_variables_named(task: HarborTask, main_environment: Mapping[str, str]) -> set[str]:
+    """The :data:`JUDGE_VARIABLES` the task names: in its ``[verifier] env`` or its compose
+    file's ``main`` service's environment (``main_environment``)."""
+    return (set(task.config.verifier.env) | set(main_environment)) & JUDGE_VARIABLES
+
+
 def wants_judge(task: HarborTask, main_environment: Mapping[str, str]) -> bool:
-    """Whether the task's verifier calls a model: its ``[verifier] env`` or its compose
-    file's ``main`` service's environment (``main_environment``) names one of
-    :data:`JUDGE_VARIABLES`."""
-    named = set(task.config.verifier.env) | set(main_environment)
-    return bool(named & JUDGE_VARIABLES)
+    """Whether the task's verifier calls a model: it names one of :data:`JUDGE_VARIABLES`
+    (:func:`judge_variables_named`)."""
+    return bool(judge_variables_named(task, main_environment))
 
 
 def main_environment_of(task: HarborTask) -> Mapping[str, str]:
@@ -104,10 +108,9 @@ def judge_model(config: RunConfig) -> ModelAgent | None:
 def unavailable_reason(task: HarborTask, config: RunConfig) -> str | None:
     """Why a task whose verifier calls a model cannot run in this session (it names no
     judge model), known at collection; None otherwise."""
-    main_environment = main_environment_of(task)
-    if not wants_judge(task, main_environment) or judge_model(config) is not None:
+    named = judge_variables_named(task, main_environment_of(task))
+    if not named or judge_model(config) is not None:
         return None
-    named = (set(task.config.verifier.env) | set(main_environment)) & JUDGE_VARIABLES
     return (
         f"{task.toml}: its verifier calls an LLM judge ({', '.join(sorted(named))}); "
         f"name the judge's model with {JUDGE_OPTION} MODEL (or --judge llm:MODEL): it is "
