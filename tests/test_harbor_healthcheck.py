@@ -52,10 +52,11 @@ class ScriptedBox:
         self.slept.append(seconds)
         self.now += seconds
 
-    def check(self, check: HealthcheckSection) -> int:
+    def check(self, check: HealthcheckSection, deadline_s: float = 600.0) -> int:
         return run_healthcheck(
             self,  # type: ignore[arg-type]
             check,
+            deadline_s,
             clock=lambda: self.now,
             sleep=self.sleep,
         )
@@ -100,6 +101,27 @@ def test_a_try_past_its_timeout_ends_it_at_once_as_in_harbor() -> None:
     with pytest.raises(HealthcheckError, match=r"'slow' ran past its timeout_sec \(2 s\) on try 2"):
         box.check(check)
     assert box.exits == [0]  # not tried again, even within the start period
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        HealthcheckSection(command="false", retries=10**9, interval_sec=1),
+        HealthcheckSection(command="false", retries=2, interval_sec=10**9),
+        HealthcheckSection(command="false", start_period_sec=10**9, start_interval_sec=1),
+    ],
+    ids=["endless-retries", "endless-interval", "endless-start-period"],
+)
+def test_a_check_that_would_hold_the_session_ends_at_its_deadline(
+    check: HealthcheckSection,
+) -> None:
+    """Red team: a task author's retries, interval or start period that would keep the
+    session waiting for ever: the check ends within its deadline (the environment's
+    build_timeout_sec), never sleeping past it."""
+    box = ScriptedBox([1] * 200)
+    with pytest.raises(HealthcheckError, match=r"did not pass within 120 s"):
+        box.check(check, deadline_s=120)
+    assert box.now - 100.0 <= 120 and len(box.ran) <= 121
 
 
 def test_a_pass_after_the_start_period_resets_nothing_it_just_ends() -> None:

@@ -9,6 +9,10 @@ failure waits ``interval_sec``, and ``retries`` failures in a row end the attemp
 infrastructure error, :class:`HealthcheckError` (Harbor's name for it): an environment
 that never became ready is no fault of the agent's. A try that runs past ``timeout_sec``
 ends it at once, as in Harbor (whose exec raises on a time-out).
+
+Unlike Harbor, the whole check is bounded: the task's author sets its retries and
+intervals, and a check that has not passed within ``deadline_s`` (the environment's
+``build_timeout_sec``) fails there, so no task can hold a session for longer.
 """
 
 from __future__ import annotations
@@ -36,13 +40,26 @@ class HealthcheckError(RuntimeError):
 def run_healthcheck(
     box: HarborContainer,
     check: HealthcheckSection,
+    deadline_s: float,
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Run ``check`` in ``box`` until it passes; return how many tries it took. Raises
-    :class:`HealthcheckError` naming the command, the tries and the last output."""
-    start_period_ends = clock() + check.start_period_sec
+    """Run ``check`` in ``box`` until it passes, for at most ``deadline_s``; return how
+    many tries it took. Raises :class:`HealthcheckError` naming the command, the tries
+    and the last output."""
+    started = clock()
+    start_period_ends = started + check.start_period_sec
+
+    def wait(seconds: float) -> None:
+        if clock() + seconds - started > deadline_s:
+            raise HealthcheckError(
+                f"the task's [environment.healthcheck] {check.command!r} did not pass "
+                f"within {deadline_s:g} s (the environment's build_timeout_sec; {tries} "
+                "tries)"
+            )
+        sleep(seconds)
+
     failures = tries = 0
     while True:
         in_start_period = clock() < start_period_ends
@@ -59,7 +76,7 @@ def run_healthcheck(
         if result.exit_code == 0:
             return tries
         if in_start_period:
-            sleep(check.start_interval_sec)
+            wait(check.start_interval_sec)
             continue
         failures += 1
         if failures >= check.retries:
@@ -70,4 +87,4 @@ def run_healthcheck(
                 f"tries in all; the last: exit {result.exit_code})"
                 f"{': ' + output if output else ''}"
             )
-        sleep(check.interval_sec)
+        wait(check.interval_sec)

@@ -260,7 +260,8 @@ class HarborCell:
             if check is not None:  # before the agent or the oracle's solution gets it
                 from pytest_automedbench.harbor._healthcheck import run_healthcheck
 
-                tries = run_healthcheck(self._box, check)
+                deadline_s = self.task.config.environment.build_timeout_sec
+                tries = run_healthcheck(self._box, check, deadline_s)
                 _say(self.trajectory, f"healthcheck passed (try {tries}): {check.command}")
             yield self._box
         finally:
