@@ -128,18 +128,21 @@ def execute(call_id: str, code: str, usage: TokenUsage) -> ToolCallReply:
 def test_a_cell_ended_by_a_timeout_keeps_its_turns_tokens_cost_and_time(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The time-out must come during the third call: 60 s leaves the session's start, the
+    # sandbox and two quick calls room on a loaded machine (12 s did not, in a CI run:
+    # the cell was cut before its first turn).
     monkeypatch.setenv("AMB_FAKE_PROVIDER_KEY", FAKE_KEY)
     usages = [TokenUsage(1000, 100), TokenUsage(2000, 200), TokenUsage(3000, 300)]
     script = [
         execute("c1", "echo planning", usages[0]),
         execute("c2", "ls", usages[1]),
-        execute("c3", "sleep 120", usages[2]),
+        execute("c3", "sleep 600", usages[2]),  # still running when the time-out comes
     ]
     out = tmp_path / "out"
     with FakeOpenAI(script) as server:
         result = run_vqa_rad_cell(
             pytester, out, "--agent=fake-model", f"--agents-file={agents_file(tmp_path)}",
-            f"--agent-api-base={server.url}", "--timeout=12", "--timeout-method=signal",
+            f"--agent-api-base={server.url}", "--timeout=60", "--timeout-method=signal",
         )  # fmt: skip
     result.assert_outcomes(errors=1)
     (cell,) = read_ledger(out)
