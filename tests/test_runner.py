@@ -215,7 +215,10 @@ def test_a_workspace_filled_to_its_quota_leaves_the_host_alone_and_the_cell_is_s
     assert start["workspace_quota"]["size_mb"] == 128
     lost_bytes = (host.f_bavail - after.f_bavail) * host.f_frsize
     assert lost_bytes < 128 * 1024**2 + 64 * 1024**2, lost_bytes  # the image, at most
-    assert host.f_favail - after.f_favail < 200  # the image, the kept folders, the records
+    # Inodes: what the cell left where it writes (the image, the kept folders, the
+    # records), counted there; the file system's free inodes would count the other xdist
+    # worker's files too (210 against 200 in a CI run).
+    assert sum(1 for _ in tmp_path.rglob("*")) < 200
     workspace = tmp_path / "cell" / "workspace"
     assert not os.path.ismount(workspace)
     kept = workspace / "outputs" / "sparse.bin"
